@@ -1,0 +1,193 @@
+"""One typed config: defaults that run offline, overlaid by `dareforge.yaml`, overlaid by `DAREFORGE_*` env vars.
+
+Env vars address nested fields with double underscores and take YAML values, e.g.
+`DAREFORGE_RULES__MAX_TOTAL_BYTES=1e9` or `DAREFORGE_MIRROR__PATHS='[/srv/kaggle-mirror]'`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dareforge.errors import ConfigError
+
+ENV_PREFIX = "DAREFORGE_"
+CONFIG_ENV = "DAREFORGE_CONFIG"
+DEFAULT_CONFIG_FILE = "dareforge.yaml"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StoreConfig(Section):
+    root: str = Field(
+        "data", description="Store root: a local path or an fsspec URL such as s3://bucket/dareforge."
+    )
+    work_dir: str = Field(
+        "data/.work", description="Local scratch space for downloads in progress (resumable)."
+    )
+
+
+class DatasetQuery(Section):
+    """One Kaggle dataset search; the crawler pages through all results."""
+
+    search: str = ""
+    tag_ids: str = ""
+    file_type: str = "csv"
+    license_name: str = "all"
+    sort_by: str = "hottest"
+    max_size_bytes: int | None = None
+
+
+class KaggleConfig(Section):
+    enabled: bool = False
+    competition_categories: list[str] = Field(
+        default_factory=lambda: [
+            "featured",
+            "research",
+            "recruitment",
+            "gettingStarted",
+            "masters",
+            "playground",
+        ]
+    )
+    competition_search: str = ""
+    datasets: list[DatasetQuery] = Field(default_factory=list)
+    max_pages: int = Field(
+        100, description="Upper bound on pages per listing, a guard against endless paging."
+    )
+    page_size: int = 100
+    fetch_leaderboard: bool = True
+    min_request_interval_s: float = Field(1.0, description="Throttle: at least this long between API calls.")
+    max_retries: int = 5
+    backoff_s: float = 2.0
+    endpoint: str | None = Field(None, description="API base URL override (a proxy or a test server).")
+
+
+class MirrorConfig(Section):
+    paths: list[str] = Field(default_factory=list, description="Folders laid out like Kaggle downloads.")
+
+
+class BuiltinConfig(Section):
+    enabled: bool = True
+    include: list[str] = Field(
+        default_factory=list, description="Builtin source ids to crawl; empty means all."
+    )
+
+
+class UnpackLimits(Section):
+    max_total_bytes: int = 20 * 1024**3
+    max_members: int = 10_000
+    max_ratio: float = Field(
+        250.0, description="Largest allowed uncompressed/compressed ratio of one member."
+    )
+
+
+class RulesConfig(Section):
+    max_total_bytes: int = 15 * 1000**3
+    cutoff: date = date(2017, 1, 1)
+    recency_exempt_origins: list[str] = Field(
+        default_factory=lambda: ["builtin"],
+        description="Origins with no meaningful update date (packaged datasets); the recency rule keeps them.",
+    )
+    exclusion_lists: list[str] = Field(default_factory=lambda: ["mle-bench-lite"])
+    excluded_ids: list[str] = Field(default_factory=list)
+    non_ml_patterns: list[str] = Field(
+        default_factory=lambda: [
+            r"code ?golf",
+            r"\bctf\b",
+            r"capture the flag",
+            r"simulation",
+            r"\bgame ?arena\b",
+            r"\banalytics\b",
+        ]
+    )
+    hackathon_pattern: str = Field(r"hackathon", description="Dropped unless a leaderboard exists.")
+    tabular_extensions: list[str] = Field(default_factory=lambda: [".csv", ".tsv", ".parquet"])
+    min_rows: int = Field(
+        100, description="Fewest labelled rows worth a task (train, test and answers need rows)."
+    )
+    min_tabular_share: float = Field(0.5, description="Share of bytes that must be tables.")
+
+
+class SourceOverride(Section):
+    """Per-source facts a heuristic cannot know, keyed by source id in `sources:`."""
+
+    target: list[str] | None = None
+    encoding: str | None = None
+
+
+class CrawlConfig(Section):
+    max_failure_share: float = Field(
+        0.5, description="Error budget: the crawl fails if more than this share of sources failed."
+    )
+
+
+class Config(Section):
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    crawl: CrawlConfig = Field(default_factory=CrawlConfig)
+    kaggle: KaggleConfig = Field(default_factory=KaggleConfig)
+    mirror: MirrorConfig = Field(default_factory=MirrorConfig)
+    builtin: BuiltinConfig = Field(default_factory=BuiltinConfig)
+    unpack: UnpackLimits = Field(default_factory=UnpackLimits)
+    rules: RulesConfig = Field(default_factory=RulesConfig)
+    sources: dict[str, SourceOverride] = Field(default_factory=dict)
+
+    def fingerprint(self, *sections: str) -> str:
+        """A short hash of the named sections, so stages can tell when their config changed."""
+        payload = self.model_dump(mode="json", include=set(sections))
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for key in sorted(environ):
+        if not key.startswith(ENV_PREFIX) or key == CONFIG_ENV:
+            continue
+        path = key[len(ENV_PREFIX) :].lower().split("__")
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = yaml.safe_load(environ[key])
+    return tree
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Config:
+    environ = dict(os.environ if environ is None else environ)
+    explicit = path or environ.get(CONFIG_ENV)
+    file = Path(explicit or DEFAULT_CONFIG_FILE)
+    data: dict[str, Any] = {}
+    if file.exists():
+        try:
+            data = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file}: not valid YAML ({exc}); fix the syntax or remove the file") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{file}: expected a mapping of sections at the top level, got {type(data).__name__}"
+            )
+    elif explicit:
+        raise ConfigError(f"config file {file} does not exist; create it or unset {CONFIG_ENV}")
+    try:
+        return Config.model_validate(_merge(data, _env_overrides(environ)))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid configuration ({file} and {ENV_PREFIX}* env vars): {problems}") from exc

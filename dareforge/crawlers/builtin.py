@@ -1,0 +1,418 @@
+"""The embedded default catalog: real tables that ship inside installed Python packages.
+
+scikit-learn's bundled `load_*` sets, statsmodels' `datasets` modules and vega_datasets' local files all live
+in site-packages, so a crawl with no network and no credentials still has real classification, regression and
+time-series sources. Only loaders that read package files are used; anything that downloads is left out.
+Descriptions and license notes come from the packages themselves where they carry them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import textwrap
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import metadata, version
+from io import BytesIO
+from pathlib import Path
+
+import pandas as pd
+
+from dareforge.crawlers.base import fingerprint, source_id
+from dareforge.errors import ConfigError, SourceError
+from dareforge.schema import Origin, Source
+
+CATALOG_FORMAT = 1
+"""Bump when a loader's output changes, so every builtin source is re-downloaded."""
+
+Reshape = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """One catalog entry: where the table comes from, how to load it, and what the task is."""
+
+    key: str
+    package: str
+    dataset: str
+    load: Callable[[], pd.DataFrame]
+    target_columns: tuple[str, ...]
+    task_hint: str | None
+    title: str
+    description: str
+    license: str
+    time_column: str | None = None
+    entity_column: str | None = None
+
+
+def _package_license(package: str) -> str:
+    meta = metadata(package)
+    return meta.get("License-Expression") or meta.get("License") or "license not stated"
+
+
+def _sklearn(name: str, target: str, task: str, *, upstream: str) -> BuiltinDataset:
+    from sklearn import datasets
+
+    loader = getattr(datasets, f"load_{name}")
+    # DESCR is reStructuredText: an anchor line, the title and its underline, then the text; the collapsed
+    # references block at the end is markup noise in a plain description.
+    _anchor, text = loader().DESCR.split(".. dropdown::")[0].split(":\n", 1)
+    title, _underline, description = text.strip().split("\n", 2)
+
+    def load() -> pd.DataFrame:
+        bunch = loader(as_frame=True)
+        frame = bunch.frame.rename(columns={"target": target})
+        if "target_names" in bunch:
+            frame[target] = bunch.target_names[bunch.target.to_numpy()]
+        return frame
+
+    return BuiltinDataset(
+        key=f"sklearn-{name.replace('_', '-')}",
+        package="scikit-learn",
+        dataset=name,
+        load=load,
+        target_columns=(target,),
+        task_hint=task,
+        title=title.strip(),
+        description=description.strip(),
+        license=f"Distributed with scikit-learn ({_package_license('scikit-learn')}). Upstream: {upstream}",
+    )
+
+
+def _statsmodels(
+    name: str,
+    target: str,
+    task: str,
+    *,
+    reshape: Reshape | None = None,
+    reshape_note: str = "",
+    time: str | None = None,
+    entity: str | None = None,
+) -> BuiltinDataset:
+    module = importlib.import_module(f"statsmodels.datasets.{name}")
+
+    def load() -> pd.DataFrame:
+        frame = module.load_pandas().data
+        if not isinstance(frame.index, pd.RangeIndex):
+            # Some sets keep their key (dates, state names) in the index; a CSV needs it as a column.
+            frame = frame.rename_axis(frame.index.name or "date").reset_index()
+        return reshape(frame) if reshape else frame
+
+    variables = textwrap.dedent(module.NOTE.strip().removeprefix("::")).strip()
+    summary = module.DESCRLONG.strip() or module.DESCRSHORT.strip()
+    parts = (summary, variables, f"Source: {module.SOURCE.strip()}", reshape_note)
+    return BuiltinDataset(
+        key=f"statsmodels-{name.replace('_', '-')}",
+        package="statsmodels",
+        dataset=name,
+        load=load,
+        target_columns=(target,),
+        task_hint=task,
+        title=module.TITLE.strip(),
+        description="\n\n".join(part for part in parts if part),
+        license=(
+            f"{' '.join(module.COPYRIGHT.split())} (statsmodels' notice for this dataset; "
+            f"distributed with statsmodels, {_package_license('statsmodels')})"
+        ),
+        time_column=time,
+        entity_column=entity,
+    )
+
+
+def _vega(
+    name: str,
+    target: str | None,
+    task: str | None,
+    *,
+    title: str,
+    upstream: str,
+    dates: tuple[str, ...] = (),
+    reshape: Reshape | None = None,
+    time: str | None = None,
+    entity: str | None = None,
+) -> BuiltinDataset:
+    from vega_datasets import local_data
+
+    dataset = getattr(local_data, name.replace("-", "_"))
+
+    def load() -> pd.DataFrame:
+        # Parse the bundled file ourselves: the package's own reader passes pandas a deprecated keyword for some
+        # sets (a warning on every load) and guesses date columns by name.
+        raw = dataset.raw(use_local=True)
+        frame = pd.DataFrame(json.loads(raw)) if dataset.format == "json" else pd.read_csv(BytesIO(raw))
+        for column in dates:
+            frame[column] = pd.to_datetime(frame[column])
+        return reshape(frame) if reshape else frame
+
+    references = "\n".join(f"[{i}] {ref}" for i, ref in enumerate(dataset.references or [], start=1))
+    return BuiltinDataset(
+        key=f"vega-{name}",
+        package="vega_datasets",
+        dataset=name,
+        load=load,
+        target_columns=(target,) if target else (),
+        task_hint=task,
+        title=title,
+        description="\n\n".join(part for part in (dataset.description or "", references) if part),
+        license=(
+            f"Distributed with vega_datasets ({_package_license('vega_datasets')}), from the vega-datasets "
+            f"collection. Upstream: {upstream}"
+        ),
+        time_column=time,
+        entity_column=entity,
+    )
+
+
+def _month_start(years: pd.Series, months: pd.Series) -> pd.Series:
+    return pd.to_datetime(pd.DataFrame({"year": years.astype(int), "month": months.astype(int), "day": 1}))
+
+
+def _quarterly_date(frame: pd.DataFrame) -> pd.DataFrame:
+    """Replace float `year` and `quarter` columns with the quarter's first day."""
+    dated = frame.drop(columns=["year", "quarter"])
+    dated.insert(0, "date", _month_start(frame["year"], (frame["quarter"] - 1) * 3 + 1))
+    return dated
+
+
+def _monthly_long(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per month from a year-by-month grid (a YEAR column, then twelve month columns)."""
+    month_numbers = {name: number for number, name in enumerate(frame.columns[1:], start=1)}
+    long = frame.melt(id_vars="YEAR", var_name="month", value_name="temperature")
+    long.insert(0, "date", _month_start(long["YEAR"], long["month"].map(month_numbers)))
+    return long.sort_values("date", ignore_index=True)[["date", "temperature"]]
+
+
+def _int_years(column: str) -> Reshape:
+    # statsmodels hands years back as floats and vega's wheat as strings; a CSV should hold plain integers.
+    return lambda frame: frame.astype({column: int})
+
+
+UCI = "UCI Machine Learning Repository, CC BY 4.0"
+NOAA = "NOAA weather data, public domain"
+
+
+@cache
+def catalog() -> dict[str, BuiltinDataset]:
+    """Every builtin dataset by key. Built on first use: it imports scikit-learn, statsmodels and vega_datasets."""
+    entries = [
+        _sklearn("iris", "species", "classification", upstream=f"Fisher (1936) via the {UCI}"),
+        _sklearn("wine", "class", "classification", upstream=f"{UCI} (Wine)"),
+        _sklearn("breast_cancer", "diagnosis", "classification", upstream=f"{UCI} (Breast Cancer Wisconsin)"),
+        _sklearn("digits", "digit", "classification", upstream=f"{UCI} (Optical Recognition of Digits)"),
+        _sklearn(
+            "diabetes",
+            "disease_progression",
+            "regression",
+            upstream="Efron et al. (2004), https://www4.stat.ncsu.edu/~boos/var.select/diabetes.html; no license stated",
+        ),
+        _statsmodels("co2", "co2", "time-series", time="date"),
+        _statsmodels("sunspots", "SUNACTIVITY", "time-series", time="YEAR", reshape=_int_years("YEAR")),
+        _statsmodels("nile", "volume", "time-series", time="year", reshape=_int_years("year")),
+        _statsmodels(
+            "macrodata",
+            "realgdp",
+            "time-series",
+            time="date",
+            reshape=_quarterly_date,
+            reshape_note="Here `year` and `quarter` are replaced by `date`, the first day of the quarter.",
+        ),
+        _statsmodels(
+            "elnino",
+            "temperature",
+            "time-series",
+            time="date",
+            reshape=_monthly_long,
+            reshape_note="Here the year-by-month grid is reshaped to one row per month: `date`, `temperature`.",
+        ),
+        _statsmodels(
+            "elec_equip",
+            "turnover_index",
+            "time-series",
+            time="date",
+            reshape=lambda frame: frame.set_axis(["date", "turnover_index"], axis="columns"),
+            reshape_note="Here the series column is named `turnover_index`.",
+        ),
+        _statsmodels("danish_data", "lrm", "time-series", time="period"),
+        _statsmodels(
+            "grunfeld", "invest", "regression", time="year", entity="firm", reshape=_int_years("year")
+        ),
+        _statsmodels("fair", "affairs", "regression"),
+        _statsmodels("randhie", "mdvis", "regression"),
+        _statsmodels("engel", "foodexp", "regression"),
+        _statsmodels("statecrime", "murder", "regression", entity="state"),
+        _statsmodels(
+            "anes96",
+            "vote",
+            "classification",
+            reshape=lambda frame: frame.assign(vote=frame["vote"].map({0.0: "Clinton", 1.0: "Dole"})),
+        ),
+        _vega(
+            "cars",
+            "Miles_per_Gallon",
+            "regression",
+            title="Cars (auto MPG)",
+            upstream="StatLib, http://lib.stat.cmu.edu/datasets/; no license stated",
+            dates=("Year",),
+        ),
+        _vega(
+            "seattle-weather",
+            "weather",
+            "classification",
+            title="Seattle daily weather 2012-2015",
+            upstream=NOAA,
+            dates=("date",),
+            time="date",
+        ),
+        _vega(
+            "stocks",
+            "price",
+            "time-series",
+            title="Monthly stock prices 2000-2010",
+            upstream="not documented by the package",
+            dates=("date",),
+            time="date",
+            entity="symbol",
+        ),
+        _vega(
+            "iowa-electricity",
+            "net_generation",
+            "time-series",
+            title="Iowa electricity net generation by source",
+            upstream="U.S. Energy Information Administration, public domain",
+            dates=("year",),
+            time="year",
+            entity="source",
+        ),
+        _vega(
+            "us-employment",
+            "nonfarm",
+            "time-series",
+            title="US employment by industry 2006-2015",
+            upstream="U.S. Bureau of Labor Statistics, Current Employment Statistics",
+            dates=("month",),
+            time="month",
+        ),
+        _vega(
+            "seattle-temps",
+            "temp",
+            "time-series",
+            title="Seattle hourly temperatures 2010",
+            upstream=NOAA,
+            dates=("date",),
+            time="date",
+        ),
+        _vega(
+            "sf-temps",
+            "temp",
+            "time-series",
+            title="San Francisco hourly temperatures 2010",
+            upstream=NOAA,
+            dates=("date",),
+            time="date",
+        ),
+        _vega(
+            "barley",
+            "yield",
+            "regression",
+            title="Barley yields (Immer 1934)",
+            upstream="Immer et al. (1934), as published by Fisher (1947) and Cleveland (1993)",
+        ),
+        _vega(
+            "driving",
+            "gas",
+            "time-series",
+            title="Miles driven per capita and gas prices 1956-2010",
+            upstream="New York Times, 'Driving Shifts Into Reverse' (2010), via protovis; no license stated",
+            # `side` only places labels in the original chart; it carries no data.
+            reshape=lambda frame: frame.drop(columns="side"),
+            time="year",
+        ),
+        _vega(
+            "wheat",
+            "wheat",
+            "time-series",
+            title="Playfair's wheat prices and wages",
+            upstream="William Playfair (1822), digitised by Mike Bostock, public domain",
+            reshape=_int_years("year"),
+            time="year",
+        ),
+        # Real tables that are not task material: the rule filter drops them, and says why.
+        _statsmodels("longley", "TOTEMP", "regression", time="YEAR", reshape=_int_years("YEAR")),
+        _statsmodels("stackloss", "STACKLOSS", "regression"),
+        _vega(
+            "airports",
+            None,
+            None,
+            title="US airports (a reference table with no prediction target)",
+            upstream="FAA via the vega-datasets collection; no license stated",
+        ),
+    ]
+    return {entry.key: entry for entry in entries}
+
+
+class BuiltinCrawler:
+    name = "builtin"
+
+    def __init__(self, include: list[str] | None = None):
+        known = catalog()
+        # Config calls these source ids, so accept `builtin.<key>` as well as the bare key.
+        keys = [key.removeprefix(f"{self.name}.") for key in include or []]
+        unknown = [key for key in keys if key not in known]
+        if unknown:
+            raise ConfigError(
+                f"unknown builtin source {', '.join(map(repr, unknown))} in builtin.include; "
+                f"valid keys: {', '.join(sorted(known))}"
+            )
+        self.datasets = {key: known[key] for key in sorted(keys or known)}
+        self._frames: dict[str, pd.DataFrame] = {}
+
+    def frame(self, key: str) -> pd.DataFrame:
+        if key not in self._frames:
+            self._frames[key] = self.datasets[key].load()
+        return self._frames[key]
+
+    def list_sources(self) -> Iterator[Source]:
+        for key, entry in self.datasets.items():
+            yield self._source(entry, self.frame(key))
+
+    def _source(self, entry: BuiltinDataset, frame: pd.DataFrame) -> Source:
+        package_version = version(entry.package)
+        features = frame.drop(columns=list(entry.target_columns))
+        tags = [entry.task_hint] if entry.task_hint else []
+        if frame.isna().to_numpy().any():
+            tags.append("missing-values")
+        # Only features count: a class label as text is expected, a text feature needs encoding.
+        if not features.select_dtypes(include=["object", "string", "category"]).empty:
+            tags.append("categorical")
+        if not frame.select_dtypes(include="datetime").empty:
+            tags.append("datetime")
+        return Source(
+            id=source_id(self.name, entry.key),
+            origin=Origin.BUILTIN,
+            kind="dataset",
+            ref=f"{entry.package}:{entry.dataset}",
+            title=entry.title,
+            description=entry.description,
+            category="builtin",
+            license=entry.license,
+            n_rows=len(frame),
+            target_columns=list(entry.target_columns),
+            time_column=entry.time_column,
+            entity_column=entry.entity_column,
+            task_hint=entry.task_hint,
+            origin_package=f"{entry.package}=={package_version}",
+            tags=tags,
+            version=fingerprint(CATALOG_FORMAT, entry.package, package_version, entry.key),
+        )
+
+    def download(self, source: Source, dest: Path) -> None:
+        key = source.id.removeprefix(f"{self.name}.")
+        if key not in self.datasets:
+            raise SourceError(
+                f"{source.id} is not a builtin source this crawler serves; check builtin.include"
+            )
+        dest.mkdir(parents=True, exist_ok=True)
+        # A fixed line ending keeps the bytes, and so the file hash, the same on every platform.
+        self.frame(key).to_csv(dest / f"{key}.csv", index=False, lineterminator="\n")

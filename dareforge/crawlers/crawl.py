@@ -1,0 +1,234 @@
+"""The crawl stage: list sources from each crawler, download what changed, unpack safely, checksum, store.
+
+Store layout per source: `raw/<id>/<version>/files/...` plus `raw/<id>/<version>/_MANIFEST.json`, and the
+pointer `raw/<id>/_CURRENT.json` naming the complete version. The pointer is written last, so a crawl killed
+at any point leaves the previous version intact and visible; the next crawl redoes only the unfinished work.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dareforge.context import RunContext
+from dareforge.crawlers.base import Crawler
+from dareforge.crawlers.inspect import describe_file, identify_target
+from dareforge.crawlers.unpack import unpack_zip
+from dareforge.errors import DareforgeError, NeedsRulesError, SourceError
+from dareforge.schema import Source, SourceFile, SourceStatus
+
+log = logging.getLogger(__name__)
+CURRENT = "_CURRENT.json"
+MAX_NESTED_ARCHIVES = 2
+
+
+@dataclass
+class CrawlReport:
+    actions: Counter = field(default_factory=Counter)
+    failures: dict[str, str] = field(default_factory=dict)
+    listing_errors: dict[str, str] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def seen(self) -> int:
+        return sum(self.actions.values())
+
+
+def build_crawlers(ctx: RunContext, origins: list[str] | None = None) -> list[Crawler]:
+    """The crawlers the config enables (or exactly `origins`, when given)."""
+    from dareforge.crawlers.builtin import BuiltinCrawler
+    from dareforge.crawlers.kaggle import KaggleCrawler
+    from dareforge.crawlers.mirror import MirrorCrawler
+
+    cfg = ctx.config
+    wanted = set(origins) if origins else None
+    enabled = {
+        "builtin": cfg.builtin.enabled,
+        "mirror": bool(cfg.mirror.paths),
+        "kaggle": cfg.kaggle.enabled,
+    }
+    unknown = (wanted or set()) - enabled.keys()
+    if unknown:
+        raise DareforgeError(f"unknown origin(s) {sorted(unknown)}; choose from {sorted(enabled)}")
+    crawlers: list[Crawler] = []
+    for name in enabled:
+        if (wanted is None and not enabled[name]) or (wanted is not None and name not in wanted):
+            continue
+        if name == "builtin":
+            crawlers.append(BuiltinCrawler(cfg.builtin.include))
+        elif name == "mirror":
+            crawlers.append(MirrorCrawler([Path(p) for p in cfg.mirror.paths]))
+        else:
+            crawlers.append(KaggleCrawler(cfg.kaggle))
+    return crawlers
+
+
+def crawl(
+    ctx: RunContext, crawlers: list[Crawler] | None = None, origins: list[str] | None = None
+) -> CrawlReport:
+    crawlers = crawlers if crawlers is not None else build_crawlers(ctx, origins)
+    report = CrawlReport()
+    for crawler in crawlers:
+        try:
+            listing = sorted(crawler.list_sources(), key=lambda s: s.id)
+        except DareforgeError as exc:
+            log.error("%s: listing failed: %s", crawler.name, exc)
+            report.listing_errors[crawler.name] = str(exc)
+            continue
+        with ctx.progress() as progress:
+            bar = progress.add_task(f"crawl {crawler.name}", total=len(listing), item="")
+            for source in listing:
+                progress.update(bar, item=source.id)
+                action = crawl_source(ctx, crawler, source, report)
+                report.actions[action] += 1
+                progress.advance(bar)
+    failed = len(report.failures)
+    if report.seen and failed / report.seen > ctx.config.crawl.max_failure_share:
+        raise DareforgeError(
+            f"{failed} of {report.seen} sources failed, over crawl.max_failure_share="
+            f"{ctx.config.crawl.max_failure_share}; see `dareforge sources --status failed`"
+        )
+    return report
+
+
+def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: CrawlReport) -> str:
+    """Bring one source up to date; returns what happened: unchanged, downloaded, failed or needs-rules."""
+    store = ctx.store
+    current = _current_version(ctx, source.id)
+    if source.status != SourceStatus.OK:
+        # The crawler already knows this source cannot be fetched (e.g. a mirror folder without metadata).
+        return _record_failure(
+            ctx, source, current, source.status, source.status_detail or "", report, source.rules_url
+        )
+    if current == source.version:
+        _write_record(ctx, source, _stored_files(ctx, source.id, current), report)
+        return "unchanged"
+    work = Path(ctx.config.store.work_dir) / source.id
+    try:
+        crawler.download(source, work / "download")
+        files_root = _unpack_all(work / "download", work / f"files-{source.version}", ctx)
+        files = [describe_file(p, p.relative_to(files_root).as_posix()) for p in sorted(_walk(files_root))]
+        prefix = f"raw/{source.id}/{source.version}"
+        for f in files:
+            store.put_file(files_root / f.name, f"{prefix}/files/{f.name}")
+        store.write_manifest(
+            prefix,
+            {"source_id": source.id, "version": source.version, "files": [f.model_dump() for f in files]},
+        )
+        store.write_json(f"raw/{source.id}/{CURRENT}", {"version": source.version})
+        _drop_old_versions(ctx, source.id, keep=source.version)
+        shutil.rmtree(work, ignore_errors=True)
+    except NeedsRulesError as exc:
+        return _record_failure(
+            ctx, source, current, SourceStatus.NEEDS_RULES, str(exc), report, exc.rules_url
+        )
+    except (DareforgeError, OSError, ValueError) as exc:
+        detail = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
+        return _record_failure(ctx, source, current, SourceStatus.FAILED, detail, report)
+    log.info("%s: stored version %s (%d files)", source.id, source.version, len(files))
+    _write_record(ctx, source, files, report)
+    return "downloaded"
+
+
+def _record_failure(
+    ctx: RunContext,
+    source: Source,
+    current: str | None,
+    status: SourceStatus,
+    detail: str,
+    report: CrawlReport,
+    rules_url: str | None = None,
+) -> str:
+    log.warning("%s: %s: %s", source.id, status.value, detail)
+    report.failures[source.id] = detail
+    files = _stored_files(ctx, source.id, current) if current else []
+    update = {"status": status, "status_detail": detail, "rules_url": rules_url}
+    _write_record(ctx, source.model_copy(update=update), files, report, raw_version=current)
+    return status.value
+
+
+def _write_record(
+    ctx: RunContext,
+    source: Source,
+    files: list[SourceFile],
+    report: CrawlReport,
+    raw_version: str | None = None,
+) -> None:
+    override = ctx.config.sources.get(source.id)
+    targets, id_column = identify_target(source, files, override.target if override else None)
+    record = source.model_copy(
+        update={
+            "files": files,
+            "total_bytes": sum(f.size for f in files) or source.total_bytes,
+            "target_columns": targets,
+            "id_column": id_column,
+            "raw_version": raw_version if source.status != SourceStatus.OK else source.version,
+        }
+    )
+    record = Source.model_validate(record.model_dump())
+    if ctx.store.write_records(source.id, [record]):
+        report.written.append(ctx.store.table_key(Source.table, source.id))
+
+
+def _current_version(ctx: RunContext, source_id: str) -> str | None:
+    key = f"raw/{source_id}/{CURRENT}"
+    if not ctx.store.exists(key):
+        return None
+    version = ctx.store.read_json(key)["version"]
+    return version if ctx.store.read_manifest(f"raw/{source_id}/{version}") else None
+
+
+def _stored_files(ctx: RunContext, source_id: str, version: str) -> list[SourceFile]:
+    manifest = ctx.store.read_manifest(f"raw/{source_id}/{version}") or {"files": []}
+    return [SourceFile.model_validate(f) for f in manifest["files"]]
+
+
+def _drop_old_versions(ctx: RunContext, source_id: str, keep: str) -> None:
+    for key in ctx.store.list(f"raw/{source_id}"):
+        version = key.split("/")[2]
+        if version not in (keep, CURRENT):
+            ctx.store.remove_prefix(f"raw/{source_id}/{version}")
+
+
+def _walk(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def _unpack_all(download: Path, target: Path, ctx: RunContext) -> Path:
+    """Copy plain files and unpack archives (and archives inside them, one level deep) into `target`."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    if not download.is_dir() or not any(download.iterdir()):
+        raise SourceError(f"download of {download.parent.name} produced no files")
+    for path in sorted(_walk(download)):
+        if path.name.endswith(".kaggle-partial"):
+            continue
+        rel = path.relative_to(download)
+        if path.suffix.lower() == ".zip":
+            _unpack_into(path, target / rel.parent, ctx, depth=1)
+        else:
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / rel)
+    return target
+
+
+def _unpack_into(archive: Path, folder: Path, ctx: RunContext, depth: int) -> None:
+    scratch = folder / f".unpack-{archive.name}"
+    extracted = unpack_zip(archive, scratch, ctx.config.unpack)
+    for path in extracted:
+        rel = path.relative_to(scratch)
+        dest = folder / rel
+        if dest.exists():
+            raise SourceError(
+                f"{archive.name}: member {rel.as_posix()} collides with another file of the source"
+            )
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(dest)
+        if dest.suffix.lower() == ".zip" and depth < MAX_NESTED_ARCHIVES:
+            _unpack_into(dest, dest.parent, ctx, depth + 1)
+            dest.unlink()
+    shutil.rmtree(scratch)

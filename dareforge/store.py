@@ -1,0 +1,196 @@
+"""The artifact store: every stage output lives under one root URL (a local folder or any fsspec URL).
+
+Writes are atomic (temp name, then rename) so a reader never sees half a file, and a write whose bytes equal
+what is stored is skipped, so re-running a finished stage touches nothing. Tables are Parquet files, one per
+partition, under `tables/<table>/`; DuckDB reads them through views and is never a shared mutable database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dareforge.errors import StoreError
+from dareforge.schema import RECORDS, Record
+
+MANIFEST = "_MANIFEST.json"
+TABLES = "tables"
+R = TypeVar("R", bound=Record)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def canonical_json(obj: Any) -> bytes:
+    return (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str) + "\n").encode()
+
+
+class Store:
+    def __init__(self, root: str):
+        self.url = root
+        self.fs, self.root = fsspec.core.url_to_fs(root)
+        self.is_local = "file" in (
+            self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        )
+        self.fs.makedirs(self.root, exist_ok=True)
+
+    # -- keys and plain files -------------------------------------------------------------------------------
+    def path(self, key: str) -> str:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise StoreError(f"store key {key!r} must be relative and stay inside the store")
+        return f"{self.root.rstrip('/')}/{key}"
+
+    def exists(self, key: str) -> bool:
+        return self.fs.exists(self.path(key))
+
+    def read_bytes(self, key: str) -> bytes:
+        try:
+            return self.fs.cat_file(self.path(key))
+        except FileNotFoundError as exc:
+            raise StoreError(f"{key} is not in the store at {self.url}") from exc
+
+    def read_json(self, key: str) -> Any:
+        return json.loads(self.read_bytes(key))
+
+    def list(self, prefix: str) -> list[str]:
+        """Keys of files under a prefix, sorted, relative to the store root."""
+        base = self.path(prefix)
+        if not self.fs.exists(base):
+            return []
+        root = self.root.rstrip("/") + "/"
+        return sorted(
+            p[len(root) :] for p in self.fs.find(base) if not p.rsplit("/", 1)[-1].startswith(".tmp-")
+        )
+
+    def _tmp(self, key: str) -> str:
+        parent, _, name = self.path(key).rpartition("/")
+        self.fs.makedirs(parent, exist_ok=True)
+        return f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"
+
+    def write_bytes(self, key: str, data: bytes) -> bool:
+        """Atomically write `data` to `key`; returns False (and writes nothing) if the stored bytes are equal."""
+        if self.exists(key) and self.fs.size(self.path(key)) == len(data) and self.read_bytes(key) == data:
+            return False
+        tmp = self._tmp(key)
+        try:
+            self.fs.pipe_file(tmp, data)
+            self.fs.mv(tmp, self.path(key))
+        finally:
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+        return True
+
+    def write_json(self, key: str, obj: Any) -> bool:
+        return self.write_bytes(key, canonical_json(obj))
+
+    def put_file(self, local: str | Path, key: str) -> None:
+        tmp = self._tmp(key)
+        try:
+            self.fs.put_file(str(local), tmp)
+            self.fs.mv(tmp, self.path(key))
+        finally:
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+
+    def open(self, key: str, mode: str = "rb"):
+        return self.fs.open(self.path(key), mode)
+
+    def local_path(self, key: str) -> Path:
+        """A local filesystem path for a key (only for a local store; remote stores stream via `open`)."""
+        if not self.is_local:
+            raise StoreError(f"{self.url} is not a local store; open {key} with Store.open instead")
+        return Path(self.path(key))
+
+    def remove_prefix(self, prefix: str) -> None:
+        if self.fs.exists(self.path(prefix)):
+            self.fs.rm(self.path(prefix), recursive=True)
+
+    # -- manifests ------------------------------------------------------------------------------------------
+    def read_manifest(self, prefix: str) -> dict[str, Any] | None:
+        key = f"{prefix}/{MANIFEST}"
+        return self.read_json(key) if self.exists(key) else None
+
+    def write_manifest(self, prefix: str, manifest: dict[str, Any]) -> bool:
+        """Written last: its presence marks the prefix complete."""
+        return self.write_json(f"{prefix}/{MANIFEST}", manifest)
+
+    def verify(self, prefix: str) -> list[str]:
+        """Re-hash every file listed in a manifest; returns one line per mismatch (empty when all match)."""
+        manifest = self.read_manifest(prefix)
+        if manifest is None:
+            return [f"{prefix}: no manifest"]
+        problems = []
+        for entry in manifest.get("files", []):
+            key = f"{prefix}/files/{entry['name']}"
+            if not self.exists(key):
+                problems.append(f"{key}: missing")
+                continue
+            with self.open(key) as fh:
+                digest = hashlib.file_digest(fh, "sha256").hexdigest()
+            if digest != entry["sha256"]:
+                problems.append(f"{key}: sha256 {digest} != manifest {entry['sha256']}")
+        return problems
+
+    # -- tables ---------------------------------------------------------------------------------------------
+    def table_key(self, table: str, partition: str) -> str:
+        return f"{TABLES}/{table}/{partition}.parquet"
+
+    def write_records(self, partition: str, records: Iterable[Record]) -> bool:
+        """Write one partition of a record table; returns whether anything changed."""
+        records = list(records)
+        if not records:
+            raise StoreError(f"refusing to write an empty partition {partition!r}")
+        cls = type(records[0])
+        table = pa.Table.from_pylist([r.model_dump() for r in records], schema=cls.arrow_schema())
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression="zstd")
+        return self.write_bytes(self.table_key(cls.table, partition), buffer.getvalue())
+
+    def read_records(self, cls: type[R]) -> list[R]:
+        return list(self.iter_records(cls))
+
+    def iter_records(self, cls: type[R]) -> Iterator[R]:
+        for key in self.list(f"{TABLES}/{cls.table}"):
+            if key.endswith(".parquet"):
+                with self.open(key) as fh:
+                    for row in pq.read_table(fh).to_pylist():
+                        yield cls.model_validate(row)
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with one view per table (empty tables still have their columns)."""
+        con = duckdb.connect()
+        if not self.is_local:
+            con.register_filesystem(self.fs)
+        for name, cls in sorted(RECORDS.items()):
+            files = [k for k in self.list(f"{TABLES}/{name}") if k.endswith(".parquet")]
+            if files:
+                prefix = (
+                    ""
+                    if self.is_local
+                    else f"{self.fs.protocol[0] if isinstance(self.fs.protocol, tuple) else self.fs.protocol}://"
+                )
+                glob = f"{prefix}{self.path(f'{TABLES}/{name}')}/*.parquet"
+                con.execute(f"create view {name} as select * from read_parquet('{glob}', union_by_name=true)")
+            else:
+                con.register(f"_{name}_empty", cls.arrow_schema().empty_table())
+                con.execute(f"create view {name} as select * from _{name}_empty")
+        return con

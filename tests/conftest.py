@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import pytest
+
+from dareforge.config import Config
+from dareforge.context import RunContext
+
+
+@pytest.fixture
+def config(tmp_path) -> Config:
+    cfg = Config()
+    cfg.store.root = str(tmp_path / "store")
+    cfg.store.work_dir = str(tmp_path / "work")
+    return cfg
+
+
+@pytest.fixture
+def ctx(config) -> RunContext:
+    return RunContext.from_config(config, show_progress=False)

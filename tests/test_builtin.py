@@ -1,0 +1,77 @@
+import csv
+from pathlib import Path
+
+import pytest
+
+from dareforge.crawlers.builtin import BuiltinCrawler
+from dareforge.errors import ConfigError
+from dareforge.schema import Origin, Source
+
+
+@pytest.fixture(scope="module")
+def crawler() -> BuiltinCrawler:
+    return BuiltinCrawler()
+
+
+@pytest.fixture(scope="module")
+def sources(crawler: BuiltinCrawler) -> list[Source]:
+    return list(crawler.list_sources())
+
+
+def test_catalog_covers_tasks_and_data_quirks(sources: list[Source]) -> None:
+    assert len(sources) >= 20
+    assert [s.id for s in sources] == sorted(s.id for s in sources)
+    assert len({s.id for s in sources}) == len(sources)
+    assert {s.task_hint for s in sources} == {"classification", "regression", "time-series"}
+    assert sum("missing-values" in s.tags for s in sources) >= 2
+    assert sum(s.time_column is not None and "datetime" in s.tags for s in sources) >= 3
+    for source in sources:
+        assert source.id.startswith("builtin.")
+        assert source.origin is Origin.BUILTIN
+        assert (
+            source.target_columns and source.n_rows and source.title and source.description and source.license
+        )
+        assert source.origin_package and "==" in source.origin_package
+        assert source.files == [] and source.total_bytes == 0
+
+
+def _read(path: Path) -> tuple[list[str], int]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        header, *rows = csv.reader(handle)
+    return header, len(rows)
+
+
+def test_download_writes_one_csv_per_source(
+    crawler: BuiltinCrawler, sources: list[Source], tmp_path: Path
+) -> None:
+    for source in sources:
+        dest = tmp_path / source.id
+        crawler.download(source, dest)
+        (written,) = dest.iterdir()
+        assert written.name == f"{source.id.removeprefix('builtin.')}.csv"
+        header, n_rows = _read(written)
+        expected = [*source.target_columns, *filter(None, [source.time_column, source.id_column])]
+        assert set(expected) <= set(header), source.id
+        assert n_rows == source.n_rows, source.id
+
+
+def test_download_is_byte_identical(sources: list[Source], tmp_path: Path) -> None:
+    # A fresh crawler per run, so the second file does not come from the first one's cached frame.
+    for run in ("first", "second"):
+        crawler = BuiltinCrawler()
+        for source in sources:
+            crawler.download(source, tmp_path / run / source.id)
+    for source in sources:
+        (first,) = (tmp_path / "first" / source.id).iterdir()
+        assert first.read_bytes() == (tmp_path / "second" / source.id / first.name).read_bytes(), source.id
+
+
+def test_include_selects_sources_by_key_or_id() -> None:
+    crawler = BuiltinCrawler(["vega-cars", "builtin.sklearn-iris"])
+    assert [s.id for s in crawler.list_sources()] == ["builtin.sklearn-iris", "builtin.vega-cars"]
+
+
+def test_unknown_include_key_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="no-such-set") as excinfo:
+        BuiltinCrawler(["sklearn-iris", "no-such-set"])
+    assert "sklearn-iris" in str(excinfo.value)
