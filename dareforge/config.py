@@ -107,8 +107,10 @@ class RulesConfig(Section):
             r"capture the flag",
             r"simulation",
             r"\bgame ?arena\b",
-            r"\banalytics\b",
         ]
+    )
+    non_ml_categories: list[str] = Field(
+        default_factory=lambda: ["analytics"], description="Kaggle categories without a predictive task."
     )
     hackathon_pattern: str = Field(r"hackathon", description="Dropped unless a leaderboard exists.")
     tabular_extensions: list[str] = Field(default_factory=lambda: [".csv", ".tsv", ".parquet"])

@@ -6,6 +6,7 @@ import types
 import typing
 from datetime import UTC, date, datetime
 from enum import StrEnum
+from functools import cache
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
@@ -33,7 +34,7 @@ class Record(BaseModel):
 
     @classmethod
     def arrow_schema(cls) -> pa.Schema:
-        return pa.schema([pa.field(name, *_arrow_type(f.annotation)) for name, f in cls.model_fields.items()])
+        return _schema_of(cls)
 
 
 class SourceFile(BaseModel):
@@ -110,6 +111,11 @@ class FilterDecision(Record):
     reason: str
     measured: str | None = None
     rules_fingerprint: str
+
+
+@cache
+def _schema_of(cls: type[BaseModel]) -> pa.Schema:
+    return pa.schema([pa.field(name, *_arrow_type(f.annotation)) for name, f in cls.model_fields.items()])
 
 
 def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:

@@ -25,6 +25,7 @@ from dareforge.schema import RECORDS, Record
 
 MANIFEST = "_MANIFEST.json"
 TABLES = "tables"
+RECORDS_DIGEST = "dareforge.records.sha256"
 R = TypeVar("R", bound=Record)
 
 
@@ -160,10 +161,23 @@ class Store:
         if not records:
             raise StoreError(f"refusing to write an empty partition {partition!r}")
         cls = type(records[0])
+        key = self.table_key(cls.table, partition)
+        # The records' own checksum rides in the Parquet footer, so "unchanged?" costs a footer read, not an
+        # encode-and-compare; it also lets a reader verify what it got.
+        digest = sha256_bytes(b"\n".join(r.model_dump_json().encode() for r in records))
+        if self.exists(key) and self.records_digest(key) == digest:
+            return False
         table = pa.Table.from_pylist([r.model_dump() for r in records], schema=cls.arrow_schema())
+        table = table.replace_schema_metadata({RECORDS_DIGEST: digest})
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
-        return self.write_bytes(self.table_key(cls.table, partition), buffer.getvalue())
+        return self.write_bytes(key, buffer.getvalue())
+
+    def records_digest(self, key: str) -> str | None:
+        with self.open(key) as fh:
+            metadata = pq.read_schema(fh).metadata or {}
+        value = metadata.get(RECORDS_DIGEST.encode())
+        return value.decode() if value else None
 
     def read_records(self, cls: type[R]) -> list[R]:
         return list(self.iter_records(cls))

@@ -3,7 +3,10 @@ from pathlib import Path
 
 import pytest
 
+from dareforge.config import Config
+from dareforge.context import RunContext
 from dareforge.crawlers.builtin import BuiltinCrawler
+from dareforge.crawlers.crawl import crawl
 from dareforge.errors import ConfigError
 from dareforge.schema import Origin, Source
 
@@ -18,21 +21,39 @@ def sources(crawler: BuiltinCrawler) -> list[Source]:
     return list(crawler.list_sources())
 
 
-def test_catalog_covers_tasks_and_data_quirks(sources: list[Source]) -> None:
-    assert len(sources) >= 20
+@pytest.fixture(scope="module")
+def crawled(tmp_path_factory) -> list[Source]:
+    """The records the crawl stage stores: listing metadata plus what the download learned from the data."""
+    root = tmp_path_factory.mktemp("builtin")
+    cfg = Config()
+    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
+    ctx = RunContext.from_config(cfg, show_progress=False)
+    crawl(ctx)
+    return sorted(ctx.store.read_records(Source), key=lambda s: s.id)
+
+
+def test_listing_is_metadata_only(sources: list[Source]) -> None:
     assert [s.id for s in sources] == sorted(s.id for s in sources)
     assert len({s.id for s in sources}) == len(sources)
-    assert {s.task_hint for s in sources} == {"classification", "regression", "time-series"}
-    assert sum("missing-values" in s.tags for s in sources) >= 2
-    assert sum(s.time_column is not None and "datetime" in s.tags for s in sources) >= 3
     for source in sources:
-        assert source.id.startswith("builtin.")
-        assert source.origin is Origin.BUILTIN
-        assert (
-            source.target_columns and source.n_rows and source.title and source.description and source.license
-        )
+        assert source.id.startswith("builtin.") and source.origin is Origin.BUILTIN
+        assert source.title and source.description and source.license
         assert source.origin_package and "==" in source.origin_package
-        assert source.files == [] and source.total_bytes == 0
+        assert source.files == [] and source.n_rows is None
+
+
+def test_catalog_covers_tasks_and_data_quirks(crawled: list[Source]) -> None:
+    assert len(crawled) >= 20
+    with_target = [s for s in crawled if s.target_columns]
+    assert len(with_target) >= 20
+    assert {s.task_hint for s in with_target} == {"classification", "regression", "time-series"}
+    assert sum("missing-values" in s.tags for s in crawled) >= 2
+    assert sum("categorical" in s.tags for s in crawled) >= 2
+    assert sum(s.time_column is not None and "datetime" in s.tags for s in crawled) >= 3
+    for source in crawled:
+        (table,) = source.files
+        assert source.n_rows == table.rows and source.n_rows > 0
+        assert set(source.target_columns) <= set(table.columns), source.id
 
 
 def _read(path: Path) -> tuple[list[str], int]:
@@ -46,13 +67,13 @@ def test_download_writes_one_csv_per_source(
 ) -> None:
     for source in sources:
         dest = tmp_path / source.id
-        crawler.download(source, dest)
+        discovered = crawler.download(source, dest)
         (written,) = dest.iterdir()
         assert written.name == f"{source.id.removeprefix('builtin.')}.csv"
         header, n_rows = _read(written)
-        expected = [*source.target_columns, *filter(None, [source.time_column, source.id_column])]
+        expected = [*source.target_columns, *filter(None, [source.time_column, source.entity_column])]
         assert set(expected) <= set(header), source.id
-        assert n_rows == source.n_rows, source.id
+        assert n_rows == discovered["n_rows"], source.id
 
 
 def test_download_is_byte_identical(sources: list[Source], tmp_path: Path) -> None:

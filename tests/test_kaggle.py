@@ -47,6 +47,7 @@ def kaggle_ctx(ctx, server):
     cfg.kaggle.datasets = [DatasetQuery(search="house")]
     cfg.kaggle.min_request_interval_s = 0
     cfg.kaggle.backoff_s = 0.01
+    cfg.rules.min_rows = 1  # the scripted tables are tiny
     return ctx
 
 
@@ -99,7 +100,7 @@ def test_crawl_downloads_checksums_and_records_rules_gate(kaggle_ctx, server):
         "accept the competition rules at https://www.kaggle.com/competitions/gated-comp/rules"
         in why["kaggle-competition.gated-comp:fetched"]
     )
-    assert why["kaggle-competition.golf-comp:real-ml-task"].startswith("'code golf'")
+    assert why["kaggle-competition.golf-comp:real-ml-task"].startswith("'Code Golf'")
     assert why["kaggle-competition.golf-comp:leaderboard"] == "no public leaderboard to compare against"
 
 

@@ -17,6 +17,7 @@ from functools import cache
 from importlib.metadata import metadata, version
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -366,53 +367,56 @@ class BuiltinCrawler:
                 f"valid keys: {', '.join(sorted(known))}"
             )
         self.datasets = {key: known[key] for key in sorted(keys or known)}
-        self._frames: dict[str, pd.DataFrame] = {}
-
-    def frame(self, key: str) -> pd.DataFrame:
-        if key not in self._frames:
-            self._frames[key] = self.datasets[key].load()
-        return self._frames[key]
 
     def list_sources(self) -> Iterator[Source]:
-        for key, entry in self.datasets.items():
-            yield self._source(entry, self.frame(key))
+        # Metadata only: loading the data is left to download, which runs only for new or changed sources.
+        for entry in self.datasets.values():
+            package_version = _installed_version(entry.package)
+            yield Source(
+                id=source_id(self.name, entry.key),
+                origin=Origin.BUILTIN,
+                kind="dataset",
+                ref=f"{entry.package}:{entry.dataset}",
+                title=entry.title,
+                description=entry.description,
+                category="builtin",
+                license=entry.license,
+                target_columns=list(entry.target_columns),
+                time_column=entry.time_column,
+                entity_column=entry.entity_column,
+                task_hint=entry.task_hint,
+                origin_package=f"{entry.package}=={package_version}",
+                tags=[entry.task_hint] if entry.task_hint else [],
+                version=fingerprint(CATALOG_FORMAT, entry.package, package_version, entry.key),
+            )
 
-    def _source(self, entry: BuiltinDataset, frame: pd.DataFrame) -> Source:
-        package_version = version(entry.package)
-        features = frame.drop(columns=list(entry.target_columns))
-        tags = [entry.task_hint] if entry.task_hint else []
-        if frame.isna().to_numpy().any():
-            tags.append("missing-values")
-        # Only features count: a class label as text is expected, a text feature needs encoding.
-        if not features.select_dtypes(include=["object", "string", "category"]).empty:
-            tags.append("categorical")
-        if not frame.select_dtypes(include="datetime").empty:
-            tags.append("datetime")
-        return Source(
-            id=source_id(self.name, entry.key),
-            origin=Origin.BUILTIN,
-            kind="dataset",
-            ref=f"{entry.package}:{entry.dataset}",
-            title=entry.title,
-            description=entry.description,
-            category="builtin",
-            license=entry.license,
-            n_rows=len(frame),
-            target_columns=list(entry.target_columns),
-            time_column=entry.time_column,
-            entity_column=entry.entity_column,
-            task_hint=entry.task_hint,
-            origin_package=f"{entry.package}=={package_version}",
-            tags=tags,
-            version=fingerprint(CATALOG_FORMAT, entry.package, package_version, entry.key),
-        )
-
-    def download(self, source: Source, dest: Path) -> None:
+    def download(self, source: Source, dest: Path) -> dict[str, Any]:
         key = source.id.removeprefix(f"{self.name}.")
         if key not in self.datasets:
             raise SourceError(
                 f"{source.id} is not a builtin source this crawler serves; check builtin.include"
             )
+        entry = self.datasets[key]
+        frame = entry.load()
         dest.mkdir(parents=True, exist_ok=True)
         # A fixed line ending keeps the bytes, and so the file hash, the same on every platform.
-        self.frame(key).to_csv(dest / f"{key}.csv", index=False, lineterminator="\n")
+        frame.to_csv(dest / f"{key}.csv", index=False, lineterminator="\n")
+        return {"n_rows": len(frame), "tags": _data_tags(entry, frame)}
+
+
+@cache
+def _installed_version(package: str) -> str:
+    return version(package)
+
+
+def _data_tags(entry: BuiltinDataset, frame: pd.DataFrame) -> list[str]:
+    tags = [entry.task_hint] if entry.task_hint else []
+    if frame.isna().to_numpy().any():
+        tags.append("missing-values")
+    # Only features count: a class label as text is expected, a text feature needs encoding.
+    features = frame.drop(columns=list(entry.target_columns))
+    if not features.select_dtypes(include=["object", "string", "category"]).empty:
+        tags.append("categorical")
+    if not frame.select_dtypes(include="datetime").empty:
+        tags.append("datetime")
+    return tags

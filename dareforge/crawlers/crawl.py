@@ -104,11 +104,12 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
             ctx, source, current, source.status, source.status_detail or "", report, source.rules_url
         )
     if current == source.version:
-        _write_record(ctx, source, _stored_files(ctx, source.id, current), report)
+        files, discovered = _stored(ctx, source.id, current)
+        _write_record(ctx, source.model_copy(update=discovered), files, report)
         return "unchanged"
     work = Path(ctx.config.store.work_dir) / source.id
     try:
-        crawler.download(source, work / "download")
+        discovered = crawler.download(source, work / "download") or {}
         files_root = _unpack_all(work / "download", work / f"files-{source.version}", ctx)
         files = [describe_file(p, p.relative_to(files_root).as_posix()) for p in sorted(_walk(files_root))]
         prefix = f"raw/{source.id}/{source.version}"
@@ -116,7 +117,12 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
             store.put_file(files_root / f.name, f"{prefix}/files/{f.name}")
         store.write_manifest(
             prefix,
-            {"source_id": source.id, "version": source.version, "files": [f.model_dump() for f in files]},
+            {
+                "source_id": source.id,
+                "version": source.version,
+                "files": [f.model_dump() for f in files],
+                "discovered": discovered,
+            },
         )
         store.write_json(f"raw/{source.id}/{CURRENT}", {"version": source.version})
         _drop_old_versions(ctx, source.id, keep=source.version)
@@ -129,7 +135,7 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
         detail = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
         return _record_failure(ctx, source, current, SourceStatus.FAILED, detail, report)
     log.info("%s: stored version %s (%d files)", source.id, source.version, len(files))
-    _write_record(ctx, source, files, report)
+    _write_record(ctx, source.model_copy(update=discovered), files, report)
     return "downloaded"
 
 
@@ -144,8 +150,8 @@ def _record_failure(
 ) -> str:
     log.warning("%s: %s: %s", source.id, status.value, detail)
     report.failures[source.id] = detail
-    files = _stored_files(ctx, source.id, current) if current else []
-    update = {"status": status, "status_detail": detail, "rules_url": rules_url}
+    files, discovered = _stored(ctx, source.id, current) if current else ([], {})
+    update = {**discovered, "status": status, "status_detail": detail, "rules_url": rules_url}
     _write_record(ctx, source.model_copy(update=update), files, report, raw_version=current)
     return status.value
 
@@ -181,9 +187,11 @@ def _current_version(ctx: RunContext, source_id: str) -> str | None:
     return version if ctx.store.read_manifest(f"raw/{source_id}/{version}") else None
 
 
-def _stored_files(ctx: RunContext, source_id: str, version: str) -> list[SourceFile]:
-    manifest = ctx.store.read_manifest(f"raw/{source_id}/{version}") or {"files": []}
-    return [SourceFile.model_validate(f) for f in manifest["files"]]
+def _stored(ctx: RunContext, source_id: str, version: str) -> tuple[list[SourceFile], dict]:
+    """The files of a stored version, and the metadata its download discovered in the data."""
+    manifest = ctx.store.read_manifest(f"raw/{source_id}/{version}") or {}
+    files = [SourceFile.model_validate(f) for f in manifest.get("files", [])]
+    return files, manifest.get("discovered", {})
 
 
 def _drop_old_versions(ctx: RunContext, source_id: str, keep: str) -> None:

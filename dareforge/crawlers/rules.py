@@ -42,10 +42,9 @@ class Fetched(Rule):
         if source.status == SourceStatus.OK:
             return Verdict(True, f"{len(source.files)} files stored", source.status.value)
         if source.status == SourceStatus.NEEDS_RULES:
+            where = source.rules_url or "the competition's Kaggle page"
             return Verdict(
-                False,
-                f"accept the competition rules at {source.rules_url}, then re-crawl",
-                source.status.value,
+                False, f"accept the competition rules at {where}, then re-crawl", source.status.value
             )
         return Verdict(False, f"crawl failed: {source.status_detail}", source.status.value)
 
@@ -56,44 +55,41 @@ class SubmissionCsv(Rule):
     def check(self, source, config):
         if source.kind != "competition":
             return Verdict(True, NOT_A_COMPETITION)
-        samples = [f.name for f in source.files if SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem)]
+        samples = sorted(f.name for f in source.files if SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem))
         if not samples:
             return Verdict(False, f"no sample submission among {len(source.files)} files", None)
-        suffix = PurePosixPath(samples[0]).suffix.lower()
-        if suffix != ".csv":
-            return Verdict(
-                False, f"submission format is {suffix or 'unknown'} ({samples[0]}), not CSV", suffix
-            )
-        return Verdict(True, f"sample submission {samples[0]} is CSV", suffix)
+        csv = [name for name in samples if PurePosixPath(name).suffix.lower() == ".csv"]
+        if not csv:
+            suffix = PurePosixPath(samples[0]).suffix.lower() or "unknown"
+            return Verdict(False, f"submission format is {suffix} ({samples[0]}), not CSV", suffix)
+        return Verdict(True, f"sample submission {csv[0]} is CSV", ".csv")
 
 
 class SizeLimit(Rule):
     name = "size-limit"
 
     def check(self, source, config):
-        limit = config.rules.max_total_bytes
-        if source.total_bytes > limit:
-            return Verdict(
-                False,
-                f"{source.total_bytes:,} bytes exceed rules.max_total_bytes={limit:,}",
-                str(source.total_bytes),
-            )
-        return Verdict(True, f"{source.total_bytes:,} bytes within {limit:,}", str(source.total_bytes))
+        limit, size = config.rules.max_total_bytes, source.total_bytes
+        if size > limit:
+            return Verdict(False, f"{size:,} bytes exceed rules.max_total_bytes={limit:,}", str(size))
+        return Verdict(True, f"{size:,} bytes within {limit:,}", str(size))
 
 
 class RealMlTask(Rule):
     name = "real-ml-task"
 
     def check(self, source, config):
-        text = " ".join([source.title, source.category or "", *source.tags]).lower()
-        for pattern in config.rules.non_ml_patterns:
-            if match := re.search(pattern, text):
-                return Verdict(
-                    False, f"'{match.group(0)}' in title/category/tags: not an ML task", match.group(0)
-                )
-        if re.search(config.rules.hackathon_pattern, text) and source.has_leaderboard is not True:
-            return Verdict(False, "hackathon without a leaderboard", "hackathon")
-        return Verdict(True, "no non-ML markers in title, category or tags")
+        rules = config.rules
+        if source.category and source.category.lower() in {c.lower() for c in rules.non_ml_categories}:
+            return Verdict(False, f"category '{source.category}' holds no ML tasks", source.category)
+        text = " ".join([source.title, *source.tags])
+        for pattern in rules.non_ml_patterns:
+            if match := re.search(pattern, text, re.IGNORECASE):
+                return Verdict(False, f"'{match.group(0)}' in title/tags: not an ML task", match.group(0))
+        hackathon = re.search(rules.hackathon_pattern, text, re.IGNORECASE)
+        if hackathon and source.kind == "competition" and source.has_leaderboard is False:
+            return Verdict(False, "hackathon without a leaderboard", hackathon.group(0))
+        return Verdict(True, "no non-ML markers in category, title or tags")
 
 
 class Leaderboard(Rule):
@@ -106,7 +102,8 @@ class Leaderboard(Rule):
             return Verdict(True, "leaderboard not checked (kaggle.fetch_leaderboard is off)")
         if not source.has_leaderboard:
             return Verdict(False, "no public leaderboard to compare against", "false")
-        return Verdict(True, f"leaderboard exists ({source.team_count or 0} teams)", "true")
+        teams = f" ({source.team_count} teams)" if source.team_count is not None else ""
+        return Verdict(True, f"leaderboard exists{teams}", "true")
 
 
 class Tabular(Rule):
@@ -116,38 +113,38 @@ class Tabular(Rule):
         total = sum(f.size for f in source.files)
         if not total:
             return Verdict(False, "no files stored to judge the modality", None)
-        suffixes = {s.lower() for s in config.rules.tabular_extensions}
+        suffixes = sorted({s.lower() for s in config.rules.tabular_extensions})
         tables = sum(f.size for f in source.files if PurePosixPath(f.name).suffix.lower() in suffixes)
-        share = tables / total
-        measured = f"{share:.3f}"
-        if share < config.rules.min_tabular_share:
-            return Verdict(
-                False, f"only {share:.0%} of bytes are tables ({', '.join(sorted(suffixes))})", measured
-            )
-        return Verdict(True, f"{share:.0%} of bytes are tables", measured)
+        share, least = tables / total, config.rules.min_tabular_share
+        if share < least:
+            reason = f"only {share:.0%} of bytes are tables ({', '.join(suffixes)}), under rules.min_tabular_share={least:.0%}"
+            return Verdict(False, reason, f"{share:.3f}")
+        return Verdict(True, f"{share:.0%} of bytes are tables", f"{share:.3f}")
 
 
 class TargetIdentifiable(Rule):
     name = "target-identifiable"
 
     def check(self, source, config):
-        if not source.target_columns:
-            return Verdict(
-                False,
-                f"no target column identified; name it under sources.{source.id}.target in dareforge.yaml",
+        override = config.sources.get(source.id)
+        targets = override.target if override and override.target else source.target_columns
+        if not targets:
+            reason = (
+                f"no target column identified; name it under sources.{source.id}.target in dareforge.yaml"
             )
-        return Verdict(True, f"target: {', '.join(source.target_columns)}", ",".join(source.target_columns))
+            return Verdict(False, reason)
+        origin = "set in dareforge.yaml" if override and override.target else "identified"
+        return Verdict(True, f"target {origin}: {', '.join(targets)}", ",".join(targets))
 
 
 class EnoughRows(Rule):
     name = "enough-rows"
 
     def check(self, source, config):
-        rows = (
-            source.n_rows
-            if source.n_rows is not None
-            else max((f.rows or 0 for f in source.files), default=0)
-        )
+        counts = [f.rows for f in source.files if f.rows is not None]
+        rows = source.n_rows if source.n_rows is not None else max(counts, default=None)
+        if rows is None:
+            return Verdict(False, "row count unknown: no CSV, TSV or Parquet table to count", None)
         if rows < config.rules.min_rows:
             return Verdict(
                 False, f"{rows} rows, fewer than rules.min_rows={config.rules.min_rows}", str(rows)
@@ -159,14 +156,12 @@ class NotExcluded(Rule):
     name = "not-excluded"
 
     def check(self, source, config):
-        excluded = excluded_ids(tuple(config.rules.exclusion_lists)) | set(config.rules.excluded_ids)
         for name in (source.id, source.ref):
-            if name in excluded:
-                return Verdict(
-                    False,
-                    f"{name} is on an exclusion list ({', '.join(config.rules.exclusion_lists) or 'rules.excluded_ids'})",
-                    name,
-                )
+            if name in config.rules.excluded_ids:
+                return Verdict(False, f"{name} is on an exclusion list (rules.excluded_ids)", name)
+            for listed in config.rules.exclusion_lists:
+                if name in excluded_ids(listed):
+                    return Verdict(False, f"{name} is on an exclusion list ({listed})", name)
         return Verdict(True, "on no exclusion list")
 
 
@@ -176,17 +171,17 @@ class RecentEnough(Rule):
     def check(self, source, config):
         cutoff = config.rules.cutoff
         if source.origin.value in config.rules.recency_exempt_origins:
-            return Verdict(
-                True,
-                f"{source.origin.value} sources have no update date; exempt by rules.recency_exempt_origins",
+            reason = (
+                f"{source.origin.value} sources have no update date; exempt by rules.recency_exempt_origins"
             )
+            return Verdict(True, reason)
         dates = [d for d in (source.deadline, source.last_updated) if d is not None]
         if not dates:
             return Verdict(False, "no deadline or update date known", None)
         latest = max(dates).date()
         if latest < cutoff:
             return Verdict(False, f"last activity {latest} is before rules.cutoff={cutoff}", str(latest))
-        return Verdict(True, f"last activity {latest} is after {cutoff}", str(latest))
+        return Verdict(True, f"last activity {latest} is on or after {cutoff}", str(latest))
 
 
 class ReadableTables(Rule):
@@ -224,15 +219,12 @@ RULES: tuple[Rule, ...] = (
 
 
 @cache
-def excluded_ids(lists: tuple[str, ...]) -> frozenset[str]:
-    ids: set[str] = set()
+def excluded_ids(list_name: str) -> frozenset[str]:
+    """The ids on one exclusion list shipped in `dareforge/crawlers/exclusions/`."""
     folder = files("dareforge.crawlers") / "exclusions"
-    for name in lists:
-        resource = folder / f"{name}.txt"
-        if not resource.is_file():
-            known = sorted(p.name.removesuffix(".txt") for p in folder.iterdir() if p.name.endswith(".txt"))
-            raise ConfigError(f"rules.exclusion_lists names unknown list {name!r}; known lists: {known}")
-        ids |= {
-            ln.strip() for ln in resource.read_text().splitlines() if ln.strip() and not ln.startswith("#")
-        }
-    return frozenset(ids)
+    resource = folder / f"{list_name}.txt"
+    if not resource.is_file():
+        known = sorted(p.name.removesuffix(".txt") for p in folder.iterdir() if p.name.endswith(".txt"))
+        raise ConfigError(f"rules.exclusion_lists names unknown list {list_name!r}; known lists: {known}")
+    lines = (line.strip() for line in resource.read_text().splitlines())
+    return frozenset(line for line in lines if line and not line.startswith("#"))

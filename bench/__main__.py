@@ -1,0 +1,13 @@
+"""Run every benchmark; `python -m bench [name ...]`."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import crawl_warm_cold
+
+BENCHMARKS = {"crawl": crawl_warm_cold.main}
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or sorted(BENCHMARKS):
+        BENCHMARKS[name]()

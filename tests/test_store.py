@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dareforge.errors import StoreError
+from dareforge.schema import FilterDecision, Origin, Source, SourceFile
+from dareforge.store import Store
+
+
+def _source(**kw) -> Source:
+    base = dict(id="builtin.x", origin=Origin.BUILTIN, kind="dataset", ref="pkg:x", title="X", version="v1")
+    return Source(**{**base, **kw})
+
+
+def test_records_round_trip_with_nested_files_and_timestamps(tmp_path):
+    store = Store(str(tmp_path))
+    src = _source(
+        files=[SourceFile(name="a.csv", size=3, sha256="ab", encoding="utf-8", columns=["a", "b"], rows=1)],
+        deadline="2024-05-01T12:00:00",
+        tags=["x", "y"],
+    )
+    assert store.write_records(src.id, [src])
+    (back,) = store.read_records(Source)
+    assert back == src
+    assert back.deadline.tzinfo is not None
+
+
+def test_identical_rewrite_touches_nothing_and_a_change_replaces_atomically(tmp_path):
+    store = Store(str(tmp_path))
+    src = _source()
+    store.write_records(src.id, [src])
+    key = store.table_key("sources", src.id)
+    before = os.stat(store.path(key)).st_mtime_ns
+    assert store.write_records(src.id, [src]) is False
+    assert os.stat(store.path(key)).st_mtime_ns == before
+    assert store.write_records(src.id, [src.model_copy(update={"title": "Y"})]) is True
+    assert store.read_records(Source)[0].title == "Y"
+    assert not [p for p in (tmp_path / "tables/sources").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_duckdb_views_exist_even_for_empty_tables(tmp_path):
+    store = Store(str(tmp_path))
+    con = store.connect()
+    assert con.sql("select count(*) from sources").fetchall() == [(0,)]
+    assert "reason" in con.sql("select * from filter_decisions").columns
+    store.write_records("builtin.x", [_source()])
+    assert store.connect().sql("select id from sources").fetchall() == [("builtin.x",)]
+
+
+def test_manifest_verification_reports_a_changed_file(tmp_path):
+    store = Store(str(tmp_path))
+    store.write_bytes("raw/s/v1/files/a.csv", b"a\n1\n")
+    from dareforge.store import sha256_bytes
+
+    store.write_manifest("raw/s/v1", {"files": [{"name": "a.csv", "sha256": sha256_bytes(b"a\n1\n")}]})
+    assert store.verify("raw/s/v1") == []
+    (tmp_path / "raw/s/v1/files/a.csv").write_bytes(b"a\n2\n")
+    (problem,) = store.verify("raw/s/v1")
+    assert "raw/s/v1/files/a.csv: sha256" in problem and "!= manifest" in problem
+
+
+def test_keys_cannot_escape_the_store(tmp_path):
+    store = Store(str(tmp_path))
+    with pytest.raises(StoreError, match="inside the store"):
+        store.write_bytes("../outside.txt", b"x")
+    with pytest.raises(StoreError, match="not in the store"):
+        store.read_bytes("missing.json")
+
+
+def test_fsspec_memory_store_round_trips(tmp_path):
+    # Any fsspec URL works as the root; memory:// stands in for object storage here.
+    store = Store("memory://dareforge-test")
+    decision = FilterDecision(
+        source_id="s",
+        source_version="v",
+        rule="r",
+        kept=False,
+        reason="why",
+        measured="1",
+        rules_fingerprint="f",
+    )
+    store.write_records("s", [decision])
+    assert store.read_records(FilterDecision) == [decision]
+    assert store.connect().sql("select reason from filter_decisions").fetchall() == [("why",)]
