@@ -5,8 +5,10 @@ Every command runs one stage function over the store (default `./data`), the sam
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +30,7 @@ app = typer.Typer(
 )
 out = Console()
 STATE: dict[str, RunContext] = {}
+FormatOption = Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")]
 
 
 @app.callback()
@@ -138,11 +141,16 @@ def sources(
     kept: Annotated[
         bool | None, typer.Option("--kept/--dropped", help="Only sources the filter kept/dropped.")
     ] = None,
+    fmt: FormatOption = "table",
 ) -> None:
-    """List crawled sources with their status and the filter's verdict."""
-    where = []
+    """List crawled sources with their status, the filter's verdict, and why.
+
+    Sources waiting for Kaggle rules to be accepted: dareforge sources --status needs-rules
+    """
+    where, params = [], []
     if status:
-        where.append(f"s.status = '{status.replace(chr(39), '')}'")
+        where.append("s.status = ?")
+        params.append(status)
     if kept is not None:
         where.append("coalesce(v.kept, false)" if kept else "not coalesce(v.kept, false)")
     relation = (
@@ -150,17 +158,19 @@ def sources(
         .store.connect()
         .sql(
             f"""with v as (
-              select source_id, bool_and(kept) as kept,
-                     string_agg(case when not kept then rule || ': ' || reason end, '; ' order by rule) as why
-              from filter_decisions group by source_id)
-            select s.id, s.status, coalesce(s.n_rows, list_max(list_transform(s.files, lambda f: f.rows))) as rows,
-                   v.kept, coalesce(s.rules_url, v.why) as why
-            from sources s left join v on v.source_id = s.id
-            {"where " + " and ".join(where) if where else ""}
-            order by s.id"""
+                  select source_id, bool_and(kept) as kept,
+                         string_agg(case when not kept then rule || ': ' || reason end, '; ' order by rule) as why
+                  from filter_decisions group by source_id)
+                select s.id, s.status,
+                       coalesce(s.n_rows, list_max(list_transform(s.files, lambda f: f.rows))) as rows,
+                       v.kept, coalesce(s.rules_url, v.why) as why
+                from sources s left join v on v.source_id = s.id
+                {"where " + " and ".join(where) if where else ""}
+                order by s.id""",
+            params=params,
         )
     )
-    _print_relation(relation, "sources")
+    _emit(relation, fmt, "sources")
 
 
 @app.command()
@@ -168,7 +178,7 @@ def sql(
     query: Annotated[
         str, typer.Argument(help="SQL over the store's tables (sources, filter_decisions, ...).")
     ],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+    fmt: FormatOption = "table",
 ) -> None:
     """Query the store with DuckDB; every table is a view over its Parquet files.
 
@@ -180,20 +190,22 @@ def sql(
         relation = _ctx().store.connect().sql(query)
     except duckdb.Error as exc:
         _fail(exc)
-    if relation is None:
-        return
+    if relation is not None:
+        _emit(relation, fmt, None)
+
+
+def _emit(relation, fmt: str, title: str | None) -> None:
     if fmt == "json":
         rows = [dict(zip(relation.columns, r, strict=True)) for r in relation.fetchall()]
         out.print_json(json.dumps(rows, default=str))
     elif fmt == "csv":
-        import csv
-        import sys
-
         writer = csv.writer(sys.stdout)
         writer.writerow(relation.columns)
         writer.writerows(relation.fetchall())
+    elif fmt == "table":
+        _print_relation(relation, title)
     else:
-        _print_relation(relation, None)
+        _fail(DareforgeError(f"unknown --format {fmt!r}; use table, csv or json"))
 
 
 def _print_relation(relation, title: str | None) -> None:

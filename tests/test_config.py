@@ -44,3 +44,12 @@ def test_fingerprint_changes_only_with_its_sections(monkeypatch, tmp_path):
     b = load_config(environ={"DAREFORGE_KAGGLE__PAGE_SIZE": "5"})
     c = load_config(environ={"DAREFORGE_RULES__MIN_ROWS": "5"})
     assert a.fingerprint("rules") == b.fingerprint("rules") != c.fingerprint("rules")
+
+
+def test_example_config_shows_the_defaults(monkeypatch):
+    from pathlib import Path
+
+    from dareforge.config import Config
+
+    example = load_config(Path(__file__).parent.parent / "dareforge.example.yaml", environ={})
+    assert example.model_dump(exclude={"sources"}) == Config().model_dump(exclude={"sources"})

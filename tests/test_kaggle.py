@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
+from typer.testing import CliRunner
 
+from dareforge.cli import app
 from dareforge.config import DatasetQuery
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
@@ -84,6 +87,11 @@ def test_crawl_downloads_checksums_and_records_rules_gate(kaggle_ctx, server):
     assert one.target_columns == ["label"] and one.id_column == "id"
     assert kaggle_ctx.store.verify(f"raw/{one.id}/{one.version}") == []
     assert records["kaggle-dataset.someone--house-prices"].target_columns == ["price"]
+
+    args = ["--store", kaggle_ctx.config.store.root, "sources", "--status", "needs-rules", "--format", "json"]
+    (listed,) = json.loads(CliRunner().invoke(app, args).output)
+    assert listed["id"] == "kaggle-competition.gated-comp"
+    assert listed["why"] == "https://www.kaggle.com/competitions/gated-comp/rules"
 
     filtered = filter_sources(kaggle_ctx)
     assert sorted(filtered.kept) == [
