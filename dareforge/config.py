@@ -66,6 +66,7 @@ class KaggleConfig(Section):
     )
     page_size: int = 100
     fetch_leaderboard: bool = True
+    leaderboard_rows: int = Field(20, description="Top leaderboard rows kept with a competition.")
     min_request_interval_s: float = Field(1.0, description="Throttle: at least this long between API calls.")
     max_retries: int = 5
     backoff_s: float = 2.0

@@ -50,6 +50,14 @@ class SourceFile(BaseModel):
     rows: int | None = Field(None, description="Data lines of a text table (quoted line breaks count extra).")
 
 
+class LeaderboardEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    team: str
+    score: str = Field(description="As the competition reports it (text: metrics differ in form).")
+    submitted: datetime | None = None
+
+
 class Source(Record):
     table: ClassVar[str] = "sources"
 
@@ -70,6 +78,9 @@ class Source(Record):
     tags: list[str] = Field(default_factory=list)
     team_count: int | None = None
     has_leaderboard: bool | None = None
+    leaderboard: list[LeaderboardEntry] = Field(
+        default_factory=list, description="Top public leaderboard rows."
+    )
     accepts_submissions: bool | None = None
     n_rows: int | None = None
     target_columns: list[str] = Field(default_factory=list)

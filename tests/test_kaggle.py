@@ -87,6 +87,8 @@ def test_crawl_downloads_checksums_and_records_rules_gate(kaggle_ctx, server):
     assert one.target_columns == ["label"] and one.id_column == "id"
     assert kaggle_ctx.store.verify(f"raw/{one.id}/{one.version}") == []
     assert records["kaggle-dataset.someone--house-prices"].target_columns == ["price"]
+    assert [(e.team, e.score) for e in one.leaderboard] == [("top team", "0.98765")]
+    assert records["kaggle-competition.golf-comp"].leaderboard == []
 
     args = ["--store", kaggle_ctx.config.store.root, "sources", "--status", "needs-rules", "--format", "json"]
     (listed,) = json.loads(CliRunner().invoke(app, args).output)

@@ -105,7 +105,7 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
         )
     if current == source.version:
         files, discovered = _stored(ctx, source.id, current)
-        _write_record(ctx, source.model_copy(update=discovered), files, report)
+        _write_record(ctx, source, discovered, files, report)
         return "unchanged"
     work = Path(ctx.config.store.work_dir) / source.id
     try:
@@ -135,7 +135,7 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
         detail = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
         return _record_failure(ctx, source, current, SourceStatus.FAILED, detail, report)
     log.info("%s: stored version %s (%d files)", source.id, source.version, len(files))
-    _write_record(ctx, source.model_copy(update=discovered), files, report)
+    _write_record(ctx, source, discovered, files, report)
     return "downloaded"
 
 
@@ -152,21 +152,25 @@ def _record_failure(
     report.failures[source.id] = detail
     files, discovered = _stored(ctx, source.id, current) if current else ([], {})
     update = {**discovered, "status": status, "status_detail": detail, "rules_url": rules_url}
-    _write_record(ctx, source.model_copy(update=update), files, report, raw_version=current)
+    _write_record(ctx, source, update, files, report, raw_version=current)
     return status.value
 
 
 def _write_record(
     ctx: RunContext,
-    source: Source,
+    listed: Source,
+    updates: dict,
     files: list[SourceFile],
     report: CrawlReport,
     raw_version: str | None = None,
 ) -> None:
+    """Store the listing's record, completed with what the files and the download revealed."""
+    source = Source.model_validate({**listed.model_dump(), **updates})
     override = ctx.config.sources.get(source.id)
     targets, id_column = identify_target(source, files, override.target if override else None)
-    record = source.model_copy(
-        update={
+    record = Source.model_validate(
+        {
+            **source.model_dump(),
             "files": files,
             "total_bytes": sum(f.size for f in files) or source.total_bytes,
             "target_columns": targets,
@@ -174,7 +178,6 @@ def _write_record(
             "raw_version": raw_version if source.status != SourceStatus.OK else source.version,
         }
     )
-    record = Source.model_validate(record.model_dump())
     if ctx.store.write_records(source.id, [record]):
         report.written.append(ctx.store.table_key(Source.table, source.id))
 

@@ -269,7 +269,7 @@ class KaggleCrawler:
         return bool(rows)
 
     # -- download -------------------------------------------------------------------------------------------
-    def download(self, source: Source, dest: Path) -> None:
+    def download(self, source: Source, dest: Path) -> dict[str, Any]:
         dest.mkdir(parents=True, exist_ok=True)
         fetch = (
             self.api.competition_download_files
@@ -281,6 +281,27 @@ class KaggleCrawler:
         with contextlib.redirect_stdout(chatter):
             self.call(f"download {source.ref}", fetch, source.ref, path=str(dest), quiet=True)
         log.debug("%s: kaggle client said: %s", source.id, chatter.getvalue().strip())
+        if source.kind == "competition" and source.has_leaderboard:
+            return {"leaderboard": self._leaderboard(source.ref)}
+        return {}
+
+    def _leaderboard(self, slug: str) -> list[dict[str, Any]]:
+        with contextlib.redirect_stdout(io.StringIO()):
+            rows = self.call(
+                f"leaderboard of {slug}",
+                self.api.competition_leaderboard_view,
+                slug,
+                page_size=self.config.leaderboard_rows,
+            )
+        entries = [type(row).to_dict(row) for row in rows or []]
+        return [
+            {
+                "team": e.get("teamName", ""),
+                "score": str(e.get("score", "")),
+                "submitted": e.get("submissionDate"),
+            }
+            for e in entries
+        ]
 
 
 def classify(what: str, exc: Exception) -> Exception:
