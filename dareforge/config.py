@@ -126,6 +126,31 @@ class SourceOverride(Section):
 
     target: list[str] | None = None
     encoding: str | None = None
+    task_type: str | None = Field(None, description="classification, regression or time-series.")
+    table: str | None = Field(None, description="The file holding the labelled rows, when it is not obvious.")
+    id_column: str | None = None
+    time_column: str | None = None
+    entity_column: str | None = None
+    group_column: str | None = Field(None, description="Rows sharing it stay on one side of the split.")
+
+
+class PrepareConfig(Section):
+    seed: int = 20260101
+    test_share: float = Field(0.2, description="Share of labelled rows held out as the private test set.")
+    max_classes: int = Field(20, description="A numeric target with at most this many integer values is a class.")
+    duckdb_memory_limit: str = "2GB"
+    duckdb_threads: int = 2
+
+
+class GenerateConfig(Section):
+    seed: int = 20260101
+    if_variants: int = Field(2, description="IF tasks sampled per prepared source.")
+    noise_share: float = Field(0.2, description="Share of IF training rows turned into noise the filters remove.")
+    regression_tolerance: float = Field(1e-6, description="Relative tolerance of the IF regression grader.")
+    max_train_rows: int = Field(50_000, description="Larger sources are sampled down for task files.")
+    limits_turns: int = 5
+    limits_seconds: int = 200
+    reference_timeout_s: int = 600
 
 
 class CrawlConfig(Section):
@@ -142,6 +167,8 @@ class Config(Section):
     builtin: BuiltinConfig = Field(default_factory=BuiltinConfig)
     unpack: UnpackLimits = Field(default_factory=UnpackLimits)
     rules: RulesConfig = Field(default_factory=RulesConfig)
+    prepare: PrepareConfig = Field(default_factory=PrepareConfig)
+    generate: GenerateConfig = Field(default_factory=GenerateConfig)
     sources: dict[str, SourceOverride] = Field(default_factory=dict)
 
     def fingerprint(self, *sections: str) -> str:

@@ -124,6 +124,106 @@ class FilterDecision(Record):
     rules_fingerprint: str
 
 
+class TaskType(StrEnum):
+    CLASSIFICATION = "classification"
+    REGRESSION = "regression"
+    TIME_SERIES = "time-series"
+
+
+class ColumnKind(StrEnum):
+    NUMERIC = "numeric"
+    CATEGORICAL = "categorical"
+    DATETIME = "datetime"
+    TEXT = "text"
+
+
+class ColumnProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    dtype: str = Field(description="DuckDB's type for the column.")
+    kind: ColumnKind
+    missing_rate: float
+    distinct: int
+    min: str | None = Field(None, description="As text, so one field serves numbers and timestamps.")
+    max: str | None = None
+    mean: float | None = None
+    std: float | None = None
+    top_values: list[str] = Field(default_factory=list, description="Most frequent values (categorical only).")
+
+
+class PreparedSource(Record):
+    """A source profiled and split: public train, public test features, private answers."""
+
+    table: ClassVar[str] = "prepared"
+
+    source_id: str
+    source_version: str
+    version: str = Field(description="Fingerprint of the source version and prepare config.")
+    task_type: TaskType
+    target_columns: list[str]
+    id_column: str = Field(description="Unique row key; `row_id` when the source has none.")
+    time_column: str | None = None
+    entity_column: str | None = None
+    group_column: str | None = None
+    columns: list[ColumnProfile]
+    n_rows: int
+    n_train: int
+    n_test: int
+    split: Literal["stratified", "chronological", "grouped", "random"]
+    seed: int
+    files: list[SourceFile] = Field(description="train.csv, test.csv (no target), answers.csv (id + target).")
+
+
+class MetricSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="exact-match, allclose, macro-f1, clipped-r2, or a competition metric.")
+    target_columns: list[str]
+    key_columns: list[str] = Field(description="Columns that identify a prediction row (id; time+entity for CF).")
+    tolerance: float | None = Field(None, description="Relative tolerance of allclose.")
+    k: int | None = Field(None, description="For MAP@k.")
+
+
+class TaskLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    turns: int = 5
+    seconds_per_execution: int = 200
+
+
+class TaskScores(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    baseline: float | None = Field(None, description="Trivial predictor (majority class, mean, last value).")
+    strong: float | None = Field(None, description="A strong default model (gradient boosting).")
+    reference_seconds: float | None = Field(None, description="Fit+predict time of the reference.")
+
+
+class Task(Record):
+    """A generated task: the public part an agent sees, and where its private part lives."""
+
+    table: ClassVar[str] = "tasks"
+
+    id: str = Field(description="Hash of source version, spec and seed: stable across identical refreshes.")
+    family: Literal["Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF"]
+    source_id: str
+    source_version: str
+    prepared_version: str
+    generator_version: str
+    seed: int
+    instruction: str
+    public_files: list[SourceFile] = Field(description="Under tasks/<id>/public/.")
+    private_files: list[SourceFile] = Field(description="Under tasks/<id>/private/: answers, reference outputs.")
+    metric: MetricSpec
+    limits: TaskLimits = Field(default_factory=TaskLimits)
+    scores: TaskScores = Field(default_factory=TaskScores)
+    spec: str | None = Field(None, description="The sampled IF workflow spec as JSON.")
+    package_versions: list[str] = Field(description="'name==version' of the stack that made the reference.")
+    status: Literal["candidate", "rejected"] = "candidate"
+    reject_reason: str | None = None
+
+
 @cache
 def _schema_of(cls: type[BaseModel]) -> pa.Schema:
     return pa.schema([pa.field(name, *_arrow_type(f.annotation)) for name, f in cls.model_fields.items()])
@@ -160,4 +260,4 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
     raise TypeError(f"no Arrow type for annotation {annotation!r}")
 
 
-RECORDS: dict[str, type[Record]] = {cls.table: cls for cls in (Source, FilterDecision)}
+RECORDS: dict[str, type[Record]] = {cls.table: cls for cls in (Source, FilterDecision, PreparedSource, Task)}
