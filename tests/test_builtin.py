@@ -1,4 +1,6 @@
 import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,14 +34,40 @@ def crawled(tmp_path_factory) -> list[Source]:
     return sorted(ctx.store.read_records(Source), key=lambda s: s.id)
 
 
+DATA_PACKAGES = ("sklearn", "statsmodels", "vega_datasets", "scipy")
+
+
+def _placeholder_title(source: Source) -> str:
+    return source.ref.replace(":", " ")
+
+
 def test_listing_is_metadata_only(sources: list[Source]) -> None:
     assert [s.id for s in sources] == sorted(s.id for s in sources)
     assert len({s.id for s in sources}) == len(sources)
     for source in sources:
         assert source.id.startswith("builtin.") and source.origin is Origin.BUILTIN
-        assert source.title and source.description and source.license
+        assert source.title == _placeholder_title(source)
         assert source.origin_package and "==" in source.origin_package
         assert source.files == [] and source.n_rows is None
+
+
+def test_listing_imports_no_data_package() -> None:
+    # A fresh interpreter: in this one the other tests may already have imported them.
+    code = (
+        "import sys\n"
+        "from dareforge.crawlers.builtin import BuiltinCrawler\n"
+        "assert list(BuiltinCrawler().list_sources())\n"
+        f"print([m for m in {DATA_PACKAGES!r} if m in sys.modules])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_crawled_records_carry_the_packages_own_description(crawled: list[Source]) -> None:
+    for source in crawled:
+        assert source.title and source.title != _placeholder_title(source), source.id
+        assert source.description.strip(), source.id
+        assert source.license and source.license.strip(), source.id
 
 
 def test_catalog_covers_tasks_and_data_quirks(crawled: list[Source]) -> None:

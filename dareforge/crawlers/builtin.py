@@ -4,46 +4,52 @@ scikit-learn's bundled `load_*` sets, statsmodels' `datasets` modules and vega_d
 in site-packages, so a crawl with no network and no credentials still has real classification, regression and
 time-series sources. Only loaders that read package files are used; anything that downloads is left out.
 Descriptions and license notes come from the packages themselves where they carry them.
+
+The catalog is pure declarations: listing it imports none of those packages (scikit-learn alone takes seconds
+to import), so every crawl can list it cheaply. The data and the package's own title, description and license
+are read only in `download`, which returns them for the crawl stage to keep in the version's manifest.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import metadata, version
-from io import BytesIO
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from dareforge.crawlers.base import fingerprint, source_id
 from dareforge.errors import ConfigError, SourceError
 from dareforge.schema import Origin, Source
 
-CATALOG_FORMAT = 1
-"""Bump when a loader's output changes, so every builtin source is re-downloaded."""
+if TYPE_CHECKING:
+    import pandas as pd
 
-Reshape = Callable[[pd.DataFrame], pd.DataFrame]
+CATALOG_FORMAT = 2
+"""Bump when a loader's output or the download's discovered fields change, so every builtin source is
+re-downloaded. 2: title, description and license moved from the listing to the download."""
+
+Reshape = Callable[["pd.DataFrame"], "pd.DataFrame"]
+Description = dict[str, str]
+"""What `describe()` returns: the package's own `title`, `description` and `license` for the dataset."""
 
 
 @dataclass(frozen=True)
 class BuiltinDataset:
-    """One catalog entry: where the table comes from, how to load it, and what the task is."""
+    """One catalog entry: where the table comes from and what the task is, plus two lazy readers.
+
+    `load` returns the frame and `describe` the package's title, description and license; both import the
+    data package, so neither runs while listing.
+    """
 
     key: str
     package: str
     dataset: str
     load: Callable[[], pd.DataFrame]
+    describe: Callable[[], Description]
     target_columns: tuple[str, ...]
     task_hint: str | None
-    title: str
-    description: str
-    license: str
     time_column: str | None = None
     entity_column: str | None = None
 
@@ -54,31 +60,39 @@ def _package_license(package: str) -> str:
 
 
 def _sklearn(name: str, target: str, task: str, *, upstream: str) -> BuiltinDataset:
-    from sklearn import datasets
+    def loader() -> Callable[..., Any]:
+        from sklearn import datasets
 
-    loader = getattr(datasets, f"load_{name}")
-    # DESCR is reStructuredText: an anchor line, the title and its underline, then the text; the collapsed
-    # references block at the end is markup noise in a plain description.
-    _anchor, text = loader().DESCR.split(".. dropdown::")[0].split(":\n", 1)
-    title, _underline, description = text.strip().split("\n", 2)
+        return getattr(datasets, f"load_{name}")
 
     def load() -> pd.DataFrame:
-        bunch = loader(as_frame=True)
+        bunch = loader()(as_frame=True)
         frame = bunch.frame.rename(columns={"target": target})
         if "target_names" in bunch:
             frame[target] = bunch.target_names[bunch.target.to_numpy()]
         return frame
+
+    def describe() -> Description:
+        # DESCR is reStructuredText: an anchor line, the title and its underline, then the text; the collapsed
+        # references block at the end is markup noise in a plain description.
+        _anchor, text = loader()().DESCR.split(".. dropdown::")[0].split(":\n", 1)
+        title, _underline, description = text.strip().split("\n", 2)
+        return {
+            "title": title.strip(),
+            "description": description.strip(),
+            "license": (
+                f"Distributed with scikit-learn ({_package_license('scikit-learn')}). Upstream: {upstream}"
+            ),
+        }
 
     return BuiltinDataset(
         key=f"sklearn-{name.replace('_', '-')}",
         package="scikit-learn",
         dataset=name,
         load=load,
+        describe=describe,
         target_columns=(target,),
         task_hint=task,
-        title=title.strip(),
-        description=description.strip(),
-        license=f"Distributed with scikit-learn ({_package_license('scikit-learn')}). Upstream: {upstream}",
     )
 
 
@@ -92,31 +106,44 @@ def _statsmodels(
     time: str | None = None,
     entity: str | None = None,
 ) -> BuiltinDataset:
-    module = importlib.import_module(f"statsmodels.datasets.{name}")
+    def module() -> Any:
+        import importlib
+
+        return importlib.import_module(f"statsmodels.datasets.{name}")
 
     def load() -> pd.DataFrame:
-        frame = module.load_pandas().data
+        import pandas as pd
+
+        frame = module().load_pandas().data
         if not isinstance(frame.index, pd.RangeIndex):
             # Some sets keep their key (dates, state names) in the index; a CSV needs it as a column.
             frame = frame.rename_axis(frame.index.name or "date").reset_index()
         return reshape(frame) if reshape else frame
 
-    variables = textwrap.dedent(module.NOTE.strip().removeprefix("::")).strip()
-    summary = module.DESCRLONG.strip() or module.DESCRSHORT.strip()
-    parts = (summary, variables, f"Source: {module.SOURCE.strip()}", reshape_note)
+    def describe() -> Description:
+        import textwrap
+
+        mod = module()
+        variables = textwrap.dedent(mod.NOTE.strip().removeprefix("::")).strip()
+        summary = mod.DESCRLONG.strip() or mod.DESCRSHORT.strip()
+        parts = (summary, variables, f"Source: {mod.SOURCE.strip()}", reshape_note)
+        return {
+            "title": mod.TITLE.strip(),
+            "description": "\n\n".join(part for part in parts if part),
+            "license": (
+                f"{' '.join(mod.COPYRIGHT.split())} (statsmodels' notice for this dataset; "
+                f"distributed with statsmodels, {_package_license('statsmodels')})"
+            ),
+        }
+
     return BuiltinDataset(
         key=f"statsmodels-{name.replace('_', '-')}",
         package="statsmodels",
         dataset=name,
         load=load,
+        describe=describe,
         target_columns=(target,),
         task_hint=task,
-        title=module.TITLE.strip(),
-        description="\n\n".join(part for part in parts if part),
-        license=(
-            f"{' '.join(module.COPYRIGHT.split())} (statsmodels' notice for this dataset; "
-            f"distributed with statsmodels, {_package_license('statsmodels')})"
-        ),
         time_column=time,
         entity_column=entity,
     )
@@ -134,39 +161,54 @@ def _vega(
     time: str | None = None,
     entity: str | None = None,
 ) -> BuiltinDataset:
-    from vega_datasets import local_data
+    def dataset() -> Any:
+        from vega_datasets import local_data
 
-    dataset = getattr(local_data, name.replace("-", "_"))
+        return getattr(local_data, name.replace("-", "_"))
 
     def load() -> pd.DataFrame:
+        import json
+        from io import BytesIO
+
+        import pandas as pd
+
         # Parse the bundled file ourselves: the package's own reader passes pandas a deprecated keyword for some
         # sets (a warning on every load) and guesses date columns by name.
-        raw = dataset.raw(use_local=True)
-        frame = pd.DataFrame(json.loads(raw)) if dataset.format == "json" else pd.read_csv(BytesIO(raw))
+        data = dataset()
+        raw = data.raw(use_local=True)
+        frame = pd.DataFrame(json.loads(raw)) if data.format == "json" else pd.read_csv(BytesIO(raw))
         for column in dates:
             frame[column] = pd.to_datetime(frame[column])
         return reshape(frame) if reshape else frame
 
-    references = "\n".join(f"[{i}] {ref}" for i, ref in enumerate(dataset.references or [], start=1))
+    def describe() -> Description:
+        data = dataset()
+        references = "\n".join(f"[{i}] {ref}" for i, ref in enumerate(data.references or [], start=1))
+        return {
+            "title": title,
+            "description": "\n\n".join(part for part in (data.description or "", references) if part),
+            "license": (
+                f"Distributed with vega_datasets ({_package_license('vega_datasets')}), from the vega-datasets "
+                f"collection. Upstream: {upstream}"
+            ),
+        }
+
     return BuiltinDataset(
         key=f"vega-{name}",
         package="vega_datasets",
         dataset=name,
         load=load,
+        describe=describe,
         target_columns=(target,) if target else (),
         task_hint=task,
-        title=title,
-        description="\n\n".join(part for part in (dataset.description or "", references) if part),
-        license=(
-            f"Distributed with vega_datasets ({_package_license('vega_datasets')}), from the vega-datasets "
-            f"collection. Upstream: {upstream}"
-        ),
         time_column=time,
         entity_column=entity,
     )
 
 
 def _month_start(years: pd.Series, months: pd.Series) -> pd.Series:
+    import pandas as pd
+
     return pd.to_datetime(pd.DataFrame({"year": years.astype(int), "month": months.astype(int), "day": 1}))
 
 
@@ -196,7 +238,7 @@ NOAA = "NOAA weather data, public domain"
 
 @cache
 def catalog() -> dict[str, BuiltinDataset]:
-    """Every builtin dataset by key. Built on first use: it imports scikit-learn, statsmodels and vega_datasets."""
+    """Every builtin dataset by key: declarations only, so building it imports none of the data packages."""
     entries = [
         _sklearn("iris", "species", "classification", upstream=f"Fisher (1936) via the {UCI}"),
         _sklearn("wine", "class", "classification", upstream=f"{UCI} (Wine)"),
@@ -369,7 +411,8 @@ class BuiltinCrawler:
         self.datasets = {key: known[key] for key in sorted(keys or known)}
 
     def list_sources(self) -> Iterator[Source]:
-        # Metadata only: loading the data is left to download, which runs only for new or changed sources.
+        # Declarations only: importing the data packages (for the data or for their own title, description and
+        # license) is left to download, which runs only for new or changed sources and returns those fields.
         for entry in self.datasets.values():
             package_version = _installed_version(entry.package)
             yield Source(
@@ -377,10 +420,10 @@ class BuiltinCrawler:
                 origin=Origin.BUILTIN,
                 kind="dataset",
                 ref=f"{entry.package}:{entry.dataset}",
-                title=entry.title,
-                description=entry.description,
+                title=f"{entry.package} {entry.dataset}",
+                description="",
                 category="builtin",
-                license=entry.license,
+                license=None,
                 target_columns=list(entry.target_columns),
                 time_column=entry.time_column,
                 entity_column=entry.entity_column,
@@ -401,7 +444,7 @@ class BuiltinCrawler:
         dest.mkdir(parents=True, exist_ok=True)
         # A fixed line ending keeps the bytes, and so the file hash, the same on every platform.
         frame.to_csv(dest / f"{key}.csv", index=False, lineterminator="\n")
-        return {"n_rows": len(frame), "tags": _data_tags(entry, frame)}
+        return {"n_rows": len(frame), "tags": _data_tags(entry, frame), **entry.describe()}
 
 
 @cache
