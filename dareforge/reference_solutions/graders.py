@@ -1,0 +1,282 @@
+"""Grade a predictions CSV against the private answers (or an IF task's reference predictions).
+
+`grade` never raises for a bad submission: it returns the metric's worst score with an `error` that names
+the problem and the fix. A bad answers file, an unknown metric or bad metric parameters are the
+benchmark's fault and raise `GradingError`.
+
+Both tables are read with every column as text (so an id "007" stays "007"), cells and header names
+stripped of surrounding whitespace. Rows are joined on the exact text of `MetricSpec.key_columns`; target
+values are converted to floats only for numeric metrics. Extra submission columns are ignored.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from dareforge.reference_solutions.metrics import (
+    METRICS,
+    GradingError,
+    InvalidPredictionError,
+    Metric,
+    get_metric,
+    is_pass_metric,
+)
+from dareforge.schema import MetricSpec
+
+__all__ = [
+    "METRICS",
+    "GradeResult",
+    "GradingError",
+    "InvalidPredictionError",
+    "grade",
+    "is_pass_metric",
+]
+
+
+class GradeResult(BaseModel):
+    """`score` is the metric averaged over target columns; on `error`, the metric's worst score.
+
+    The worst score is 0.0 for higher-is-better metrics (all task-family metrics) and +inf for
+    lower-is-better ones (rmse, mae, rmsle, log-loss), so a failed grade never looks like a good one.
+    `rows` counts the submission's data rows (0 when it could not be read).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    score: float
+    error: str | None = None
+    rows: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class _Rejected(Exception):
+    """A table problem; the caller decides whose fault it is."""
+
+
+def grade(
+    metric: MetricSpec, submission: Path | str | pd.DataFrame, answers: Path | str | pd.DataFrame
+) -> GradeResult:
+    """Score `submission` against `answers` with `metric`; see the module docstring for the rules."""
+    scorer = get_metric(metric.name)
+    scorer.check_params(tolerance=metric.tolerance, k=metric.k)
+    _check_spec(metric)
+    truth = _load_answers(metric, scorer, answers)
+
+    try:
+        table = _read_table(submission, "submission")
+    except _Rejected as exc:
+        return GradeResult(score=scorer.worst, error=str(exc), rows=0)
+    try:
+        score = _score(metric, scorer, truth, table)
+    except (_Rejected, InvalidPredictionError) as exc:
+        return GradeResult(score=scorer.worst, error=str(exc), rows=len(table))
+    return GradeResult(score=score, error=None, rows=len(table))
+
+
+# --- reading -------------------------------------------------------------------------------------------
+
+
+def _read_table(source: Path | str | pd.DataFrame, what: str = "table") -> pd.DataFrame:
+    """A table with every header and cell as stripped text; missing cells (NaN, None) become ""."""
+    if isinstance(source, pd.DataFrame):
+        return _text_frame(source)
+    path = Path(source)
+    if not path.is_file():
+        where = "is a directory" if path.is_dir() else "does not exist"
+        fix = "; write the predictions CSV to this path" if what == "submission" else ""
+        raise _Rejected(f"{what} file not found: {path} {where}{fix}")
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except pd.errors.EmptyDataError:
+        raise _Rejected(
+            f"{what} file {path} is empty; write a CSV with a header line and one row per test row"
+        ) from None
+    except (OSError, ValueError, csv.Error) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _Rejected(
+            f"could not read {what} {path} as a UTF-8 comma-separated CSV ({detail}); "
+            "write it with a header line, e.g. with pandas DataFrame.to_csv(path, index=False)"
+        ) from None
+    return _text_frame(frame)
+
+
+def _text_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    columns = {}
+    for i in range(frame.shape[1]):
+        values = pd.Series(frame.iloc[:, i].to_numpy(dtype=object), dtype=object)
+        missing = values.isna()  # None, NaN, pd.NA, NaT
+        text = values.where(~missing, "").map(str).str.strip()
+        columns[i] = text.to_numpy(dtype=object)
+    out = pd.DataFrame(columns, index=pd.RangeIndex(len(frame)), dtype=object)
+    out.columns = [str(c).strip() for c in frame.columns]
+    return out
+
+
+# --- checks --------------------------------------------------------------------------------------------
+
+
+def _check_spec(metric: MetricSpec) -> None:
+    if not metric.key_columns or not metric.target_columns:
+        raise GradingError(
+            f"metric spec needs key_columns and target_columns, got keys={metric.key_columns} "
+            f"targets={metric.target_columns}; fill both in the task's MetricSpec"
+        )
+    overlap = set(metric.key_columns) & set(metric.target_columns)
+    if overlap:
+        raise GradingError(f"columns {sorted(overlap)} are both key and target in the metric spec; fix it")
+
+
+def _load_answers(metric: MetricSpec, scorer: Metric, answers: Path | str | pd.DataFrame) -> pd.DataFrame:
+    try:
+        truth = _read_table(answers, "answers")
+        if len(truth) == 0:
+            raise _Rejected("answers have no rows")
+        _check_columns(truth, metric, "answers")
+        _check_duplicates(truth, metric.key_columns, "answers")
+        for column in metric.target_columns:
+            _target_values(truth[column], truth, metric.key_columns, column, scorer, "answers")
+    except _Rejected as exc:
+        raise GradingError(
+            f"bad answers for metric {metric.name!r}: {exc} (a fault of the task, not of the submission; "
+            "regenerate the task's private files)"
+        ) from None
+    return truth
+
+
+def _check_columns(table: pd.DataFrame, metric: MetricSpec, what: str) -> None:
+    needed = [*metric.key_columns, *metric.target_columns]
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise _Rejected(
+            f"{what} is missing column(s) {_names(missing)}; found columns {_names(list(table.columns))}. "
+            f"The header must include {_names(needed)}"
+        )
+
+
+def _check_duplicates(table: pd.DataFrame, keys: list[str], what: str) -> None:
+    repeated = table.duplicated(subset=keys, keep="first")
+    if repeated.any():
+        first = table.loc[repeated, keys].iloc[0]
+        times = int((table[keys] == first.to_numpy()).all(axis=1).sum())
+        raise _Rejected(
+            f"{what} has {int(repeated.sum())} duplicate row(s) for a key already present, e.g. "
+            f"{_key_text(keys, first.tolist())} appears {times} times; write exactly one row per key"
+        )
+
+
+def _check_keys(truth: pd.DataFrame, table: pd.DataFrame, keys: list[str]) -> None:
+    both = truth[keys].merge(table[keys], on=keys, how="outer", indicator="__side__")
+    missing = both.loc[both["__side__"] == "left_only", keys]
+    extra = both.loc[both["__side__"] == "right_only", keys]
+    if missing.empty and extra.empty:
+        return
+    parts = []
+    if len(table) != len(truth):
+        parts.append(f"submission has {len(table)} rows but {len(truth)} were expected (one per test row)")
+    if not missing.empty:
+        parts.append(
+            f"{len(missing)} expected key(s) are missing, e.g. {_key_text(keys, missing.iloc[0].tolist())}"
+        )
+    if not extra.empty:
+        parts.append(
+            f"{len(extra)} unexpected key(s) not in the test set, e.g. "
+            f"{_key_text(keys, extra.iloc[0].tolist())}"
+        )
+    raise _Rejected(
+        "; ".join(parts)
+        + f". Keys ({_names(keys)}) are compared as exact text: copy them unchanged from the "
+        "test file (e.g. '007', not '7' or '7.0') and predict every test row"
+    )
+
+
+def _target_values(
+    values: pd.Series, table: pd.DataFrame, keys: list[str], column: str, scorer: Metric, what: str
+) -> list[str] | np.ndarray:
+    """The column as the metric wants it (text or floats), or `_Rejected` naming the bad values."""
+    texts = values.tolist()
+
+    def example(mask: list[bool]) -> str:
+        row = mask.index(True)
+        return _key_text(keys, table[keys].iloc[row].tolist())
+
+    empty = [t == "" for t in texts]
+    if scorer.kind == "label":
+        if any(empty):
+            raise _Rejected(
+                f"{what} column {column!r} has {sum(empty)} empty value(s), e.g. at {example(empty)}; "
+                "every row needs a value"
+            )
+        return texts
+
+    numbers = [_to_float(t) for t in texts]
+    nan = [e or (n is not None and math.isnan(n)) for e, n in zip(empty, numbers, strict=True)]
+    if any(nan):
+        raise _Rejected(
+            f"{what} column {column!r} has {sum(nan)} empty or NaN value(s), e.g. at {example(nan)}; "
+            "every row needs a value"
+        )
+    bad = [n is None for n in numbers]
+    if any(bad):
+        first = texts[bad.index(True)]
+        raise _Rejected(
+            f"{what} column {column!r} has {sum(bad)} non-numeric value(s), e.g. {first!r} at {example(bad)}; "
+            f"metric {scorer.name!r} needs plain numbers"
+        )
+    array = np.asarray(numbers, dtype=float)
+    infinite = [bool(v) for v in np.isinf(array)]
+    if any(infinite):
+        raise _Rejected(
+            f"{what} column {column!r} has {sum(infinite)} infinite value(s), e.g. at {example(infinite)}; "
+            "every row needs a finite number"
+        )
+    return array
+
+
+def _to_float(text: str) -> float | None:
+    if "_" in text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+# --- scoring -------------------------------------------------------------------------------------------
+
+
+def _score(metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.DataFrame) -> float:
+    keys, targets = metric.key_columns, metric.target_columns
+    _check_columns(table, metric, "submission")
+    _check_duplicates(table, keys, "submission")
+    _check_keys(truth, table, keys)
+
+    true_names = {c: f"__true{i}" for i, c in enumerate(targets)}
+    pred_names = {c: f"__pred{i}" for i, c in enumerate(targets)}
+    aligned = (
+        truth[keys + targets]
+        .rename(columns=true_names)
+        .merge(table[keys + targets].rename(columns=pred_names), on=keys, how="left", validate="one_to_one")
+    )
+    scores = []
+    for column in targets:
+        y_true = _target_values(aligned[true_names[column]], aligned, keys, column, scorer, "answers")
+        y_pred = _target_values(aligned[pred_names[column]], aligned, keys, column, scorer, "submission")
+        scores.append(scorer(y_true, y_pred, tolerance=metric.tolerance, k=metric.k))
+    return float(np.mean(scores))
+
+
+def _names(columns: list[str]) -> str:
+    return ", ".join(repr(c) for c in columns) if columns else "(none)"
+
+
+def _key_text(keys: list[str], values: list[object]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in zip(keys, values, strict=True))

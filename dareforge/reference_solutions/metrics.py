@@ -1,0 +1,299 @@
+"""Metrics: pure functions on aligned arrays, and a registry that names them.
+
+Every function takes ``(y_true, y_pred)`` in that order (sklearn's convention), already aligned row by row,
+and returns a plain ``float``. Invalid *predictions* raise `InvalidPredictionError` (the grader turns that
+into a failed grade); invalid *answers* or arguments raise `GradingError` (the benchmark is at fault).
+
+Label metrics (exact-match, accuracy, macro-f1, map-at-k) compare labels by a canonical text form: the
+value's text with surrounding whitespace stripped, and numbers reduced to their exact decimal value, so
+"1" == "1.0" == " 1 " but "a" != "A" and "007" == "7" (as labels, not as row keys: the grader joins keys
+on their exact text).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Context, Decimal, InvalidOperation
+from typing import Any, Literal
+
+import numpy as np
+from sklearn.metrics import f1_score, r2_score, roc_auc_score
+
+from dareforge.errors import DareforgeError
+
+
+class GradingError(DareforgeError):
+    """The benchmark side is wrong: unknown metric, bad parameters, or a bad answers file."""
+
+
+class InvalidPredictionError(GradingError):
+    """The predictions cannot be scored (non-numeric, out of range, wrong length); the submission's fault."""
+
+
+ArrayLike = Sequence[Any] | np.ndarray
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def canonical_label(value: object) -> str:
+    """The form labels are compared by: stripped text; numbers as their exact normalized decimal value."""
+    text = str(value).strip()
+    if "_" in text:  # Decimal and float accept "1_000"; a label with an underscore is text, not a number.
+        return text
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return text
+    if not number.is_finite():
+        return text
+    if number.is_zero():
+        return "0"
+    return str(number.normalize(Context(prec=max(28, len(text)))))
+
+
+def _labels(values: ArrayLike) -> list[str]:
+    return [canonical_label(v) for v in values]
+
+
+def _check_lengths(y_true: ArrayLike, y_pred: ArrayLike) -> None:
+    if len(y_true) != len(y_pred):
+        raise InvalidPredictionError(
+            f"{len(y_pred)} predictions for {len(y_true)} answers; align predictions to answers row by row"
+        )
+    if len(y_true) == 0:
+        raise GradingError("no answers to score against; the answers must have at least one row")
+
+
+def _floats(values: ArrayLike, role: Literal["y_true", "y_pred"]) -> np.ndarray:
+    error = InvalidPredictionError if role == "y_pred" else GradingError
+    try:
+        array = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise error(f"{role} must be numeric ({exc}); convert the values to numbers") from exc
+    if array.ndim != 1:
+        raise error(f"{role} must be one-dimensional, got shape {array.shape}")
+    bad = int((~np.isfinite(array)).sum())
+    if bad:
+        raise error(f"{role} has {bad} NaN or infinite value(s); every row needs a finite number")
+    return array
+
+
+def _numeric_pair(y_true: ArrayLike, y_pred: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    _check_lengths(y_true, y_pred)
+    return _floats(y_true, "y_true"), _floats(y_pred, "y_pred")
+
+
+def _binary_truth(y_true: np.ndarray, metric: str) -> None:
+    if not np.isin(y_true, (0.0, 1.0)).all():
+        found = sorted({float(v) for v in y_true})[:5]
+        raise GradingError(f"{metric} needs answers of 0 or 1 (binary); found values such as {found}")
+
+
+# --- metrics -------------------------------------------------------------------------------------------
+
+
+def exact_match(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Fraction of rows whose labels are equal in canonical form ("1" == "1.0", "a" != "A")."""
+    _check_lengths(y_true, y_pred)
+    return float(np.mean([t == p for t, p in zip(_labels(y_true), _labels(y_pred), strict=True)]))
+
+
+def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Classification accuracy on canonical labels (the same comparison as `exact_match`)."""
+    return exact_match(y_true, y_pred)
+
+
+def allclose(y_true: ArrayLike, y_pred: ArrayLike, tolerance: float) -> float:
+    """Fraction of rows with ``|pred - true| <= tolerance * max(|true|, 1)``.
+
+    Relative to ``|true|``, so large values get a proportionate slack, but never less than ``tolerance`` in
+    absolute terms, so answers at or near 0 do not demand bit-exact predictions. Equal values always match.
+    """
+    _check_tolerance(tolerance)
+    truth, pred = _numeric_pair(y_true, y_pred)
+    slack = tolerance * np.maximum(np.abs(truth), 1.0)
+    return float(np.mean((np.abs(pred - truth) <= slack) | (pred == truth)))
+
+
+def macro_f1(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Unweighted mean of per-class F1 over canonical labels (sklearn ``average="macro"``).
+
+    The classes are the union of true and predicted labels, as in sklearn: a predicted label that never
+    occurs in the answers counts as a class with F1 0.
+    """
+    _check_lengths(y_true, y_pred)
+    return float(f1_score(_labels(y_true), _labels(y_pred), average="macro", zero_division=0.0))
+
+
+def clipped_r2(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Coefficient of determination floored at 0: ``max(R², 0)``; worse than predicting the mean scores 0.
+
+    Constant answers give 1 for a perfect prediction and 0 otherwise (sklearn's convention).
+    """
+    truth, pred = _numeric_pair(y_true, y_pred)
+    if len(truth) < 2:
+        raise GradingError("R² needs at least 2 answer rows; the answers have 1")
+    return max(float(r2_score(truth, pred)), 0.0)
+
+
+def rmse(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Root mean squared error."""
+    truth, pred = _numeric_pair(y_true, y_pred)
+    return float(np.sqrt(np.mean((pred - truth) ** 2)))
+
+
+def mae(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Mean absolute error."""
+    truth, pred = _numeric_pair(y_true, y_pred)
+    return float(np.mean(np.abs(pred - truth)))
+
+
+def rmsle(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Root mean squared logarithmic error, ``sqrt(mean((log1p(pred) - log1p(true))²))``; no negatives."""
+    truth, pred = _numeric_pair(y_true, y_pred)
+    if (truth < 0).any():
+        raise GradingError(f"RMSLE is undefined for negative answers; found {int((truth < 0).sum())}")
+    if (pred < 0).any():
+        raise InvalidPredictionError(
+            f"RMSLE is undefined for negative predictions; found {int((pred < 0).sum())}, "
+            f"e.g. {float(pred[pred < 0][0])}; clip predictions at 0"
+        )
+    return float(np.sqrt(np.mean((np.log1p(pred) - np.log1p(truth)) ** 2)))
+
+
+LOG_LOSS_EPS = 1e-15
+
+
+def log_loss(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Binary cross-entropy: answers 0/1, predictions the probability of class 1, clipped to [eps, 1-eps].
+
+    Multi-class log loss (one probability column per class, normalized per row) is not supported: it needs
+    all class columns at once, while the grader scores target columns one by one.
+    """
+    truth, pred = _numeric_pair(y_true, y_pred)
+    _binary_truth(truth, "log-loss")
+    outside = (pred < 0) | (pred > 1)
+    if outside.any():
+        raise InvalidPredictionError(
+            f"log-loss needs probabilities in [0, 1]; {int(outside.sum())} prediction(s) are outside, "
+            f"e.g. {float(pred[outside][0])}"
+        )
+    p = np.clip(pred, LOG_LOSS_EPS, 1 - LOG_LOSS_EPS)
+    return float(-np.mean(truth * np.log(p) + (1 - truth) * np.log(1 - p)))
+
+
+def roc_auc(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Binary ROC AUC: answers 0/1, predictions any score that ranks class 1 higher."""
+    truth, pred = _numeric_pair(y_true, y_pred)
+    _binary_truth(truth, "roc-auc")
+    if len(np.unique(truth)) < 2:
+        raise GradingError("ROC AUC needs both classes (0 and 1) among the answers; found only one")
+    return float(roc_auc_score(truth, pred))
+
+
+def map_at_k(y_true: ArrayLike, y_pred: ArrayLike, k: int) -> float:
+    """Mean average precision at k; each cell holds space-separated labels (true set; ranked predictions).
+
+    Per row: ``sum(precision@i for each hit i <= k) / min(len(true), k)``; a repeated predicted label counts
+    once; a row with no true labels scores 0 (Kaggle's convention).
+    """
+    _check_k(k)
+    _check_lengths(y_true, y_pred)
+    scores = []
+    for true_cell, pred_cell in zip(y_true, y_pred, strict=True):
+        actual = set(_labels(str(true_cell).split()))
+        predicted = _labels(str(pred_cell).split())[:k]
+        hits, total, seen = 0, 0.0, set()
+        for i, label in enumerate(predicted, start=1):
+            if label in actual and label not in seen:
+                hits += 1
+                total += hits / i
+            seen.add(label)
+        scores.append(total / min(len(actual), k) if actual else 0.0)
+    return float(np.mean(scores))
+
+
+def _check_tolerance(tolerance: float | None) -> None:
+    if tolerance is None or not math.isfinite(tolerance) or tolerance < 0:
+        raise GradingError(
+            f"allclose needs a finite relative tolerance >= 0, got {tolerance!r}; set MetricSpec.tolerance"
+        )
+
+
+def _check_k(k: int | None) -> None:
+    if k is None or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise GradingError(f"map-at-k needs an integer k >= 1, got {k!r}; set MetricSpec.k")
+
+
+# --- registry ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A registered metric: its function, its direction, and how the grader should read the values.
+
+    `kind` is "label" when values are compared as text, "numeric" when the grader must convert them to
+    floats first. `params` names the MetricSpec fields the function needs ("tolerance", "k").
+    """
+
+    name: str
+    fn: Callable[..., float]
+    higher_is_better: bool
+    kind: Literal["label", "numeric"]
+    params: tuple[str, ...] = ()
+    is_pass: bool = False
+
+    @property
+    def worst(self) -> float:
+        """The score a submission that cannot be graded gets: 0 when higher is better, else +inf."""
+        return 0.0 if self.higher_is_better else math.inf
+
+    def check_params(self, *, tolerance: float | None = None, k: int | None = None) -> None:
+        if "tolerance" in self.params:
+            _check_tolerance(tolerance)
+        if "k" in self.params:
+            _check_k(k)
+
+    def __call__(
+        self, y_true: ArrayLike, y_pred: ArrayLike, *, tolerance: float | None = None, k: int | None = None
+    ) -> float:
+        self.check_params(tolerance=tolerance, k=k)
+        given = {"tolerance": tolerance, "k": k}
+        return self.fn(y_true, y_pred, **{p: given[p] for p in self.params})
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("exact-match", exact_match, higher_is_better=True, kind="label", is_pass=True),
+        Metric("allclose", allclose, True, "numeric", params=("tolerance",), is_pass=True),
+        Metric("macro-f1", macro_f1, True, "label"),
+        Metric("clipped-r2", clipped_r2, True, "numeric"),
+        Metric("accuracy", accuracy, True, "label"),
+        Metric("roc-auc", roc_auc, True, "numeric"),
+        Metric("map-at-k", map_at_k, True, "label", params=("k",)),
+        Metric("rmse", rmse, False, "numeric"),
+        Metric("mae", mae, False, "numeric"),
+        Metric("rmsle", rmsle, False, "numeric"),
+        Metric("log-loss", log_loss, False, "numeric"),
+    )
+}
+
+_ALIASES = {"map@k": "map-at-k", "mapk": "map-at-k", "logloss": "log-loss", "auc": "roc-auc"}
+
+
+def get_metric(name: str) -> Metric:
+    """The registered metric called `name` (case-insensitive; "_" and "-" are interchangeable)."""
+    key = name.strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key not in METRICS:
+        raise GradingError(f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
+    return METRICS[key]
+
+
+def is_pass_metric(name: str) -> bool:
+    """Whether `name` is pass/fail-style (exact-match, allclose): a correct solution scores exactly 1."""
+    return get_metric(name).is_pass

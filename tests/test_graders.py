@@ -1,0 +1,359 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dareforge.errors import DareforgeError
+from dareforge.reference_solutions import metrics as m
+from dareforge.reference_solutions.graders import GradeResult, GradingError, grade
+from dareforge.reference_solutions.metrics import METRICS, InvalidPredictionError, get_metric, is_pass_metric
+from dareforge.schema import MetricSpec
+
+ANSWERS = "id,y\n007,1\n008,0\n009,1\n"
+
+
+def spec(name: str = "exact-match", targets=("y",), keys=("id",), **kw) -> MetricSpec:
+    return MetricSpec(name=name, target_columns=list(targets), key_columns=list(keys), **kw)
+
+
+def write(tmp_path, name: str, content: str | bytes):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+# --- bad submissions score the worst value with a specific message -------------------------------------
+
+BAD_SUBMISSIONS = {
+    "missing file": (None, ["submission file not found", "does not exist"]),
+    "empty file": ("", ["is empty"]),
+    "not utf-8": (b"\xff\xfe\x00i\x00d\n\x81\x82", ["could not read submission", "UTF-8"]),
+    "ragged rows": ("id,y\n007,1\n008,0,5,6\n009,1\n", ["could not read submission", "Expected 2 fields"]),
+    "missing target column": (
+        "id,pred\n007,1\n008,0\n009,1\n",
+        ["missing column(s) 'y'", "found columns 'id', 'pred'"],
+    ),
+    "missing key column": (
+        "ID,y\n007,1\n008,0\n009,1\n",
+        ["missing column(s) 'id'", "found columns 'ID', 'y'"],
+    ),
+    "duplicate keys": (
+        "id,y\n007,1\n007,1\n008,0\n009,1\n",
+        ["1 duplicate row(s)", "id='007' appears 2 times", "one row per key"],
+    ),
+    "missing keys": (
+        "id,y\n007,1\n008,0\n",
+        ["2 rows but 3 were expected", "1 expected key(s) are missing", "'009'"],
+    ),
+    "extra keys": (
+        "id,y\n007,1\n008,0\n009,1\n010,1\n",
+        ["4 rows but 3 were expected", "1 unexpected key(s)", "id='010'"],
+    ),
+    "header only": ("id,y\n", ["0 rows but 3 were expected", "3 expected key(s) are missing"]),
+    "empty target values": ("id,y\n007,\n008,0\n009,\n", ["column 'y' has 2 empty value(s)", "id='007'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SUBMISSIONS))
+def test_bad_submission_scores_zero_with_specific_error(tmp_path, case):
+    content, expected = BAD_SUBMISSIONS[case]
+    answers = write(tmp_path, "answers.csv", ANSWERS)
+    submission = (
+        tmp_path / "submission.csv" if content is None else write(tmp_path, "submission.csv", content)
+    )
+    result = grade(spec(), submission, answers)
+    assert result.score == 0.0
+    assert not result.ok
+    for fragment in expected:
+        assert fragment in result.error
+
+
+def test_keys_with_leading_zeros_dropped_are_reported_not_joined(tmp_path):
+    answers = write(tmp_path, "answers.csv", ANSWERS)
+    submission = write(tmp_path, "submission.csv", "id,y\n7,1\n8,0\n9,1\n")
+    result = grade(spec(), submission, answers)
+    assert result.score == 0.0
+    assert "3 expected key(s) are missing" in result.error
+    assert "3 unexpected key(s)" in result.error
+    assert "rows but" not in result.error  # the row count is right; only the keys are wrong
+    assert "'007', not '7'" in result.error
+    assert result.rows == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("nan", "column 'y' has 1 empty or NaN value(s), e.g. at id='008'"),
+        ("", "column 'y' has 1 empty or NaN value(s), e.g. at id='008'"),
+        ("abc", "column 'y' has 1 non-numeric value(s), e.g. 'abc' at id='008'"),
+        ("1_000", "non-numeric"),
+        ("inf", "column 'y' has 1 infinite value(s)"),
+    ],
+)
+def test_bad_values_in_numeric_metric(tmp_path, value, expected):
+    answers = write(tmp_path, "answers.csv", "id,y\n007,1.5\n008,2.5\n009,4\n")
+    submission = write(tmp_path, "submission.csv", f"id,y\n007,1.5\n008,{value}\n009,4\n")
+    result = grade(spec("clipped-r2"), submission, answers)
+    assert result.score == 0.0
+    assert expected in result.error
+
+
+def test_invalid_prediction_for_lower_is_better_metric_scores_infinity(tmp_path):
+    answers = write(tmp_path, "answers.csv", "id,y\n1,1\n2,2\n")
+    submission = write(tmp_path, "submission.csv", "id,y\n1,-1\n2,2\n")
+    result = grade(spec("rmsle"), submission, answers)
+    assert result.score == math.inf
+    assert "negative predictions" in result.error
+
+
+def test_probability_out_of_range_is_a_submission_error(tmp_path):
+    answers = write(tmp_path, "answers.csv", "id,y\n1,1\n2,0\n")
+    submission = write(tmp_path, "submission.csv", "id,y\n1,1.2\n2,0.1\n")
+    result = grade(spec("log-loss"), submission, answers)
+    assert result.score == math.inf
+    assert "probabilities in [0, 1]" in result.error
+
+
+def test_dataframe_submission_with_nan_is_an_empty_value(tmp_path):
+    answers = pd.DataFrame({"id": ["a", "b"], "y": ["x", "y"]})
+    submission = pd.DataFrame({"id": ["a", "b"], "y": ["x", np.nan]})
+    result = grade(spec(), submission, answers)
+    assert result.score == 0.0
+    assert "column 'y' has 1 empty value(s), e.g. at id='b'" in result.error
+
+
+# --- bad answers are the benchmark's fault: they raise --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        (None, "answers file not found"),
+        ("id,z\n1,1\n", "answers is missing column(s) 'y'"),
+        ("id,y\n1,1\n1,2\n", "answers has 1 duplicate row(s)"),
+        ("id,y\n1,1\n2,\n", "answers column 'y' has 1 empty"),
+        ("id,y\n", "answers have no rows"),
+    ],
+)
+def test_bad_answers_raise(tmp_path, answers, expected):
+    path = tmp_path / "answers.csv" if answers is None else write(tmp_path, "answers.csv", answers)
+    submission = write(tmp_path, "submission.csv", "id,y\n1,1\n2,2\n")
+    with pytest.raises(GradingError, match="regenerate the task") as info:
+        grade(spec(), submission, path)
+    assert expected in str(info.value)
+    assert isinstance(info.value, DareforgeError)
+
+
+def test_non_numeric_answers_raise_for_numeric_metric(tmp_path):
+    answers = write(tmp_path, "answers.csv", "id,y\n1,cat\n2,3\n")
+    submission = write(tmp_path, "submission.csv", "id,y\n1,1\n2,2\n")
+    with pytest.raises(GradingError, match="answers column 'y' has 1 non-numeric"):
+        grade(spec("rmse"), submission, answers)
+
+
+@pytest.mark.parametrize(
+    ("metric", "match"),
+    [
+        (spec("f2-score"), "unknown metric 'f2-score'; known metrics: accuracy, allclose, clipped-r2"),
+        (spec("allclose"), "set MetricSpec.tolerance"),
+        (spec("allclose", tolerance=-0.1), "set MetricSpec.tolerance"),
+        (spec("map-at-k"), "set MetricSpec.k"),
+        (spec(keys=()), "needs key_columns and target_columns"),
+        (spec(keys=("y",)), "both key and target"),
+    ],
+)
+def test_bad_metric_spec_raises(tmp_path, metric, match):
+    answers = write(tmp_path, "answers.csv", ANSWERS)
+    with pytest.raises(GradingError, match=match):
+        grade(metric, answers, answers)
+
+
+# --- metric functions on hand-computed values ----------------------------------------------------------
+
+E1 = math.e - 1  # log1p(E1) == 1
+
+HAND_COMPUTED = [
+    ("exact 1 == 1.0, a != A", m.exact_match, ["1", "a", "x"], ["1.0", "A", "x"], {}, 2 / 3),
+    ("exact whitespace and exponent", m.exact_match, ["2", "100", "-0"], [" 2 ", "1e2", "0"], {}, 1.0),
+    ("exact numbers vs text", m.exact_match, [1, 2.5, "b"], ["1", "2.50", "b "], {}, 1.0),
+    ("accuracy", m.accuracy, ["a", "b", "b", "c"], ["a", "b", "c", "c"], {}, 0.75),
+    # tolerance 0.1: slack 0.1*max(|10|,1)=1 and 0.1*max(|0|,1)=0.1; the boundary itself passes.
+    ("allclose at boundary", m.allclose, [10, 10, 0, 0], [11, 11.0001, 0.1, 0.1001], {"tolerance": 0.1}, 0.5),
+    ("allclose negative truth", m.allclose, [-200, -200], [-210, -221], {"tolerance": 0.05}, 0.5),
+    # a: P=1/2 R=1/2 F1=1/2; b: P=2/3 R=1 F1=4/5; c: never predicted, F1=0.
+    ("macro-f1 by hand", m.macro_f1, ["a", "a", "b", "b", "c"], ["a", "b", "b", "b", "a"], {}, 1.3 / 3),
+    ("macro-f1 canonical labels", m.macro_f1, ["1", "2"], ["1.0", "2"], {}, 1.0),
+    ("clipped-r2 worse than mean", m.clipped_r2, [1, 2, 3], [3, 2, 1], {}, 0.0),  # R² = 1 - 8/2 = -3
+    ("clipped-r2 partial", m.clipped_r2, [1, 2, 3], [1, 2, 4], {}, 0.5),  # 1 - 1/2
+    ("rmse", m.rmse, [0, 0], [3, 4], {}, math.sqrt(12.5)),
+    ("mae", m.mae, [0, 0], [3, 4], {}, 3.5),
+    ("rmsle", m.rmsle, [0, E1], [E1, E1], {}, math.sqrt(0.5)),
+    ("log-loss coin flip", m.log_loss, [1, 0], [0.5, 0.5], {}, math.log(2)),
+    ("roc-auc", m.roc_auc, [0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8], {}, 0.75),
+    # row 1: hits at 1 and 3 -> (1 + 2/3)/2; row 2: hit at 2 -> 1/2; row 3: none -> 0.
+    ("map@3", m.map_at_k, ["a b", "c", "d"], ["a x b", "x c", "y z"], {"k": 3}, (5 / 6 + 0.5) / 3),
+    ("map@1", m.map_at_k, ["a b", "c", "d"], ["a x b", "x c", "y z"], {"k": 1}, 1 / 3),
+    ("map repeated prediction counts once", m.map_at_k, ["a b"], ["a a b"], {"k": 3}, (1 + 2 / 3) / 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("fn", "y_true", "y_pred", "kwargs", "expected"),
+    [case[1:] for case in HAND_COMPUTED],
+    ids=[case[0] for case in HAND_COMPUTED],
+)
+def test_metric_hand_computed(fn, y_true, y_pred, kwargs, expected):
+    assert fn(y_true, y_pred, **kwargs) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("fn", "y_true", "y_pred", "error", "match"),
+    [
+        (m.rmsle, [1, 2], [1, -0.5], InvalidPredictionError, "negative predictions"),
+        (m.rmsle, [-1, 2], [1, 2], GradingError, "negative answers"),
+        (m.log_loss, [1, 0], [1.5, 0.0], InvalidPredictionError, r"probabilities in \[0, 1\]"),
+        (m.log_loss, [2, 0], [0.5, 0.5], GradingError, "0 or 1"),
+        (m.roc_auc, [1, 1], [0.5, 0.7], GradingError, "both classes"),
+        (m.rmse, [1, 2], [1, float("nan")], InvalidPredictionError, "NaN or infinite"),
+        (m.rmse, [1, 2], [1, "x"], InvalidPredictionError, "must be numeric"),
+        (m.mae, [1, 2], [1], InvalidPredictionError, "1 predictions for 2 answers"),
+        (m.clipped_r2, [1], [1], GradingError, "at least 2"),
+    ],
+)
+def test_metric_input_errors(fn, y_true, y_pred, error, match):
+    with pytest.raises(error, match=match):
+        fn(y_true, y_pred)
+
+
+def test_registry():
+    assert is_pass_metric("exact-match") and is_pass_metric("allclose")
+    assert not any(is_pass_metric(n) for n in ("macro-f1", "clipped-r2", "rmse"))
+    assert get_metric("MAP@K") is METRICS["map-at-k"]
+    assert get_metric("log_loss") is METRICS["log-loss"]
+    assert {n for n, x in METRICS.items() if not x.higher_is_better} == {"rmse", "mae", "rmsle", "log-loss"}
+    with pytest.raises(GradingError, match="known metrics: accuracy"):
+        is_pass_metric("qwk")
+
+
+# --- grading end to end ------------------------------------------------------------------------------
+
+RNG = np.random.default_rng(0)
+IDS = [f"{i:04d}" for i in range(40)]
+LABELS = [str(v) for v in RNG.choice(["cat", "dog", "eel"], size=40)]
+NUMBERS = [f"{v:.6f}" for v in RNG.normal(10, 3, size=40)]
+BINARY = [str(i % 2) for i in range(40)]
+PERFECT = {
+    "exact-match": (LABELS, {}),
+    "allclose": (NUMBERS, {"tolerance": 1e-6}),
+    "macro-f1": (LABELS, {}),
+    "clipped-r2": (NUMBERS, {}),
+    "accuracy": (LABELS, {}),
+}
+
+
+@pytest.mark.parametrize("name", list(PERFECT))
+def test_perfect_submission_scores_one(tmp_path, name):
+    values, params = PERFECT[name]
+    frame = pd.DataFrame({"id": IDS, "y": values})
+    answers = tmp_path / "answers.csv"
+    frame.to_csv(answers, index=False)
+    submission = tmp_path / "submission.csv"
+    frame.sample(frac=1, random_state=1).to_csv(submission, index=False)
+    result = grade(spec(name, **params), submission, answers)
+    assert result == GradeResult(score=1.0, error=None, rows=40)
+
+
+SHUFFLE_CASES = {
+    "exact-match": (LABELS, {}),
+    "macro-f1": (LABELS, {}),
+    "allclose": (NUMBERS, {"tolerance": 0.05}),
+    "clipped-r2": (NUMBERS, {}),
+    "rmse": (NUMBERS, {}),
+    "roc-auc": (BINARY, {}),
+    "map-at-k": (LABELS, {"k": 2}),
+}
+
+
+@pytest.mark.parametrize("name", list(SHUFFLE_CASES))
+def test_row_order_does_not_matter(tmp_path, name):
+    values, params = SHUFFLE_CASES[name]
+    answers = pd.DataFrame({"id": IDS, "y": values})
+    noisy = list(RNG.permutation(values))  # an imperfect prediction, so the score is not trivially 1
+    if name == "roc-auc":
+        noisy = [f"{v:.3f}" for v in RNG.uniform(size=40)]
+    elif name == "map-at-k":
+        noisy = [f"{a} {b}" for a, b in zip(noisy, values, strict=True)]
+    submission = pd.DataFrame({"id": IDS, "y": noisy})
+    metric = spec(name, **params)
+    in_order = grade(metric, submission, answers)
+    shuffled = grade(metric, submission.sample(frac=1, random_state=2), answers)
+    assert in_order.ok and shuffled.ok
+    assert shuffled.score == pytest.approx(in_order.score)
+
+
+def test_several_targets_are_averaged(tmp_path):
+    answers = write(tmp_path, "answers.csv", "id,a,b\n1,x,p\n2,y,q\n3,z,r\n4,w,s\n")
+    submission = write(tmp_path, "submission.csv", "id,b,a,extra\n4,s,w,?\n3,r,z,?\n2,0,y,?\n1,0,x,?\n")
+    result = grade(spec(targets=("a", "b")), submission, answers)
+    assert result.score == pytest.approx((1.0 + 0.5) / 2)
+
+
+def test_several_numeric_targets_are_clipped_then_averaged(tmp_path):
+    answers = pd.DataFrame({"id": ["1", "2", "3"], "a": ["1", "2", "3"], "b": ["1", "2", "3"]})
+    submission = pd.DataFrame({"id": ["1", "2", "3"], "a": ["1", "2", "4"], "b": ["3", "2", "1"]})
+    result = grade(spec("clipped-r2", targets=("a", "b")), submission, answers)
+    assert result.score == pytest.approx((0.5 + 0.0) / 2)
+
+
+TS_ANSWERS = "date,entity,y\n2020-01-01,A,1\n2020-01-01,B,2\n2020-01-02,A,3\n2020-01-02,B,4\n"
+
+
+def test_composite_keys_join_on_every_key_column(tmp_path):
+    metric = spec("allclose", keys=("date", "entity"), tolerance=1e-9)
+    answers = write(tmp_path, "answers.csv", TS_ANSWERS)
+    shuffled = write(
+        tmp_path,
+        "shuffled.csv",
+        "entity,date,y\nB,2020-01-02,4\nA,2020-01-01,1\nB,2020-01-01,2\nA,2020-01-02,3\n",
+    )
+    assert grade(metric, shuffled, answers).score == 1.0
+    swapped = write(
+        tmp_path,
+        "swapped.csv",
+        "date,entity,y\n2020-01-01,A,2\n2020-01-01,B,1\n2020-01-02,A,3\n2020-01-02,B,4\n",
+    )
+    assert grade(metric, swapped, answers).score == 0.5
+    missing = write(
+        tmp_path, "missing.csv", "date,entity,y\n2020-01-01,A,1\n2020-01-01,B,2\n2020-01-02,A,3\n"
+    )
+    result = grade(metric, missing, answers)
+    assert result.score == 0.0
+    assert "date='2020-01-02', entity='B'" in result.error
+    duplicated = write(tmp_path, "dup.csv", TS_ANSWERS + "2020-01-02,B,4\n")
+    assert "date='2020-01-02', entity='B' appears 2 times" in grade(metric, duplicated, answers).error
+
+
+def test_ids_with_leading_zeros_keep_their_form(tmp_path):
+    answers = write(tmp_path, "answers.csv", "id,y\n007,a\n07,b\n7,c\n")
+    submission = write(tmp_path, "submission.csv", "id,y\n7,c\n007,a\n07,b\n")
+    assert grade(spec(), submission, answers).score == 1.0
+    crossed = write(tmp_path, "crossed.csv", "id,y\n007,c\n07,b\n7,a\n")
+    assert grade(spec(), crossed, answers).score == pytest.approx(1 / 3)
+
+
+def test_header_whitespace_bom_and_extra_columns_are_tolerated(tmp_path):
+    answers = write(tmp_path, "answers.csv", ANSWERS)
+    submission = write(tmp_path, "submission.csv", "\ufeffUnnamed: 0, id , y\n0,007, 1\n1,008,0.0\n2,009,1\n")
+    assert grade(spec(), submission, answers) == GradeResult(score=1.0, error=None, rows=3)
+
+
+def test_string_paths_and_dataframes_are_accepted(tmp_path):
+    answers = write(tmp_path, "answers.csv", ANSWERS)
+    submission = pd.DataFrame({"id": ["007", "008", "009"], "y": [1, 0, 0]})
+    assert grade(spec(), submission, str(answers)).score == pytest.approx(2 / 3)
