@@ -106,10 +106,60 @@ def filter_() -> None:
 
 
 @app.command()
+def prepare(
+    source: Annotated[list[str] | None, typer.Option("--source", "-s", help="Only these source ids.")] = None,
+) -> None:
+    """Profile accepted sources with DuckDB and split them into public train, public test and private answers."""
+    from dareforge.generators.prepare import prepare as prepare_stage
+
+    out.print(_prepare_line(prepare_stage(_ctx(), source)))
+
+
+@app.command()
+def generate(
+    source: Annotated[list[str] | None, typer.Option("--source", "-s", help="Only these source ids.")] = None,
+) -> None:
+    """Generate IF, MM and time-series tasks from prepared sources, each with certified references.
+
+    Tasks land in the store under tasks/<task_id>/ (public/, private/, _MANIFEST.json) and in the `tasks` table.
+    """
+    from dareforge.generators.generate import generate as generate_stage
+
+    report = generate_stage(_ctx(), source)
+    _print_generate(report)
+
+
+@app.command()
+def resimulate(
+    task: Annotated[list[str] | None, typer.Option("--task", "-t", help="Only these task ids.")] = None,
+) -> None:
+    """Re-run the stored IF references on this machine's library versions; list tasks whose predictions changed."""
+    from dareforge.reference_solutions.resimulate import resimulate as resimulate_stage
+
+    results = resimulate_stage(_ctx(), task)
+    table = Table(title="resimulation", title_justify="left")
+    for column in ("task", "family", "matches", "detail", "stack differs"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        table.add_row(
+            r.task_id, r.family, "yes" if r.matches else "[red]no[/]", r.detail, ", ".join(r.stack_differs)
+        )
+    out.print(table)
+    changed = [r for r in results if not r.matches]
+    out.print(
+        f"{len(results)} IF tasks re-run here: {len(results) - len(changed)} match, {len(changed)} changed"
+    )
+    if changed:
+        raise typer.Exit(1)
+
+
+@app.command()
 def run() -> None:
-    """The main job on the configured sources: crawl, then filter, then a summary."""
+    """The main job on the configured sources: crawl, filter, prepare, generate, then a summary."""
     from dareforge.crawlers.crawl import crawl as crawl_stage
     from dareforge.crawlers.filter import filter_sources
+    from dareforge.generators.generate import generate as generate_stage
+    from dareforge.generators.prepare import prepare as prepare_stage
 
     ctx = _ctx()
     try:
@@ -117,6 +167,8 @@ def run() -> None:
     except DareforgeError as exc:
         _fail(exc)
     filtered = filter_sources(ctx)
+    prepared = prepare_stage(ctx)
+    generated = generate_stage(ctx)
     out.rule("dareforge run")
     out.print(f"store: {ctx.store.url}")
     out.print(_crawl_line(crawled))
@@ -128,9 +180,31 @@ def run() -> None:
            from filter_decisions where not kept group by rule order by sources desc, rule limit 5"""
     )
     _print_relation(top, "top drop reasons")
+    out.print(_prepare_line(prepared))
+    _print_generate(generated)
     out.print(
         'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
     )
+
+
+FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF")
+
+
+def _print_generate(report) -> None:
+    counts = ", ".join(f"{family} {report.families.get(family, 0)}" for family in FAMILIES)
+    out.print(
+        f"generate: {counts}; {len(report.rejected)} rejected, {len(report.failures)} failed, "
+        f"{report.reused} reused; {report.wall_seconds:.1f}s ({report.reference_seconds:.1f}s in references)"
+    )
+    for key, reason in list(report.rejected.items())[:5]:
+        out.print(f"  [yellow]rejected[/] {key}: {reason}")
+    for key, reason in list(report.failures.items())[:5]:
+        out.print(f"  [red]failed[/] {key}: {reason}")
+
+
+def _prepare_line(report) -> str:
+    line = f"prepare: {len(report.prepared)} prepared, {len(report.skipped)} unchanged, {len(report.failed)} failed"
+    return line + "".join(f"\n  [red]failed[/] {sid}: {why}" for sid, why in dict(report.failed).items())
 
 
 @app.command()

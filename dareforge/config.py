@@ -137,7 +137,9 @@ class SourceOverride(Section):
 class PrepareConfig(Section):
     seed: int = 20260101
     test_share: float = Field(0.2, description="Share of labelled rows held out as the private test set.")
-    max_classes: int = Field(20, description="A numeric target with at most this many integer values is a class.")
+    max_classes: int = Field(
+        20, description="A numeric target with at most this many integer values is a class."
+    )
     duckdb_memory_limit: str = "2GB"
     duckdb_threads: int = 2
 
@@ -145,7 +147,9 @@ class PrepareConfig(Section):
 class GenerateConfig(Section):
     seed: int = 20260101
     if_variants: int = Field(2, description="IF tasks sampled per prepared source.")
-    noise_share: float = Field(0.2, description="Share of IF training rows turned into noise the filters remove.")
+    noise_share: float = Field(
+        0.2, description="Share of IF training rows turned into noise the filters remove."
+    )
     regression_tolerance: float = Field(1e-6, description="Relative tolerance of the IF regression grader.")
     max_train_rows: int = Field(50_000, description="Larger sources are sampled down for task files.")
     limits_turns: int = 5

@@ -149,7 +149,9 @@ class ColumnProfile(BaseModel):
     max: str | None = None
     mean: float | None = None
     std: float | None = None
-    top_values: list[str] = Field(default_factory=list, description="Most frequent values (categorical only).")
+    top_values: list[str] = Field(
+        default_factory=list, description="Most frequent values (categorical only)."
+    )
 
 
 class PreparedSource(Record):
@@ -180,7 +182,9 @@ class MetricSpec(BaseModel):
 
     name: str = Field(description="exact-match, allclose, macro-f1, clipped-r2, or a competition metric.")
     target_columns: list[str]
-    key_columns: list[str] = Field(description="Columns that identify a prediction row (id; time+entity for CF).")
+    key_columns: list[str] = Field(
+        description="Columns that identify a prediction row (id; time+entity for CF)."
+    )
     tolerance: float | None = Field(None, description="Relative tolerance of allclose.")
     k: int | None = Field(None, description="For MAP@k.")
 
@@ -197,7 +201,9 @@ class TaskScores(BaseModel):
 
     baseline: float | None = Field(None, description="Trivial predictor (majority class, mean, last value).")
     strong: float | None = Field(None, description="A strong default model (gradient boosting).")
-    reference_seconds: float | None = Field(None, description="Fit+predict time of the reference.")
+    reference_seconds: float | None = Field(
+        None, description="CPU seconds of the reference runs (fit+predict)."
+    )
 
 
 class Task(Record):
@@ -214,7 +220,9 @@ class Task(Record):
     seed: int
     instruction: str
     public_files: list[SourceFile] = Field(description="Under tasks/<id>/public/.")
-    private_files: list[SourceFile] = Field(description="Under tasks/<id>/private/: answers, reference outputs.")
+    private_files: list[SourceFile] = Field(
+        description="Under tasks/<id>/private/: answers, reference outputs."
+    )
     metric: MetricSpec
     limits: TaskLimits = Field(default_factory=TaskLimits)
     scores: TaskScores = Field(default_factory=TaskScores)

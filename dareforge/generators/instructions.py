@@ -1,0 +1,137 @@
+"""Render task prompts. IF prompts state every choice that changes the predictions; MM prompts state only the goal.
+
+Several phrasings of the same spec exist so that models cannot key on one template; the choice is seeded.
+"""
+
+from __future__ import annotations
+
+import random
+
+from dareforge.generators.spec import CategoryFilter, IFSpec
+from dareforge.reference_solutions.pipeline import PREDICTIONS, literal
+from dareforge.schema import MetricSpec, TaskLimits
+
+
+def _names(columns: list[str]) -> str:
+    return ", ".join(f"`{c}`" for c in columns) if columns else "none"
+
+
+def _filters(spec: IFSpec) -> list[str]:
+    lines = []
+    for f in spec.filters:
+        if isinstance(f, CategoryFilter):
+            allowed = ", ".join(repr(v) for v in f.allowed)
+            lines.append(f"keep rows whose `{f.column}` is one of {allowed}")
+        else:
+            lines.append(
+                f"keep rows whose `{f.column}` is between {literal(f.low)} and {literal(f.high)} inclusive"
+            )
+    return lines
+
+
+def _steps(spec: IFSpec) -> list[str]:
+    filters = "; then ".join(_filters(spec))
+    steps = [
+        f"Load `train.csv` and `test.csv` with pandas' `read_csv` defaults. Clean the training rows by applying "
+        f"these filters in this order, always keeping a row whose value in the filtered column is missing: {filters}.",
+    ]
+    if spec.date_parts:
+        derived = ", ".join(
+            f"`{name}` (its {part})"
+            for part, name in zip(spec.date_parts.parts, spec.date_parts.derived, strict=True)
+        )
+        steps.append(
+            f"In both files, parse `{spec.date_parts.column}` with `pd.to_datetime` and add the columns {derived}, "
+            "taken from pandas' `.dt` accessor of the same name."
+        )
+    steps.append(
+        f"Use these numeric features, in this order: {_names(spec.numeric_features)}; and these categorical "
+        f"features, in this order: {_names(spec.categorical)}. Use no other column."
+    )
+    numeric = f"impute missing values with the {spec.numeric_imputer}"
+    if spec.scaler != "none":
+        numeric += f", then scale with scikit-learn's {'StandardScaler' if spec.scaler == 'standard' else 'MinMaxScaler'}"
+    imputer = (
+        "the most frequent value"
+        if spec.categorical_imputer == "most_frequent"
+        else "the constant string 'missing'"
+    )
+    encoder = (
+        "one-hot encode with `OneHotEncoder(handle_unknown='ignore')`"
+        if spec.encoder == "onehot"
+        else "ordinal encode with `OrdinalEncoder(handle_unknown='use_encoded_value', unknown_value=-1)`"
+    )
+    steps.append(
+        f"Preprocess with a scikit-learn `ColumnTransformer` whose first transformer handles the numeric features "
+        f"({numeric}) and whose second handles the categorical features (impute missing values with {imputer}, "
+        f"then {encoder}); every step uses its default settings otherwise and is fitted on the cleaned training rows."
+    )
+    params = ", ".join(f"{k}={v!r}" for k, v in spec.model.params.items())
+    steps.append(
+        f"Put the preprocessing and `{spec.model.module}.{spec.model.name}({params})` (all other parameters at "
+        f"their defaults) in one `Pipeline`, fit it on the cleaned training rows to predict `{spec.target}`, and "
+        "predict every row of `test.csv`."
+    )
+    steps.append(
+        f"Write `{PREDICTIONS}` with exactly two columns, `{spec.id_column}` and `{spec.target}`, one row per row "
+        "of `test.csv`."
+    )
+    return steps
+
+
+def _numbered(spec: IFSpec) -> str:
+    intro = f"Build the following scikit-learn workflow to predict `{spec.target}` ({spec.task_type.value})."
+    return intro + "\n\n" + "\n".join(f"{i}. {step}" for i, step in enumerate(_steps(spec), start=1))
+
+
+def _prose(spec: IFSpec) -> str:
+    return (
+        f"Your job is to reproduce a {spec.task_type.value} pipeline for `{spec.target}` exactly. "
+        + " ".join(_steps(spec))
+    )
+
+
+def _checklist(spec: IFSpec) -> str:
+    return (
+        "Follow every requirement below; the predictions are checked against a reference run of the same "
+        "workflow, so deviations change the answer.\n\n" + "\n".join(f"- {step}" for step in _steps(spec))
+    )
+
+
+IF_TEMPLATES = (_numbered, _prose, _checklist)
+
+
+def render_if(spec: IFSpec, limits: TaskLimits) -> str:
+    template = random.Random(spec.seed).choice(IF_TEMPLATES)
+    return template(spec) + "\n\n" + _limits(limits)
+
+
+METRIC_WORDS = {
+    "macro-f1": "macro-averaged F1 score",
+    "clipped-r2": "R² (negative values count as 0)",
+}
+
+
+def render_mm(
+    *,
+    target: list[str],
+    task_words: str,
+    metric: MetricSpec,
+    limits: TaskLimits,
+    test_note: str,
+) -> str:
+    keys = ", ".join(f"`{c}`" for c in metric.key_columns)
+    targets = ", ".join(f"`{c}`" for c in target)
+    return (
+        f"Train any model you like on `train.csv` to predict {targets} ({task_words}). {test_note} "
+        f"Write `{PREDICTIONS}` with the columns {keys} and {targets}, one row per row of `test.csv`. "
+        f"Submissions are scored by the {METRIC_WORDS.get(metric.name, metric.name)} on held-out answers. "
+        f"You have CPU only.\n\n" + _limits(limits)
+    )
+
+
+def _limits(limits: TaskLimits) -> str:
+    return (
+        f"You may run code at most {limits.turns} times; each run may take at most {limits.seconds_per_execution} "
+        "seconds."
+    )

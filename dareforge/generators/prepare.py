@@ -1,0 +1,912 @@
+"""The prepare stage: profile a source's labelled table with DuckDB, pick its columns and task, split it.
+
+Per source it writes `prepared/<source_id>/<version>/files/{train,test,answers}.csv`, then the version's
+`_MANIFEST.json` (checksums and the record), then the `PreparedSource` record. `version` fingerprints everything
+that defines the output, so a version whose manifest exists is finished and is only verified, never rebuilt.
+
+No table is ever loaded into Python: one DuckDB connection per run (memory limit and threads from
+`prepare.*`) reads the raw file into an in-memory table that spills to a folder under `store.work_dir` when
+it outgrows the memory limit, profiles it with one aggregate query per batch of columns, splits it in SQL and
+writes the CSVs with `COPY`. A CSV is read as text, so values reach train/test/answers exactly as the source wrote them;
+column types are DuckDB's sniffed types, checked against every row.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import logging
+import math
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dareforge.context import RunContext
+from dareforge.crawlers.base import fingerprint
+from dareforge.crawlers.filter import accepted_source_ids
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE
+from dareforge.errors import DareforgeError, StoreError
+from dareforge.schema import ColumnKind, ColumnProfile, PreparedSource, Source, SourceFile, TaskType
+from dareforge.store import sha256_file
+
+log = logging.getLogger(__name__)
+
+PREPARE_FORMAT = 1
+"""Bump when the output of prepare changes for the same inputs, so every source is prepared again."""
+
+FILES = ("train.csv", "test.csv", "answers.csv")
+TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t", ".parquet": None}
+ROW_ID = "row_id"
+EXACT_DISTINCT_ROWS = 1_000_000
+"""Up to this many rows distinct counts are exact; above, DuckDB's HyperLogLog estimate (still deterministic)."""
+COLUMN_BATCH = 200
+TOP_VALUES = 10
+TEXT_MIN_LENGTH = 20
+TEXT_MIN_DISTINCT = 10
+TEXT_DISTINCT_SHARE = 0.5
+ID_NAME = r"(?i)^id$|[ _.-]id$|(?-i:[a-z0-9](Id|ID))$"
+DUCKDB_ENCODINGS = {"utf-8": "utf-8", "utf-8-sig": "utf-8", "utf-16": "utf-16", "iso8859-1": "latin-1"}
+
+INTEGER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+INTEGER_TYPES |= {"UBIGINT", "UHUGEINT"}
+FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL"}
+DATETIME_TYPES = {"DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS"}
+DATETIME_TYPES |= {"TIMESTAMP_NS", "TIMESTAMP_TZ"}
+FALLBACK = {"DATE": "TIMESTAMP"}
+"""A sniffed type that fails on some row is widened: integers to DOUBLE, DATE to TIMESTAMP, else VARCHAR."""
+
+
+class PrepareError(DareforgeError):
+    """One source cannot be prepared; the stage records the reason (which names the fix) and goes on."""
+
+
+class PreparedIntegrityError(StoreError):
+    """Stored prepared files no longer match their manifest."""
+
+
+@dataclass
+class PrepareReport:
+    prepared: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict, repr=False)
+    """Why each failed source failed, with the fix."""
+    written: list[str] = field(default_factory=list)
+
+
+# -- public API -----------------------------------------------------------------------------------------------
+def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareReport:
+    """Prepare each source (default: every source the filter accepted); returns what happened to each."""
+    ids = source_ids if source_ids is not None else accepted_source_ids(ctx)
+    report = PrepareReport()
+    with _Engine(ctx) as engine, ctx.progress() as progress:
+        bar = progress.add_task("prepare", total=len(ids), item="")
+        for source_id in ids:
+            progress.update(bar, item=source_id)
+            try:
+                _prepare_source(ctx, engine, source_id, report)
+            except (PrepareError, duckdb.Error, OSError) as exc:
+                reason = str(exc) if isinstance(exc, PrepareError) else _failure(ctx, source_id, exc)
+                engine.recover()
+                log.warning("prepare %s failed: %s", source_id, reason)
+                report.failed.append(source_id)
+                report.reasons[source_id] = reason
+            progress.advance(bar)
+    return report
+
+
+def load_prepared(ctx: RunContext, source_id: str) -> PreparedSource | None:
+    """The latest prepared record of a source, or None when it was never prepared."""
+    key = ctx.store.table_key(PreparedSource.table, source_id)
+    if not ctx.store.exists(key):
+        return None
+    rows = _partition_rows(ctx, key)
+    return PreparedSource.model_validate(rows[-1]) if rows else None
+
+
+def _partition_rows(ctx: RunContext, key: str) -> list[dict[str, Any]]:
+    """Rows of one small record partition.
+
+    The bytes are copied into Arrow-owned memory first: pyarrow reading a Python file object (or a buffer that
+    wraps Python bytes) can release that object from a reader thread while the interpreter shuts down, which
+    aborts the process ("terminate called without an active exception") after an otherwise clean run.
+    """
+    sink = pa.BufferOutputStream()
+    sink.write(ctx.store.read_bytes(key))
+    return pq.read_table(pa.BufferReader(sink.getvalue())).to_pylist()
+
+
+def prepared_file(ctx: RunContext, prepared: PreparedSource, name: str) -> Path:
+    """Local path of `train`, `test` or `answers` (with or without `.csv`) of a prepared source."""
+    name = name if name.endswith(".csv") else f"{name}.csv"
+    if name not in FILES:
+        raise DareforgeError(f"prepared sources have {', '.join(FILES)}, not {name!r}")
+    key = f"{_prefix(prepared.source_id, prepared.version)}/files/{name}"
+    if not ctx.store.exists(key):
+        raise StoreError(
+            f"{key} is missing from the store at {ctx.store.url}; run `dareforge prepare` for "
+            f"{prepared.source_id} again"
+        )
+    if ctx.store.is_local:
+        return ctx.store.local_path(key)
+    local = Path(ctx.config.store.work_dir) / "prepared-cache" / prepared.source_id / prepared.version / name
+    expected = next((f.sha256 for f in prepared.files if f.name == name), None)
+    if not local.exists() or sha256_file(local) != expected:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = local.with_name(f".tmp-{uuid.uuid4().hex}-{name}")
+        with ctx.store.open(key) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        tmp.replace(local)
+    return local
+
+
+# -- one source -----------------------------------------------------------------------------------------------
+def _prefix(source_id: str, version: str) -> str:
+    return f"prepared/{source_id}/{version}"
+
+
+def _prepare_source(ctx: RunContext, engine: _Engine, source_id: str, report: PrepareReport) -> None:
+    source = _load_source(ctx, source_id)
+    override = ctx.config.sources.get(source_id)
+    version = _version(ctx, source)
+    prefix = _prefix(source_id, version)
+    manifest = ctx.store.read_manifest(prefix)
+    if manifest is not None:
+        problems = ctx.store.verify(prefix)
+        if problems:
+            raise PreparedIntegrityError(
+                f"prepared files of {source_id} (version {version}) do not match their manifest:\n  "
+                + "\n  ".join(problems)
+                + f"\nsomething changed them after they were written; delete {ctx.store.path(prefix)} "
+                "and run `dareforge prepare` again to rebuild them"
+            )
+        record = PreparedSource.model_validate(manifest["record"])
+        _write_record(ctx, record, report)
+        report.skipped.append(source_id)
+        return
+    raw_prefix = f"raw/{source_id}/{source.raw_version}"
+    if not source.raw_version or ctx.store.read_manifest(raw_prefix) is None:
+        raise PrepareError(f"{source_id}: no raw files in the store; run `dareforge crawl` first")
+    table = _choose_table(ctx, source, override)
+    scratch = Path(ctx.config.store.work_dir) / "prepare" / f"{source_id}-{uuid.uuid4().hex[:8]}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        record = engine.prepare_table(source, override, table, version, scratch)
+        with _timed(source_id, "store files"):
+            for f in record.files:
+                key = f"{prefix}/files/{f.name}"
+                ctx.store.put_file(scratch / f.name, key)
+                report.written.append(key)
+        ctx.store.write_manifest(
+            prefix,
+            {
+                "source_id": source_id,
+                "source_version": source.version,
+                "version": version,
+                "files": [f.model_dump() for f in record.files],
+                "record": record.model_dump(mode="json"),
+            },
+        )
+        report.written.append(f"{prefix}/_MANIFEST.json")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _write_record(ctx, record, report)
+    for key in ctx.store.list(f"prepared/{source_id}"):
+        old = key.split("/")[2]
+        if old != version:
+            ctx.store.remove_prefix(_prefix(source_id, old))
+    report.prepared.append(source_id)
+    log.info("%s: prepared %s (%d train, %d test)", source_id, version, record.n_train, record.n_test)
+
+
+def _write_record(ctx: RunContext, record: PreparedSource, report: PrepareReport) -> None:
+    if ctx.store.write_records(record.source_id, [record]):
+        report.written.append(ctx.store.table_key(PreparedSource.table, record.source_id))
+
+
+def _load_source(ctx: RunContext, source_id: str) -> Source:
+    key = ctx.store.table_key(Source.table, source_id)
+    if not ctx.store.exists(key):
+        raise PrepareError(f"{source_id}: no such source in the store; crawl it first (`dareforge crawl`)")
+    return Source.model_validate(_partition_rows(ctx, key)[-1])
+
+
+def _version(ctx: RunContext, source: Source) -> str:
+    override = ctx.config.sources.get(source.id)
+    # DuckDB's memory limit and threads change how fast, not what is written.
+    settings = ctx.config.prepare.model_dump(mode="json", exclude={"duckdb_memory_limit", "duckdb_threads"})
+    facts = source.model_dump(
+        mode="json",
+        include={"target_columns", "id_column", "time_column", "entity_column", "task_hint"},
+    )
+    return fingerprint(
+        PREPARE_FORMAT,
+        source.version,
+        source.raw_version,
+        settings,
+        override.model_dump(mode="json") if override else None,
+        facts,
+    )
+
+
+@dataclass(frozen=True)
+class _Table:
+    source_id: str
+    file: SourceFile
+    key: str
+    columns: list[str] | None
+    encoding: str | None
+
+
+def _choose_table(ctx: RunContext, source: Source, override: Any) -> _Table:
+    """The labelled table: the override's, else the largest table whose header holds every target."""
+    sid = source.id
+    targets = (override.target if override and override.target else None) or source.target_columns
+    encoding = override.encoding if override and override.encoding else None
+    undecodable = [f.name for f in source.files if (f.encoding or "").startswith(UNDECODABLE)]
+    hint = (
+        f"; {', '.join(undecodable)} could not be decoded: set sources.{sid}.encoding (e.g. latin-1)"
+        if undecodable and not encoding
+        else ""
+    )
+    if not targets:
+        raise PrepareError(
+            f"{sid}: no target column is known; name it under sources.{sid}.target in dareforge.yaml{hint}"
+        )
+    prefix = f"raw/{sid}/{source.raw_version}/files"
+    candidates = []
+    for f in source.files:
+        suffix = Path(f.name).suffix.lower()
+        if suffix not in TABLE_SUFFIXES:
+            continue
+        columns = f.columns
+        if columns is None and encoding and suffix != ".parquet":
+            columns = _header(ctx, f"{prefix}/{f.name}", encoding, TABLE_SUFFIXES[suffix] or ",")
+        candidates.append(_Table(sid, f, f"{prefix}/{f.name}", columns, encoding or f.encoding))
+    if override and override.table:
+        chosen = [t for t in candidates if t.file.name == override.table]
+        if not chosen:
+            names = ", ".join(t.file.name for t in candidates) or "none"
+            raise PrepareError(
+                f"{sid}: sources.{sid}.table names {override.table!r}, which is not a table of the source "
+                f"(tables: {names})"
+            )
+        return chosen[0]
+    labelled = [
+        t
+        for t in candidates
+        if not SAMPLE_SUBMISSION.search(Path(t.file.name).stem) and t.columns and _has(t.columns, targets)
+    ]
+    if not labelled:
+        raise PrepareError(
+            f"{sid}: no table has the target column(s) {targets} (sample submissions do not count); name the "
+            f"file under sources.{sid}.table or the target under sources.{sid}.target{hint}"
+        )
+    return max(labelled, key=lambda t: (t.file.size, t.file.name))
+
+
+def _has(columns: list[str], wanted: list[str]) -> bool:
+    names = set(columns) | {c.strip() for c in columns}
+    return all(w in names for w in wanted)
+
+
+def _header(ctx: RunContext, key: str, encoding: str, delimiter: str) -> list[str] | None:
+    with ctx.store.open(key) as fh:
+        head = fh.read(65536)
+    try:
+        text = head.decode(encoding, errors="ignore")
+    except LookupError:
+        return None
+    first = next(csv.reader(io.StringIO(text.lstrip("\ufeff")), delimiter=delimiter), [])
+    return [c.strip() for c in first]
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _failure(ctx: RunContext, source_id: str, exc: Exception) -> str:
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return (
+            f"{source_id}: DuckDB ran out of memory ({_first_line(exc)}); raise prepare.duckdb_memory_limit "
+            f"(now {ctx.config.prepare.duckdb_memory_limit}) or free disk under {ctx.config.store.work_dir}"
+        )
+    return f"{source_id}: prepare failed ({_first_line(exc)}); see the log, or exclude it with rules.excluded_ids"
+
+
+def _read_failure(table: _Table, exc: Exception) -> str:
+    sid = table.source_id
+    return (
+        f"{sid}: cannot read {table.file.name} ({_first_line(exc)}); if the file is not UTF-8 set "
+        f"sources.{sid}.encoding (e.g. latin-1), or pick another file with sources.{sid}.table"
+    )
+
+
+# -- SQL helpers ----------------------------------------------------------------------------------------------
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _is_numeric(dtype: str) -> bool:
+    return dtype in INTEGER_TYPES or dtype in FLOAT_TYPES or dtype.startswith("DECIMAL")
+
+
+def _is_datetime(dtype: str) -> bool:
+    return dtype in DATETIME_TYPES
+
+
+def _widen(dtype: str) -> str:
+    if dtype in INTEGER_TYPES:
+        return "DOUBLE"
+    return FALLBACK.get(dtype, "VARCHAR")
+
+
+@dataclass
+class _Column:
+    name: str
+    stored: str
+    """Its type in the scratch table (VARCHAR for every CSV column)."""
+    dtype: str
+    """Its value type: the stored type, or for CSV text the sniffed type every row casts to."""
+    tried_timestamp: bool = False
+
+    @property
+    def typed(self) -> str:
+        """SQL for the column's values in `dtype`."""
+        if self.stored == "VARCHAR" and self.dtype != "VARCHAR":
+            return f"TRY_CAST({_q(self.name)} AS {self.dtype})"
+        if _is_numeric(self.dtype) or _is_datetime(self.dtype) or self.dtype in ("VARCHAR", "BOOLEAN"):
+            return _q(self.name)
+        return f"CAST({_q(self.name)} AS VARCHAR)"  # nested Parquet types: measured as text
+
+    @property
+    def text(self) -> str:
+        """SQL for the column's values as text (as written in the source for CSV)."""
+        return _q(self.name) if self.stored == "VARCHAR" else f"CAST({_q(self.name)} AS VARCHAR)"
+
+
+@dataclass
+class _Stats:
+    nonnull: int = 0
+    distinct: int = 0
+    min: str | None = None
+    max: str | None = None
+    mean: float | None = None
+    std: float | None = None
+    avg_length: float | None = None
+    integral: bool = False
+    top: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def _timed(source_id: str, step: str) -> Iterator[None]:
+    started = time.perf_counter()
+    yield
+    log.debug("%s: %s took %.2fs", source_id, step, time.perf_counter() - started)
+
+
+def _hash(seed: int, text_sql: str) -> str:
+    """A stable 60-bit number from md5 of the seed and a text (md5, unlike DuckDB's hash(), never changes)."""
+    return f"CAST('0x' || left(md5({_lit(f'{seed}:')} || {text_sql}), 15) AS BIGINT)"
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# -- the DuckDB engine ----------------------------------------------------------------------------------------
+class _Engine:
+    """One DuckDB connection for the run: an in-memory database that spills to a scratch folder."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.cfg = ctx.config.prepare
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._dir: Path | None = None
+
+    def __enter__(self) -> _Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._con is not None:
+            with suppress(duckdb.Error):
+                self._con.close()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            with suppress(OSError):
+                self._dir.parent.rmdir()  # the shared `prepare` folder, when no other run uses it
+
+    def recover(self) -> None:
+        """After an error, drop the connection if DuckDB invalidated it; the next source opens a new one."""
+        if self._con is None:
+            return
+        try:
+            self._con.execute("SELECT 1").fetchall()
+        except duckdb.Error:
+            self.__exit__()
+            self._con = self._dir = None
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            # An in-memory database that spills to a scratch folder: tables larger than memory_limit move to
+            # disk, and nothing outlives the run.
+            self._dir = Path(self.ctx.config.store.work_dir) / "prepare" / f"duckdb-{uuid.uuid4().hex[:12]}"
+            self._dir.mkdir(parents=True, exist_ok=True)
+            self._con = duckdb.connect(
+                ":memory:",
+                config={
+                    "memory_limit": self.cfg.duckdb_memory_limit,
+                    "threads": self.cfg.duckdb_threads,
+                    "temp_directory": str(self._dir),
+                    "preserve_insertion_order": True,
+                },
+            )
+            self._con.execute("SET enable_progress_bar = false")
+        return self._con
+
+    def _scalar(self, sql: str) -> Any:
+        row = self.con.execute(sql).fetchone()
+        return row[0] if row else None
+
+    # -- reading ------------------------------------------------------------------------------------------
+    @contextmanager
+    def _local_file(self, table: _Table, scratch: Path) -> Iterator[tuple[Path, str | None]]:
+        """A local path DuckDB can read, and the encoding to tell it (transcoding what it cannot read)."""
+        store = self.ctx.store
+        suffix = Path(table.file.name).suffix.lower()
+        path = store.local_path(table.key) if store.is_local else None
+        if path is None:
+            path = scratch / f"raw{suffix}"
+            with store.open(table.key) as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        if suffix == ".parquet":
+            yield path, None
+            return
+        encoding = table.encoding or "utf-8"
+        if encoding.startswith(UNDECODABLE):
+            raise PrepareError(
+                f"{table.source_id}: {table.file.name} is not UTF-8 ({encoding}); set "
+                f"sources.{table.source_id}.encoding to its encoding (e.g. latin-1)"
+            )
+        try:
+            codec = codecs.lookup(encoding).name
+        except LookupError as exc:
+            raise PrepareError(
+                f"{table.source_id}: unknown encoding {encoding!r}; fix sources.{table.source_id}.encoding"
+            ) from exc
+        if codec in DUCKDB_ENCODINGS:
+            yield path, DUCKDB_ENCODINGS[codec]
+            return
+        # DuckDB reads UTF-8, UTF-16 and Latin-1 itself; anything else is streamed into UTF-8 first.
+        utf8 = scratch / f"utf8{suffix}"
+        with (
+            open(path, encoding=codec, newline="") as src,
+            open(utf8, "w", encoding="utf-8", newline="") as dst,
+        ):
+            shutil.copyfileobj(src, dst, 1 << 20)
+        yield utf8, "utf-8"
+
+    def _load(self, table: _Table, scratch: Path) -> list[_Column]:
+        """Copy the table into the scratch database as `src` (text for CSV); returns its columns."""
+        suffix = Path(table.file.name).suffix.lower()
+        with self._local_file(table, scratch) as (path, encoding):
+            if suffix == ".parquet":
+                reader = f"read_parquet({_lit(str(path))})"
+                self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}")
+                described = self.con.execute("DESCRIBE src").fetchall()
+                return [_Column(name, dtype, dtype) for name, dtype, *_ in described]
+            options = f"delim={_lit(TABLE_SUFFIXES[suffix] or ',')}, header=true, encoding={_lit(encoding or 'utf-8')}"
+            reader = f"read_csv({_lit(str(path))}, {options}"
+            sniffed = self.con.execute(f"DESCRIBE SELECT * FROM {reader})").fetchall()
+            self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}, all_varchar=true)")
+        stored = self.con.execute("DESCRIBE src").fetchall()
+        types = {name: dtype for name, dtype, *_ in sniffed}
+        return [_Column(name, "VARCHAR", types.get(name, "VARCHAR")) for name, _dtype, *_ in stored]
+
+    # -- profiling ----------------------------------------------------------------------------------------
+    def _profile(self, relation: str, columns: list[_Column], n: int, targets: set[str]) -> dict[str, _Stats]:
+        """Per-column statistics in one aggregate query per batch; a column whose sniffed type fails on some
+        row is widened and measured again."""
+        stats: dict[str, _Stats] = {}
+        pending = list(columns)
+        while pending:
+            retry: list[_Column] = []
+            for start in range(0, len(pending), COLUMN_BATCH):
+                batch = pending[start : start + COLUMN_BATCH]
+                retry += self._profile_batch(relation, batch, n, targets, stats)
+            pending = retry
+        self._top_values(
+            relation, [c for c in columns if _kind(c, stats[c.name]) == ColumnKind.CATEGORICAL], stats
+        )
+        return stats
+
+    def _profile_batch(
+        self, relation: str, batch: list[_Column], n: int, targets: set[str], stats: dict[str, _Stats]
+    ) -> list[_Column]:
+        exact = n <= EXACT_DISTINCT_ROWS
+        parts: list[str] = []
+        for i, col in enumerate(batch):
+            raw, typed = _q(col.name), col.typed
+            parts.append(f"count({raw}) AS c{i}_nonnull")
+            parts.append(f"count({typed}) AS c{i}_ok")
+            distinct = f"count(DISTINCT {typed})" if exact else f"approx_count_distinct({typed})"
+            parts.append(f"{distinct} AS c{i}_distinct")
+            parts.append(f"CAST(min({typed}) AS VARCHAR) AS c{i}_min")
+            parts.append(f"CAST(max({typed}) AS VARCHAR) AS c{i}_max")
+            if _is_numeric(col.dtype):
+                parts.append(f"avg({typed})::DOUBLE AS c{i}_mean")
+                parts.append(f"stddev_samp({typed})::DOUBLE AS c{i}_std")
+                if col.name in targets:
+                    parts.append(f"count(*) FILTER (WHERE {typed} <> round({typed})) AS c{i}_fractional")
+            if col.dtype == "VARCHAR":
+                parts.append(f"avg(length({col.text}))::DOUBLE AS c{i}_length")
+                if col.stored == "VARCHAR" and not col.tried_timestamp:
+                    parts.append(f"count(TRY_CAST({raw} AS TIMESTAMP)) AS c{i}_timestamps")
+        cursor = self.con.execute(f"SELECT {', '.join(parts)} FROM {relation}")
+        names = [d[0] for d in cursor.description]
+        row = dict(zip(names, cursor.fetchone() or (), strict=True))
+        retry = []
+        for i, col in enumerate(batch):
+            nonnull = row[f"c{i}_nonnull"]
+            if row[f"c{i}_ok"] < nonnull:  # the sniffed type fails on some row: widen and measure again
+                col.dtype = _widen(col.dtype)
+                retry.append(col)
+                continue
+            if col.dtype == "VARCHAR" and 0 < nonnull == row.get(f"c{i}_timestamps"):
+                col.dtype, col.tried_timestamp = "TIMESTAMP", True  # text DuckDB reads as timestamps
+                retry.append(col)
+                continue
+            stats[col.name] = _Stats(
+                nonnull=nonnull,
+                distinct=int(row[f"c{i}_distinct"] or 0),
+                min=row[f"c{i}_min"],
+                max=row[f"c{i}_max"],
+                mean=_finite(row.get(f"c{i}_mean")),
+                std=_finite(row.get(f"c{i}_std")),
+                avg_length=row.get(f"c{i}_length"),
+                integral=row.get(f"c{i}_fractional") == 0,
+            )
+        return retry
+
+    def _top_values(self, relation: str, columns: list[_Column], stats: dict[str, _Stats]) -> None:
+        for start in range(0, len(columns), COLUMN_BATCH):
+            batch = columns[start : start + COLUMN_BATCH]
+            selects = [
+                f"(SELECT {i} AS __i, {c.text} AS __v, count(*) AS __n FROM {relation} "
+                f"WHERE {_q(c.name)} IS NOT NULL GROUP BY 2 ORDER BY 3 DESC, 2 LIMIT {TOP_VALUES})"
+                for i, c in enumerate(batch)
+            ]
+            rows = self.con.execute(" UNION ALL ".join(selects) + " ORDER BY 1, 3 DESC, 2").fetchall()
+            for i, value, _count in rows:
+                stats[batch[i].name].top.append(value)
+
+    # -- the whole source ---------------------------------------------------------------------------------
+    def prepare_table(
+        self, source: Source, override: Any, table: _Table, version: str, scratch: Path
+    ) -> PreparedSource:
+        try:
+            try:
+                with _timed(source.id, "load"):
+                    columns = self._load(table, scratch)
+            except (duckdb.Error, UnicodeError) as exc:
+                raise PrepareError(_read_failure(table, exc)) from exc
+            return self._prepare_loaded(source, override, table, version, scratch, columns)
+        finally:
+            for statement in ("VIEW lab", "VIEW lab_all", "TABLE held_out", "TABLE src"):
+                with suppress(duckdb.Error):
+                    self.con.execute(f"DROP {statement} IF EXISTS")
+
+    def _prepare_loaded(
+        self,
+        source: Source,
+        override: Any,
+        table: _Table,
+        version: str,
+        scratch: Path,
+        columns: list[_Column],
+    ) -> PreparedSource:
+        sid, cfg, con = source.id, self.cfg, self.con
+        by_name = {c.name.strip(): c for c in columns} | {c.name: c for c in columns}
+        shown = ", ".join(c.name for c in columns[:30]) + (", ..." if len(columns) > 30 else "")
+        where = f"of {table.file.name} (columns: {shown})"
+
+        def column(name: str | None, setting: str) -> _Column | None:
+            if name is None:
+                return None
+            if name not in by_name:
+                raise PrepareError(
+                    f"{sid}: sources.{sid}.{setting} names {name!r}, which is not a column {where}"
+                )
+            return by_name[name]
+
+        wanted = (override.target if override and override.target else None) or source.target_columns
+        targets = []
+        for name in wanted:
+            if name not in by_name:
+                raise PrepareError(
+                    f"{sid}: target {name!r} is not a column {where}; fix sources.{sid}.target or sources.{sid}.table"
+                )
+            targets.append(by_name[name])
+        n_all = self._scalar("SELECT count(*) FROM src")
+        labelled = " AND ".join(f"{_q(t.name)} IS NOT NULL" for t in targets)
+
+        # The id: the override, the source's own, a unique column named like an id, else the row number.
+        id_col = column(override.id_column if override else None, "id_column")
+        if id_col is not None and not self._unique(id_col, labelled):
+            raise PrepareError(
+                f"{sid}: sources.{sid}.id_column {id_col.name!r} is not unique among the labelled rows; "
+                f"name a unique column or remove the setting to number the rows"
+            )
+        if id_col is None:
+            with _timed(sid, "find id"):
+                id_col = self._find_id(source, columns, by_name, labelled, {t.name for t in targets})
+        synthetic = id_col is None
+        if synthetic:
+            row_id = ROW_ID if ROW_ID not in by_name else f"__{ROW_ID}"
+            id_col = _Column(row_id, "BIGINT", "BIGINT")
+            con.execute(
+                f"CREATE OR REPLACE VIEW lab_all AS SELECT rowid AS __rid, rowid + 1 AS {_q(row_id)}, * "
+                f"FROM src WHERE {labelled}"
+            )
+        else:
+            con.execute(
+                f"CREATE OR REPLACE VIEW lab_all AS SELECT rowid AS __rid, * FROM src WHERE {labelled}"
+            )
+        con.execute("CREATE OR REPLACE VIEW lab AS SELECT * FROM lab_all")
+
+        n = self._scalar("SELECT count(*) FROM lab")
+        if n == 0:
+            names = ", ".join(t.name for t in targets)
+            raise PrepareError(
+                f"{sid}: target {names} is empty in every row of {table.file.name}; name the right column under "
+                f"sources.{sid}.target (or the labelled file under sources.{sid}.table)"
+            )
+        if n < n_all:
+            log.info("%s: dropped %d of %d rows whose target is missing", sid, n_all - n, n_all)
+        with _timed(sid, "profile"):
+            stats = self._profile("lab", columns, n, {t.name for t in targets})
+        profiled = n  # the time-series filter below may drop rows without a time; the profile keeps them
+
+        task_type = self._task_type(source, override, targets, stats)
+        entity = column(
+            override.entity_column if override and override.entity_column else None, "entity_column"
+        )
+        if entity is None and source.entity_column in by_name:
+            entity = by_name[source.entity_column]
+        group = column(override.group_column if override else None, "group_column")
+        clock = column(override.time_column if override and override.time_column else None, "time_column")
+        if clock is None and source.time_column in by_name:
+            clock = by_name[source.time_column]
+        if clock is None and task_type == TaskType.TIME_SERIES:
+            clock = next((c for c in columns if _is_datetime(c.dtype)), None)
+            if clock is None:
+                raise PrepareError(
+                    f"{sid}: a time series needs a time column and none {where} holds dates; "
+                    f"name it under sources.{sid}.time_column"
+                )
+
+        # The private split, in SQL: a narrow table of the held-out rows' positions (`__rid`).
+        if task_type == TaskType.TIME_SERIES:
+            assert clock is not None
+            split = "chronological"
+            con.execute(
+                f"CREATE OR REPLACE VIEW lab AS SELECT * FROM lab_all WHERE {clock.typed} IS NOT NULL"
+            )
+            n = self._scalar("SELECT count(*) FROM lab")
+            if n < profiled:
+                log.info("%s: dropped %d rows without a time in %s", sid, profiled - n, clock.name)
+            # The (1 - test_share) quantile of time, exactly, with a top-N heap of test_share * n values.
+            above = n - 1 - math.floor((n - 1) * (1 - cfg.test_share)) if n else 0
+            cutoff = f"(SELECT {clock.typed} AS __t FROM lab ORDER BY __t DESC LIMIT 1 OFFSET {above})"
+            held_out = f"SELECT __rid FROM lab WHERE {clock.typed} > {cutoff}"
+        elif group is not None:
+            split = "grouped"
+            key = f"coalesce({group.text}, '')"
+            goal = round(n * cfg.test_share)
+            # Groups in hash order join the test set until it holds its share; the last group stays in train.
+            held_out = f"""
+                WITH __g AS (SELECT {key} AS __k, count(*) AS __size FROM lab GROUP BY 1),
+                __o AS (
+                    SELECT __k,
+                        coalesce(sum(__size) OVER (ORDER BY {_hash(cfg.seed, "__k")}, __k
+                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS __before,
+                        row_number() OVER (ORDER BY {_hash(cfg.seed, "__k")} DESC, __k DESC) AS __from_end
+                    FROM __g
+                )
+                SELECT __rid FROM lab
+                WHERE {key} IN (SELECT __k FROM __o WHERE __before < {goal} AND __from_end > 1)"""
+        else:
+            stratified = task_type == TaskType.CLASSIFICATION
+            split = "stratified" if stratified else "random"
+            strata = " || chr(31) || ".join(t.text for t in targets) if stratified else "''"
+            share = f"round(__m * {cfg.test_share!r})"
+            if not stratified:
+                share = f"greatest(1, {share})"
+            # Within each class, rows in hash order; the first round(share * class size) are held out, so every
+            # class keeps its share (a class of one row stays in train).
+            order = f"{_hash(cfg.seed, id_col.text)}, __rid"
+            held_out = f"""
+                SELECT __rid FROM (
+                    SELECT __rid,
+                        row_number() OVER (PARTITION BY {strata} ORDER BY {order}) AS __r,
+                        count(*) OVER (PARTITION BY {strata}) AS __m
+                    FROM lab
+                ) WHERE __m > 1 AND __r <= least(__m - 1, {share})"""
+        with _timed(sid, "split"):
+            con.execute(f"CREATE OR REPLACE TABLE held_out AS {held_out}")
+        n_rows, n_test = n, self._scalar("SELECT count(*) FROM held_out")
+        if n_test == 0 or n_test == n_rows:
+            side = "test" if n_test == 0 else "train"
+            raise PrepareError(
+                f"{sid}: the {split} split leaves the {side} set empty ({n_rows} labelled rows, "
+                f"prepare.test_share={cfg.test_share}); the source has too few rows, classes, groups or time "
+                f"points to split — exclude it (rules.excluded_ids) or change sources.{sid}.group_column/time_column"
+            )
+
+        # The files, each sorted so the same input always gives the same bytes.
+        target_names = [t.name for t in targets]
+        all_names = ([id_col.name] if synthetic else []) + [c.name for c in columns]
+        key_names = [id_col.name] + ([clock.name] if task_type == TaskType.TIME_SERIES and clock else [])
+        if task_type == TaskType.TIME_SERIES and entity is not None:
+            key_names.append(entity.name)
+        answer_names = list(dict.fromkeys(key_names + target_names))
+        if task_type == TaskType.TIME_SERIES:
+            assert clock is not None
+            order = [clock.typed] + ([entity.text] if entity else []) + [id_col.typed, id_col.text]
+        else:
+            order = [id_col.typed, id_col.text]
+        order_sql = ", ".join(order)
+        outputs = {
+            "train.csv": (all_names, "NOT IN", n_rows - n_test),
+            "test.csv": ([c for c in all_names if c not in target_names], "IN", n_test),
+            "answers.csv": (answer_names, "IN", n_test),
+        }
+        files = []
+        for name, (names, condition, rows) in outputs.items():
+            path = scratch / name
+            with _timed(sid, f"write {name}"):
+                con.execute(
+                    f"COPY (SELECT {', '.join(map(_q, names))} FROM lab WHERE __rid {condition} "
+                    f"(SELECT __rid FROM held_out) ORDER BY {order_sql}) "
+                    f"TO {_lit(str(path))} (FORMAT csv, HEADER true, DELIMITER ',')"
+                )
+                digest = sha256_file(path)
+            files.append(
+                SourceFile(
+                    name=name,
+                    size=path.stat().st_size,
+                    sha256=digest,
+                    encoding="utf-8",
+                    columns=names,
+                    rows=rows,
+                )
+            )
+        profiles = [_column_profile(c, stats[c.name], profiled) for c in columns]
+        return PreparedSource(
+            source_id=sid,
+            source_version=source.version,
+            version=version,
+            task_type=task_type,
+            target_columns=target_names,
+            id_column=id_col.name,
+            time_column=clock.name if clock else None,
+            entity_column=entity.name if entity else None,
+            group_column=group.name if group else None,
+            columns=profiles,
+            n_rows=n_rows,
+            n_train=n_rows - n_test,
+            n_test=n_test,
+            split=split,
+            seed=cfg.seed,
+            files=files,
+        )
+
+    def _unique(self, col: _Column, labelled: str) -> bool:
+        """Every labelled row has a value and no value repeats (a grouped query, so it spills when large)."""
+        nulls = self._scalar(f"SELECT count(*) FROM src WHERE {labelled} AND {_q(col.name)} IS NULL")
+        if nulls:
+            return False
+        dupes = self._scalar(
+            f"SELECT count(*) FROM (SELECT {col.text} AS __v FROM src WHERE {labelled} "
+            f"GROUP BY 1 HAVING count(*) > 1 LIMIT 1)"
+        )
+        return dupes == 0
+
+    def _find_id(
+        self,
+        source: Source,
+        columns: list[_Column],
+        by_name: dict[str, _Column],
+        labelled: str,
+        targets: set[str],
+    ) -> _Column | None:
+        candidates = []
+        if source.id_column in by_name:
+            candidates.append(by_name[source.id_column])
+        candidates += [c for c in columns if re.search(ID_NAME, c.name.strip()) and c not in candidates]
+        for col in candidates:
+            if col.name in targets:
+                continue
+            if self._unique(col, labelled):
+                return col
+            log.info("%s: %s looks like an id but is not unique; not using it", source.id, col.name)
+        return None
+
+    def _task_type(
+        self, source: Source, override: Any, targets: list[_Column], stats: dict[str, _Stats]
+    ) -> TaskType:
+        sid = source.id
+        if override and override.task_type:
+            try:
+                return TaskType(override.task_type)
+            except ValueError as exc:
+                raise PrepareError(
+                    f"{sid}: sources.{sid}.task_type is {override.task_type!r}; choose one of "
+                    f"{', '.join(t.value for t in TaskType)}"
+                ) from exc
+        if source.task_hint:
+            with suppress(ValueError):
+                return TaskType(source.task_hint)
+        for target in targets:
+            s = stats[target.name]
+            if not _is_numeric(target.dtype):
+                continue
+            if not s.integral:
+                return TaskType.REGRESSION
+            distinct = s.distinct
+            if s.nonnull > EXACT_DISTINCT_ROWS and distinct <= 4 * self.cfg.max_classes:
+                distinct = self._scalar(f"SELECT count(DISTINCT {target.typed}) FROM lab")
+            if distinct > self.cfg.max_classes:
+                return TaskType.REGRESSION
+        return TaskType.CLASSIFICATION
+
+
+def _kind(col: _Column, s: _Stats) -> ColumnKind:
+    if _is_numeric(col.dtype):
+        return ColumnKind.NUMERIC
+    if _is_datetime(col.dtype):
+        return ColumnKind.DATETIME
+    if (
+        col.dtype == "VARCHAR"
+        and (s.avg_length or 0) >= TEXT_MIN_LENGTH
+        and s.distinct >= TEXT_MIN_DISTINCT
+        and s.distinct >= TEXT_DISTINCT_SHARE * s.nonnull
+    ):
+        return ColumnKind.TEXT
+    return ColumnKind.CATEGORICAL
+
+
+def _column_profile(col: _Column, s: _Stats, n: int) -> ColumnProfile:
+    kind = _kind(col, s)
+    return ColumnProfile(
+        name=col.name,
+        dtype=col.dtype,
+        kind=kind,
+        missing_rate=round(1 - s.nonnull / n, 6) if n else 0.0,
+        distinct=s.distinct,
+        min=s.min,
+        max=s.max,
+        mean=s.mean if kind == ColumnKind.NUMERIC else None,
+        std=s.std if kind == ColumnKind.NUMERIC else None,
+        top_values=s.top if kind == ColumnKind.CATEGORICAL else [],
+    )

@@ -1,0 +1,116 @@
+"""Running references for a draft task: the IF determinism certificate, and MM/TS baseline and strong scores."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from dareforge.generators.taskio import Draft, Runners
+from dareforge.reference_solutions.graders import grade
+from dareforge.reference_solutions.pipeline import PREDICTIONS, StrongSpec, strong_reference_code
+from dareforge.reference_solutions.runner import ReferenceRunner, RunOutcome
+from dareforge.schema import MetricSpec, TaskScores
+
+
+def _scratch_copy(draft: Draft, name: str) -> Path:
+    """A copy of the public files to run in, so a script can never write into what is published."""
+    folder = draft.folder / f"run-{name}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    for path in draft.public.iterdir():
+        shutil.copyfile(path, folder / path.name)
+    return folder
+
+
+def _run_on_public(runner: ReferenceRunner, code: str, draft: Draft, name: str) -> tuple[RunOutcome, Path]:
+    folder = _scratch_copy(draft, name)
+    return runner.run(code, folder), folder / PREDICTIONS
+
+
+def _last_line(error: str | None) -> str:
+    lines = [line for line in (error or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no error message"
+
+
+def certify(runners: Runners, code: str, draft: Draft, metric: MetricSpec) -> tuple[float, str | None]:
+    """Run the IF reference three times: twice in separate processes and once with another thread count.
+
+    Returns the reference's own fit+predict seconds and, when the task must be rejected, why. The first run's
+    predictions become the task's reference predictions.
+    """
+    folders = {name: _scratch_copy(draft, name) for name in ("main", "twin", "two-threads")}
+    # Main and twin are separate processes and run at the same time; then main again with two threads.
+    runners.main.submit(code, folders["main"])
+    runners.twin.submit(code, folders["twin"])
+    outcomes = {"main": runners.main.collect(), "twin": runners.twin.collect()}
+    runners.main.submit(code, folders["two-threads"], threads=2)
+    outcomes["two-threads"] = runners.main.collect()
+    seconds = sum(outcome.cpu_seconds for outcome in outcomes.values())
+    outputs = {}
+    for name, outcome in outcomes.items():
+        if not outcome.ok:
+            return seconds, f"reference failed in the {name} run: {_last_line(outcome.error)}"
+        outputs[name] = folders[name] / PREDICTIONS
+        if not outputs[name].exists():
+            return seconds, f"reference wrote no {PREDICTIONS} in the {name} run"
+    shutil.copyfile(outputs["main"], draft.private / "reference_predictions.csv")
+    for name in ("twin", "two-threads"):
+        if outputs[name].read_bytes() == outputs["main"].read_bytes():
+            continue
+        result = grade(metric, outputs[name], outputs["main"])
+        if result.score != 1.0:
+            return (
+                seconds,
+                f"not deterministic: the {name} run scores {result.score:.6f} against the first run",
+            )
+    return seconds, None
+
+
+def baseline_predictions(
+    train: pd.DataFrame, test_keys: pd.DataFrame, targets: list[str], classification: bool, group: str | None
+) -> pd.DataFrame:
+    """A trivial predictor: the majority class, or the training mean (per group when one is given)."""
+    out = test_keys.copy()
+    for target in targets:
+        values = train[target].dropna()
+        if classification:
+            counts = values.astype(str).value_counts()
+            out[target] = sorted(counts[counts == counts.max()].index)[0]
+        elif group:
+            means = train.groupby(train[group].astype(str))[target].mean()
+            out[target] = test_keys[group].astype(str).map(means).fillna(values.mean()).to_numpy()
+        else:
+            out[target] = values.mean()
+    return out
+
+
+def score_references(
+    runners: Runners,
+    strong: StrongSpec,
+    draft: Draft,
+    metric: MetricSpec,
+    train: pd.DataFrame,
+    group: str | None,
+) -> TaskScores:
+    answers = draft.private / "answers.csv"
+    code = strong_reference_code(strong)
+    (draft.private / "strong_reference.py").write_text(code)
+    outcome, predictions = _run_on_public(runners.main, code, draft, "strong")
+    if not outcome.ok or not predictions.exists():
+        raise ValueError(f"the strong reference failed: {_last_line(outcome.error)}")
+    shutil.copyfile(predictions, draft.private / "strong_predictions.csv")
+    strong_score = grade(metric, predictions, answers)
+    test_keys = pd.read_csv(draft.public / "test.csv", dtype=str, keep_default_na=False)
+    keys = [*metric.key_columns, *([group] if group and group not in metric.key_columns else [])]
+    baseline = baseline_predictions(
+        train, test_keys[keys], metric.target_columns, strong.classification, group
+    )
+    baseline_score = grade(metric, baseline[[*metric.key_columns, *metric.target_columns]], answers)
+    for name, result in (("strong", strong_score), ("baseline", baseline_score)):
+        if result.error:
+            raise ValueError(f"the {name} predictions do not grade: {result.error}")
+    return TaskScores(
+        baseline=baseline_score.score, strong=strong_score.score, reference_seconds=outcome.cpu_seconds
+    )

@@ -1,0 +1,149 @@
+"""Shared machinery of the task builders: reference workers, drafts, and the writer that stores tasks."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+
+import pandas as pd
+
+from dareforge.context import RunContext
+from dareforge.crawlers.base import fingerprint
+from dareforge.crawlers.inspect import describe_file
+from dareforge.errors import DareforgeError
+from dareforge.generators.prepare import prepared_file
+from dareforge.reference_solutions.runner import ReferenceRunner
+from dareforge.schema import PreparedSource, Task
+
+log = logging.getLogger(__name__)
+GENERATOR_VERSION = "1"
+STACK = ("numpy", "pandas", "scikit-learn", "scipy")
+
+
+@dataclass
+class Runners:
+    """Two single-threaded workers: the reference run and its twin in another process.
+
+    The certificate's third run, with another thread count, reuses a worker with a raised thread limit, which
+    spares a third interpreter start-up (importing scikit-learn costs more than most references).
+    """
+
+    main: ReferenceRunner
+    twin: ReferenceRunner
+
+    @classmethod
+    def start(cls, timeout_s: float) -> Runners:
+        runners = cls(ReferenceRunner(1, timeout_s), ReferenceRunner(1, timeout_s))
+        runners.main.start()
+        runners.twin.start()
+        return runners
+
+    def close(self) -> None:
+        self.main.close()
+        self.twin.close()
+
+
+@dataclass
+class GenerateReport:
+    families: Counter = field(default_factory=Counter)
+    rejected: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    reused: int = 0
+    written: list[str] = field(default_factory=list)
+    reference_seconds: float = 0.0
+    wall_seconds: float = 0.0
+
+
+def package_versions() -> list[str]:
+    return [f"python=={platform.python_version()}", *(f"{name}=={version(name)}" for name in STACK)]
+
+
+@dataclass
+class Draft:
+    """A task being built in a local folder: `public/` and `private/` are filled by the family's builder."""
+
+    family: str
+    seed: int
+    key: str
+    folder: Path
+    fields: dict = field(default_factory=dict)
+
+    @property
+    def public(self) -> Path:
+        return self.folder / "public"
+
+    @property
+    def private(self) -> Path:
+        return self.folder / "private"
+
+
+class TaskWriter:
+    """Gives each draft its id and folder, skips finished tasks, and stores finished drafts atomically."""
+
+    def __init__(self, ctx: RunContext, prepared: PreparedSource, report: GenerateReport):
+        self.ctx, self.prepared, self.report = ctx, prepared, report
+
+    def build(self, family: str, seed: int, spec_key: str, fill: Callable[[Draft], None]) -> Task | None:
+        task_id = fingerprint(GENERATOR_VERSION, self.prepared.version, family, seed, spec_key)
+        manifest = self.ctx.store.read_manifest(f"tasks/{task_id}")
+        if manifest is not None:
+            self.report.reused += 1
+            return Task.model_validate(manifest["task"])
+        folder = Path(self.ctx.config.store.work_dir) / "tasks" / task_id
+        shutil.rmtree(folder, ignore_errors=True)
+        draft = Draft(family=family, seed=seed, key=task_id, folder=folder)
+        draft.public.mkdir(parents=True)
+        draft.private.mkdir(parents=True)
+        try:
+            fill(draft)
+        except (DareforgeError, ValueError, KeyError) as exc:
+            self.report.failures[f"{self.prepared.source_id}/{family}/{seed}"] = str(exc)
+            log.warning("%s: %s (seed %d) not generated: %s", self.prepared.source_id, family, seed, exc)
+            return None
+        task = self._store(draft)
+        shutil.rmtree(folder, ignore_errors=True)
+        return task
+
+    def _store(self, draft: Draft) -> Task:
+        store, prefix = self.ctx.store, f"tasks/{draft.key}"
+        listing = {}
+        for side in ("public", "private"):
+            root = draft.folder / side
+            listing[side] = [
+                describe_file(p, p.relative_to(root).as_posix())
+                for p in sorted(root.rglob("*"))
+                if p.is_file()
+            ]
+            for f in listing[side]:
+                store.put_file(root / f.name, f"{prefix}/{side}/{f.name}")
+        task = Task(
+            id=draft.key,
+            family=draft.family,
+            source_id=self.prepared.source_id,
+            source_version=self.prepared.source_version,
+            prepared_version=self.prepared.version,
+            generator_version=GENERATOR_VERSION,
+            seed=draft.seed,
+            public_files=listing["public"],
+            private_files=listing["private"],
+            package_versions=package_versions(),
+            **draft.fields,
+        )
+        store.write_manifest(prefix, {"task": task.model_dump(mode="json")})
+        self.report.written.append(prefix)
+        self.report.reference_seconds += task.scores.reference_seconds or 0.0
+        return task
+
+
+def read_frames(ctx: RunContext, prepared: PreparedSource) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """train, test and answers of a prepared source, as pandas reads them with its defaults."""
+    frames = [
+        pd.read_csv(prepared_file(ctx, prepared, name)) for name in ("train.csv", "test.csv", "answers.csv")
+    ]
+    return frames[0], frames[1], frames[2]

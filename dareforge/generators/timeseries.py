@@ -1,0 +1,95 @@
+"""Time-series task families on a chronological split.
+
+XF: the future rows carry every exogenous feature, only the target is hidden (joined on the id).
+CF: the future rows carry only their timestamp and entity (joined on those keys).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dareforge.context import RunContext
+from dareforge.generators.instructions import render_mm
+from dareforge.generators.references import score_references
+from dareforge.generators.spec import usable_features
+from dareforge.generators.tabular import Frames, copy_prepared, limits_of
+from dareforge.generators.taskio import Draft, Runners, TaskWriter
+from dareforge.reference_solutions.pipeline import StrongSpec
+from dareforge.schema import ColumnKind, MetricSpec, PreparedSource, Task
+
+NOTES = {
+    "TS-XF": "`test.csv` holds the future rows with every feature except the target.",
+    "TS-CF": "`test.csv` holds only the future timestamps{entity} to forecast; nothing else about them is known.",
+}
+
+
+def ts_tasks(
+    ctx: RunContext, prepared: PreparedSource, frames: Frames, writer: TaskWriter, runners: Runners
+) -> list[Task | None]:
+    if not prepared.time_column:
+        raise ValueError(
+            f"{prepared.source_id}: a time-series source needs a time column (sources.<id>.time_column)"
+        )
+    return [ts_task(ctx, prepared, frames, writer, runners, family) for family in ("TS-XF", "TS-CF")]
+
+
+def _cf_keys(prepared: PreparedSource, test: pd.DataFrame) -> list[str]:
+    keys = [prepared.time_column, *([prepared.entity_column] if prepared.entity_column else [])]
+    # Timestamps (and entities) identify a forecast row only when they are unique; otherwise keep the id too.
+    return keys if not test.duplicated(subset=keys).any() else [prepared.id_column, *keys]
+
+
+def ts_task(
+    ctx: RunContext,
+    prepared: PreparedSource,
+    frames: Frames,
+    writer: TaskWriter,
+    runners: Runners,
+    family: str,
+) -> Task | None:
+    train, test, _ = frames
+    time_kind = next(c.kind for c in prepared.columns if c.name == prepared.time_column)
+    entity = prepared.entity_column
+    if family == "TS-XF":
+        keys = [prepared.id_column]
+        numeric, categorical, dates = usable_features(prepared)
+        numeric = [c for c in numeric if c != prepared.time_column]
+    else:
+        keys = _cf_keys(prepared, test)
+        numeric, categorical, dates = [], [entity] if entity else [], []
+    if time_kind == ColumnKind.DATETIME:
+        dates = sorted({*dates, prepared.time_column})
+    elif prepared.time_column not in numeric:
+        numeric = [*numeric, prepared.time_column]
+    metric = MetricSpec(name="clipped-r2", target_columns=prepared.target_columns, key_columns=keys)
+    strong = StrongSpec(
+        classification=False,
+        id_column=prepared.id_column,
+        targets=prepared.target_columns,
+        numeric=numeric,
+        categorical=categorical,
+        dates=dates,
+        output_keys=keys,
+        time_column=prepared.time_column,
+    )
+
+    def fill(draft: Draft) -> None:
+        copy_prepared(ctx, prepared, draft)
+        if family == "TS-CF":
+            visible = list(dict.fromkeys([*keys, prepared.time_column, *([entity] if entity else [])]))
+            test[visible].to_csv(draft.public / "test.csv", index=False)
+        note = NOTES[family].format(entity=f" and `{entity}`" if entity else "")
+        draft.fields = {
+            "instruction": render_mm(
+                target=prepared.target_columns,
+                task_words=f"time series, ordered by `{prepared.time_column}`",
+                metric=metric,
+                limits=limits_of(ctx),
+                test_note=note,
+            ),
+            "metric": metric,
+            "limits": limits_of(ctx),
+            "scores": score_references(runners, strong, draft, metric, train, group=entity),
+        }
+
+    return writer.build(family, ctx.config.generate.seed, family, fill)

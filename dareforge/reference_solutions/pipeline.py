@@ -1,0 +1,180 @@
+"""Reference code: the scripts whose outputs are the reference predictions and the strong baseline scores.
+
+Each builder returns the full source of a standalone script that reads `train.csv` and `test.csv` from its
+working directory and writes `predictions.csv`. The script is stored with the task (private part), run by the
+reference runner, and is what `dareforge resimulate` re-runs on another stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dareforge.generators.spec import CategoryFilter, IFSpec, RangeFilter
+
+PREDICTIONS = "predictions.csv"
+
+_HEADER = """\
+import numpy as np
+import pandas as pd
+from sklearn.compose import ColumnTransformer
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, OrdinalEncoder, StandardScaler
+"""
+
+
+def literal(value: float) -> str:
+    """A number as the instruction and the code both write it: integers without a decimal point."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _filter_line(f: RangeFilter | CategoryFilter) -> str:
+    column = repr(f.column)
+    if isinstance(f, RangeFilter):
+        keep = f"train[{column}].between({literal(f.low)}, {literal(f.high)})"
+    else:
+        keep = f"train[{column}].astype(str).isin({f.allowed!r})"
+    return f"train = train[train[{column}].isna() | {keep}]"
+
+
+def if_reference_code(spec: IFSpec) -> str:
+    numeric, categorical = spec.numeric_features, spec.categorical
+    steps = [_HEADER, f"from {spec.model.module} import {spec.model.name}", ""]
+    steps.append('train = pd.read_csv("train.csv")')
+    steps.append('test = pd.read_csv("test.csv")')
+    steps += [_filter_line(f) for f in spec.filters]
+    if spec.date_parts:
+        column = repr(spec.date_parts.column)
+        steps.append("for frame in (train, test):")
+        steps.append(f"    when = pd.to_datetime(frame[{column}])")
+        for part, derived in zip(spec.date_parts.parts, spec.date_parts.derived, strict=True):
+            steps.append(f"    frame[{derived!r}] = when.dt.{part}")
+    steps.append(f"features = {numeric + categorical!r}")
+    steps.append("X, X_test = train[features].copy(), test[features].copy()")
+    if categorical:
+        # Strings as plain objects: imputers and encoders treat pandas' string dtype inconsistently.
+        steps.append(
+            f"for frame in (X, X_test):\n    frame[{categorical!r}] = frame[{categorical!r}].astype(object)"
+        )
+        steps.append(
+            f"    frame[{categorical!r}] = frame[{categorical!r}].where(frame[{categorical!r}].notna(), np.nan)"
+        )
+    numeric_steps = [f'("impute", SimpleImputer(strategy={spec.numeric_imputer!r}))']
+    if spec.scaler != "none":
+        numeric_steps.append(
+            f'("scale", {"StandardScaler" if spec.scaler == "standard" else "MinMaxScaler"}())'
+        )
+    imputer = (
+        'SimpleImputer(strategy="most_frequent")'
+        if spec.categorical_imputer == "most_frequent"
+        else 'SimpleImputer(strategy="constant", fill_value="missing")'
+    )
+    encoder = (
+        'OneHotEncoder(handle_unknown="ignore")'
+        if spec.encoder == "onehot"
+        else 'OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1)'
+    )
+    transformers = []
+    if numeric:
+        transformers.append(f'("numeric", Pipeline([{", ".join(numeric_steps)}]), {numeric!r})')
+    if categorical:
+        transformers.append(
+            f'("categorical", Pipeline([("impute", {imputer}), ("encode", {encoder})]), {categorical!r})'
+        )
+    params = ", ".join(f"{k}={v!r}" for k, v in spec.model.params.items())
+    steps.append(f"preprocess = ColumnTransformer([{', '.join(transformers)}])")
+    steps.append(f'model = Pipeline([("preprocess", preprocess), ("model", {spec.model.name}({params}))])')
+    steps.append(f"model.fit(X, train[{spec.target!r}])")
+    steps.append(
+        f"pd.DataFrame({{{spec.id_column!r}: test[{spec.id_column!r}], {spec.target!r}: model.predict(X_test)}})"
+        f'.to_csv("{PREDICTIONS}", index=False)'
+    )
+    return "\n".join(steps) + "\n"
+
+
+@dataclass(frozen=True)
+class StrongSpec:
+    """A strong default model for MM and time-series tasks, on every usable column.
+
+    MM: gradient boosting with defaults. Forecasts (`time_column` set): trees cannot extrapolate a trend, so the
+    script also fits a linear trend-and-season model and keeps whichever wins on the latest fifth of the
+    training rows, then refits it on all of them; the test rows are never looked at.
+    """
+
+    classification: bool
+    id_column: str
+    targets: list[str]
+    numeric: list[str]
+    categorical: list[str]
+    dates: list[str]
+    output_keys: list[str]
+    time_column: str | None = None
+
+
+_STRONG = """from sklearn.ensemble import {estimator}
+from sklearn.linear_model import Ridge
+from sklearn.metrics import r2_score
+
+train = pd.read_csv("train.csv")
+test = pd.read_csv("test.csv")
+numeric, categorical, seasons = {numeric!r}, {categorical!r}, []
+for column in {dates!r}:
+    for frame in (train, test):
+        when = pd.to_datetime(frame[column])
+        for part in ("year", "month", "day", "dayofweek", "hour"):
+            frame[f"{{column}}_{{part}}"] = getattr(when.dt, part)
+        frame[f"{{column}}_ordinal"] = when.map(pd.Timestamp.toordinal) + when.dt.hour / 24
+    numeric += [f"{{column}}_{{part}}" for part in ("year", "month", "day", "dayofweek", "hour", "ordinal")]
+    seasons += [f"{{column}}_month", f"{{column}}_dayofweek", f"{{column}}_hour"]
+for frame in (train, test):
+    frame[categorical] = frame[categorical].astype(object).where(frame[categorical].notna(), np.nan)
+    frame[seasons] = frame[seasons].astype(str)
+
+
+def boosting():
+    encode = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1)
+    categories = Pipeline([("impute", SimpleImputer(strategy="constant", fill_value="missing")), ("encode", encode)])
+    columns = ColumnTransformer([("numeric", "passthrough", numeric), ("categorical", categories, categorical)])
+    return Pipeline([("preprocess", columns), ("model", {estimator}(random_state=0))])
+
+
+def trend_and_season():
+    scale = Pipeline([("impute", SimpleImputer()), ("scale", StandardScaler())])
+    categories = Pipeline([
+        ("impute", SimpleImputer(strategy="constant", fill_value="missing")),
+        ("encode", OneHotEncoder(handle_unknown="ignore")),
+    ])
+    plain = [c for c in numeric if c not in seasons]
+    columns = ColumnTransformer([("numeric", scale, plain), ("categorical", categories, categorical + seasons)])
+    return Pipeline([("preprocess", columns), ("model", Ridge(alpha=1.0))])
+
+
+features = numeric + categorical
+candidates = [boosting] + ([trend_and_season] if {forecast!r} else [])
+out = test[{keys!r}].copy()
+for target in {targets!r}:
+    build = candidates[0]
+    if len(candidates) > 1:
+        ordered = train.sort_values({time_column!r}, kind="stable")
+        cut = int(len(ordered) * 0.8)
+        fit, hold = ordered.iloc[:cut], ordered.iloc[cut:]
+        scores = [r2_score(hold[target], make().fit(fit[features], fit[target]).predict(hold[features])) for make in candidates]
+        build = candidates[int(np.argmax(scores))]
+    out[target] = build().fit(train[features], train[target]).predict(test[features])
+out.to_csv("{predictions}", index=False)
+"""
+
+
+def strong_reference_code(spec: StrongSpec) -> str:
+    estimator = "HistGradientBoostingClassifier" if spec.classification else "HistGradientBoostingRegressor"
+    return _HEADER + _STRONG.format(
+        estimator=estimator,
+        numeric=list(spec.numeric),
+        categorical=list(spec.categorical),
+        dates=list(spec.dates),
+        forecast=spec.time_column is not None,
+        time_column=spec.time_column,
+        keys=list(spec.output_keys),
+        targets=list(spec.targets),
+        predictions=PREDICTIONS,
+    )

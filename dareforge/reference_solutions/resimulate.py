@@ -1,0 +1,77 @@
+"""Re-run stored IF references on this machine's stack and report which tasks' predictions changed.
+
+IF reference predictions depend on library versions (DARE-bench asks its users to regenerate them); this
+shows a consumer which tasks still match on their stack, without rewriting anything in the store.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from dareforge.context import RunContext
+from dareforge.generators.taskio import package_versions
+from dareforge.reference_solutions.graders import grade
+from dareforge.reference_solutions.pipeline import PREDICTIONS
+from dareforge.reference_solutions.runner import ReferenceRunner
+from dareforge.schema import Task
+
+
+@dataclass(frozen=True)
+class Resimulation:
+    task_id: str
+    family: str
+    matches: bool
+    score: float
+    detail: str
+    stack_differs: list[str]
+
+
+def resimulate(ctx: RunContext, task_ids: list[str] | None = None) -> list[Resimulation]:
+    here = set(package_versions())
+    tasks = [
+        t
+        for t in ctx.store.iter_records(Task)
+        if t.family.endswith("-IF") and t.status == "candidate" and (task_ids is None or t.id in task_ids)
+    ]
+    results = []
+    with ReferenceRunner(1, ctx.config.generate.reference_timeout_s) as runner, ctx.progress() as progress:
+        bar = progress.add_task("resimulate", total=len(tasks), item="")
+        for task in sorted(tasks, key=lambda t: t.id):
+            progress.update(bar, item=task.id)
+            results.append(_one(ctx, runner, task, sorted(set(task.package_versions) - here)))
+            progress.advance(bar)
+    return results
+
+
+def _one(ctx: RunContext, runner: ReferenceRunner, task: Task, stack_differs: list[str]) -> Resimulation:
+    folder = Path(tempfile.mkdtemp(prefix=f"resim-{task.id}-", dir=_scratch(ctx)))
+    try:
+        for f in task.public_files:
+            target = folder / f.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/public/{f.name}"))
+        code = ctx.store.read_bytes(f"tasks/{task.id}/private/reference.py").decode()
+        stored = folder.parent / f"{folder.name}-stored.csv"
+        stored.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/private/reference_predictions.csv"))
+        outcome = runner.run(code, folder)
+        if not outcome.ok:
+            return Resimulation(
+                task.id, task.family, False, 0.0, f"reference failed: {outcome.error}", stack_differs
+            )
+        result = grade(task.metric, folder / PREDICTIONS, stored)
+        detail = result.error or (
+            "same predictions" if result.score == 1.0 else f"{result.score:.4f} of rows match"
+        )
+        return Resimulation(task.id, task.family, result.score == 1.0, result.score, detail, stack_differs)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder.parent / f"{folder.name}-stored.csv").unlink(missing_ok=True)
+
+
+def _scratch(ctx: RunContext) -> Path:
+    path = Path(ctx.config.store.work_dir) / "resimulate"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,74 @@
+"""A reference-solution worker: a separate Python process that runs reference scripts one after another.
+
+Started by `runner.ReferenceRunner` with its thread count pinned before numpy loads. It reads one JSON request
+per line on stdin ({"code", "cwd", "threads"}), runs the script in a fresh namespace with that working directory, and
+answers one JSON line on stdout ({"ok", "seconds", "error"}). Keeping the process alive means scikit-learn is
+imported once, not once per task; running in another process keeps a crash or a leak away from the pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import time
+import traceback
+
+MAX_ERROR_CHARS = 4000
+
+
+# Imported before the first request, so a script's timed run measures its own work, not library loading.
+WARM_IMPORTS = (
+    "pandas",
+    "sklearn.compose",
+    "sklearn.ensemble",
+    "sklearn.impute",
+    "sklearn.linear_model",
+    "sklearn.neighbors",
+    "sklearn.pipeline",
+    "sklearn.preprocessing",
+    "sklearn.tree",
+)
+
+
+def serve(stdin=sys.stdin, stdout=sys.stdout) -> None:
+    import importlib
+
+    from threadpoolctl import threadpool_limits
+
+    for module in WARM_IMPORTS:
+        importlib.import_module(module)
+
+    default_threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    for line in stdin:
+        request = json.loads(line)
+        with threadpool_limits(request.get("threads") or default_threads):
+            answer = run_one(request["code"], request["cwd"])
+        stdout.write(json.dumps(answer) + "\n")
+        stdout.flush()
+
+
+def run_one(code: str, cwd: str) -> dict:
+    start, cpu_start = time.perf_counter(), time.process_time()
+    previous = os.getcwd()
+    captured = io.StringIO()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
+            exec(compile(code, "reference.py", "exec"), {"__name__": "__main__"})
+        return {"ok": True, **_elapsed(start, cpu_start), "error": None}
+    except BaseException:  # a reference that dies must not take the worker with it
+        return {"ok": False, **_elapsed(start, cpu_start), "error": traceback.format_exc()[-MAX_ERROR_CHARS:]}
+    finally:
+        os.chdir(previous)
+
+
+def _elapsed(start: float, cpu_start: float) -> dict:
+    # CPU time is the script's own work; wall time also counts waiting for a core shared with other workers.
+    return {"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,262 @@
+"""The prepare stage on real builtin sources and on mirror folders the tests lay out."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dareforge.config import Config, SourceOverride
+from dareforge.context import RunContext
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.generators.prepare import (
+    PreparedIntegrityError,
+    load_prepared,
+    prepare,
+    prepared_file,
+)
+from dareforge.schema import ColumnKind, PreparedSource, TaskType
+from dareforge.store import sha256_file
+
+BUILTINS = ["sklearn-iris", "vega-cars", "vega-stocks", "sklearn-diabetes"]
+IRIS, CARS, STOCKS, DIABETES = (f"builtin.{name}" for name in BUILTINS)
+
+
+def _ctx(root: Path, **prepare) -> RunContext:
+    cfg = Config()
+    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
+    cfg.prepare = cfg.prepare.model_copy(update=prepare)
+    return RunContext.from_config(cfg, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def crawled(tmp_path_factory) -> Path:
+    """A store with the four builtin sources crawled and filtered (shared; tests prepare copies of it)."""
+    root = tmp_path_factory.mktemp("crawled")
+    ctx = _ctx(root)
+    ctx.config.builtin.include = BUILTINS
+    crawl(ctx)
+    assert sorted(filter_sources(ctx).kept) == sorted([IRIS, CARS, STOCKS, DIABETES])
+    return root
+
+
+@pytest.fixture(scope="module")
+def prepared(crawled, tmp_path_factory):
+    root = tmp_path_factory.mktemp("prepared")
+    shutil.copytree(crawled / "store", root / "store")
+    ctx = _ctx(root)
+    report = prepare(ctx)
+    return ctx, report
+
+
+@pytest.fixture
+def fresh(crawled, tmp_path):
+    """A private copy of the crawled store, for tests that change it."""
+    shutil.copytree(crawled / "store", tmp_path / "store")
+    return tmp_path
+
+
+def _rows(ctx, record: PreparedSource, name: str) -> list[dict[str, str]]:
+    with open(prepared_file(ctx, record, name), newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _tree(ctx) -> dict[str, str]:
+    root = Path(ctx.store.root) / "prepared"
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_prepares_every_accepted_source_with_the_right_task(prepared):
+    ctx, report = prepared
+    assert sorted(report.prepared) == sorted([IRIS, CARS, STOCKS, DIABETES])
+    assert report.failed == [] and report.skipped == []
+    records = {sid: load_prepared(ctx, sid) for sid in report.prepared}
+    assert records[IRIS].task_type == TaskType.CLASSIFICATION and records[IRIS].split == "stratified"
+    assert records[CARS].task_type == TaskType.REGRESSION and records[CARS].split == "random"
+    assert records[DIABETES].task_type == TaskType.REGRESSION
+    stocks = records[STOCKS]
+    assert stocks.task_type == TaskType.TIME_SERIES and stocks.split == "chronological"
+    assert (stocks.time_column, stocks.entity_column) == ("date", "symbol")
+    assert all(r.id_column == "row_id" for r in records.values())  # none of them has an id column
+    assert load_prepared(ctx, "builtin.nothing-here") is None
+
+
+def test_files_split_cleanly_without_leaks(prepared):
+    ctx, report = prepared
+    for sid in report.prepared:
+        record = load_prepared(ctx, sid)
+        train, test, answers = (_rows(ctx, record, n) for n in ("train", "test.csv", "answers"))
+        key = record.id_column
+        train_ids, test_ids = [r[key] for r in train], [r[key] for r in test]
+        assert len(set(train_ids)) == len(train_ids) and len(set(test_ids)) == len(test_ids)
+        assert not set(train_ids) & set(test_ids)
+        assert [r[key] for r in answers] == test_ids
+        assert (len(train), len(test)) == (record.n_train, record.n_test)
+        assert record.n_train + record.n_test == record.n_rows
+        assert not set(record.target_columns) & set(test[0])
+        assert set(answers[0]) >= {key, *record.target_columns}
+        assert all(r[t] != "" for r in train + answers for t in record.target_columns)
+        assert [f.name for f in record.files] == ["train.csv", "test.csv", "answers.csv"]
+    cars = load_prepared(ctx, CARS)
+    assert cars.n_rows == 406 - 8  # rows without Miles_per_Gallon cannot be graded
+
+
+def test_stratified_split_keeps_every_class_share(prepared):
+    ctx, _ = prepared
+    iris = load_prepared(ctx, IRIS)
+    train, answers = _rows(ctx, iris, "train"), _rows(ctx, iris, "answers")
+    total = Counter(r["species"] for r in train + answers)
+    held = Counter(r["species"] for r in answers)
+    share = ctx.config.prepare.test_share
+    assert all(abs(held[c] - share * total[c]) <= 1 for c in total)
+    test_text = prepared_file(ctx, iris, "test").read_text()
+    assert not any(name in test_text for name in total)  # no answer value in the public test file
+
+
+def test_chronological_split_holds_out_the_latest_times(prepared):
+    ctx, _ = prepared
+    stocks = load_prepared(ctx, STOCKS)
+    train, test, answers = (_rows(ctx, stocks, n) for n in ("train", "test", "answers"))
+    assert max(r["date"] for r in train) < min(r["date"] for r in test)
+    assert list(answers[0]) == ["row_id", "date", "symbol", "price"]
+    assert [(r["date"], r["symbol"]) for r in test] == sorted((r["date"], r["symbol"]) for r in test)
+
+
+def test_profile_is_sensible(prepared):
+    ctx, _ = prepared
+    cars = {c.name: c for c in load_prepared(ctx, CARS).columns}
+    assert cars["Horsepower"].kind == ColumnKind.NUMERIC and cars["Horsepower"].missing_rate > 0
+    assert cars["Miles_per_Gallon"].missing_rate == 0  # measured on the labelled rows
+    assert cars["Year"].kind == ColumnKind.DATETIME and cars["Year"].dtype == "DATE"
+    assert cars["Origin"].kind == ColumnKind.CATEGORICAL and set(cars["Origin"].top_values) == {
+        "USA",
+        "Europe",
+        "Japan",
+    }
+    assert cars["Cylinders"].dtype == "BIGINT" and (cars["Cylinders"].min, cars["Cylinders"].max) == (
+        "3",
+        "8",
+    )
+    iris = {c.name: c for c in load_prepared(ctx, IRIS).columns}
+    species = iris["species"]
+    assert species.kind == ColumnKind.CATEGORICAL and species.distinct == 3 and species.top_values
+    petal = iris["petal length (cm)"]
+    assert 3.7 < petal.mean < 3.8 and petal.std > 1 and petal.missing_rate == 0
+
+
+def test_second_prepare_writes_nothing_and_threads_do_not_change_bytes(prepared, crawled, tmp_path):
+    ctx, first = prepared
+    before = _tree(ctx)
+    again = prepare(ctx)
+    assert again.written == [] and sorted(again.skipped) == sorted(first.prepared) and again.prepared == []
+    assert _tree(ctx) == before
+    # A fresh store prepared with other DuckDB settings gives the same versions and the same bytes.
+    shutil.copytree(crawled / "store", tmp_path / "store")
+    other = _ctx(tmp_path, duckdb_threads=1, duckdb_memory_limit="256MB")
+    prepare(other)
+    assert _tree(other) == before
+
+
+def test_a_new_seed_gives_a_new_split(prepared, fresh):
+    ctx, _ = prepared
+    reseeded = _ctx(fresh, seed=ctx.config.prepare.seed + 1)
+    report = prepare(reseeded, [IRIS])
+    assert report.prepared == [IRIS]
+    old, new = load_prepared(ctx, IRIS), load_prepared(reseeded, IRIS)
+    assert new.version != old.version and new.seed == old.seed + 1
+    ids = [{r["row_id"] for r in _rows(c, rec, "test")} for c, rec in ((ctx, old), (reseeded, new))]
+    assert ids[0] != ids[1] and len(ids[0]) == len(ids[1])
+
+
+def test_a_tampered_prepared_file_is_caught(fresh):
+    ctx = _ctx(fresh)
+    prepare(ctx, [CARS])
+    record = load_prepared(ctx, CARS)
+    path = prepared_file(ctx, record, "answers.csv")
+    path.write_text(path.read_text().replace("16.0", "17.0", 1))
+    with pytest.raises(PreparedIntegrityError, match=r"answers\.csv: sha256 \w+ != manifest") as info:
+        prepare(ctx, [CARS])
+    assert "do not match their manifest" in str(info.value) and "run `dareforge prepare` again" in str(
+        info.value
+    )
+
+
+# -- mirror folders laid out by the tests ------------------------------------------------------------------------
+def _mirror(root: Path, name: str, files: dict[str, bytes]) -> None:
+    folder = root / name
+    folder.mkdir(parents=True)
+    meta = {
+        "id": f"someone/{name}",
+        "title": name,
+        "licenses": [{"name": "CC0-1.0"}],
+        "lastUpdated": "2024-02-02",
+    }
+    (folder / "dataset-metadata.json").write_text(json.dumps(meta))
+    for fname, data in files.items():
+        (folder / fname).write_bytes(data)
+
+
+@pytest.fixture
+def mirror_ctx(tmp_path):
+    root = tmp_path / "mirror"
+    latin = "name,city,price\n" + "".join(f"caf\xe9 {i},M\xfcnchen,{i % 7}\n" for i in range(120))
+    _mirror(root, "latin", {"prices.csv": latin.encode("latin-1")})
+    # Columns named like the SQL's own aliases (v, k, m) must not confuse it.
+    grouped = "PassengerId,family,v,k,m,label\n" + "".join(
+        f"{1000 - i},f{i // 4},{i},{i % 3},x{i % 5},{'ab'[i % 2]}\n" for i in range(200)
+    )
+    _mirror(
+        root,
+        "grouped",
+        {
+            "train.csv": grouped.encode(),
+            "sample_submission.csv": b"PassengerId,label\n1,a\n",
+            "test.csv": b"PassengerId,family,v,k,m\n1,f1,1,1,x1\n",
+        },
+    )
+    empty = "x,label\n" + "".join(f"{i},\n" for i in range(150))
+    _mirror(root, "unlabelled", {"data.csv": empty.encode()})
+    ctx = _ctx(tmp_path)
+    ctx.config.builtin.enabled = False
+    ctx.config.mirror.paths = [str(root)]
+    crawl(ctx)
+    return ctx
+
+
+def test_latin1_file_with_an_encoding_override(mirror_ctx):
+    ctx, sid = mirror_ctx, "mirror.someone--latin"
+    ctx.config.sources[sid] = SourceOverride(target=["price"])
+    report = prepare(ctx, [sid])
+    assert report.failed == [sid] and f"set sources.{sid}.encoding (e.g. latin-1)" in report.reasons[sid]
+    ctx.config.sources[sid] = SourceOverride(encoding="latin-1", target=["price"])
+    report = prepare(ctx, [sid])
+    assert report.prepared == [sid], report.reasons
+    record = load_prepared(ctx, sid)
+    assert record.task_type == TaskType.CLASSIFICATION  # seven distinct values
+    train = _rows(ctx, record, "train")
+    assert train[0]["city"] == "München" and train[0]["name"].startswith("café")
+    assert record.n_rows == 120 and {c.name: c for c in record.columns}["price"].dtype == "BIGINT"
+
+
+def test_id_detection_grouped_split_and_failures(mirror_ctx):
+    ctx = mirror_ctx
+    grouped, unlabelled = "mirror.someone--grouped", "mirror.someone--unlabelled"
+    ctx.config.sources[grouped] = SourceOverride(group_column="family")
+    report = prepare(ctx, [unlabelled, grouped, "mirror.not-crawled"])
+    assert report.prepared == [grouped] and report.failed == [unlabelled, "mirror.not-crawled"]
+    assert "is empty in every row" in report.reasons[unlabelled]
+    assert f"sources.{unlabelled}.target" in report.reasons[unlabelled]
+    assert "crawl it first" in report.reasons["mirror.not-crawled"]
+    record = load_prepared(ctx, grouped)
+    assert record.id_column == "PassengerId" and record.split == "grouped" and record.group_column == "family"
+    assert record.files[0].columns == ["PassengerId", "family", "v", "k", "m", "label"]
+    assert {c.name: c for c in record.columns}["m"].top_values == ["x0", "x1", "x2", "x3", "x4"]
+    train, test = _rows(ctx, record, "train"), _rows(ctx, record, "test")
+    assert not {r["family"] for r in train} & {r["family"] for r in test}
+    assert len(train) + len(test) == 200 and 30 <= len(test) <= 50
+    assert [int(r["PassengerId"]) for r in test] == sorted(int(r["PassengerId"]) for r in test)
