@@ -140,7 +140,9 @@ class PrepareConfig(Section):
     max_classes: int = Field(
         20, description="A numeric target with at most this many integer values is a class."
     )
-    duckdb_memory_limit: str = "2GB"
+    duckdb_memory_limit: str = Field(
+        "1GB", description="Peak memory is about this plus 0.3 GB, whatever the file size."
+    )
     duckdb_threads: int = 2
 
 
@@ -163,6 +165,28 @@ class CrawlConfig(Section):
     )
 
 
+class ValidateConfig(Section):
+    """Thresholds the gate applies to stored check scores; changing them needs no re-run of the checks."""
+
+    leakage_max_single_feature: float = Field(
+        0.98, description="Reject when one feature alone scores this high on the task's metric (held out)."
+    )
+    leakage_max_order_correlation: float = Field(
+        0.95, description="Reject when the id or row order correlates this strongly with the target."
+    )
+    leakage_max_shared_rows: float = Field(0.05, description="Most test rows allowed to repeat a train row.")
+    duplicate_min_similarity: float = Field(
+        0.8, description="MinHash Jaccard at or above which two sources count as the same dataset."
+    )
+    min_learnable_margin: float = Field(
+        0.05, description="An MM/TS task whose strong reference beats the baseline by less is unlearnable."
+    )
+    max_reference_share_of_limit: float = Field(
+        0.5, description="The reference must run within this share of the per-execution time limit."
+    )
+    data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
+
+
 class Config(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     crawl: CrawlConfig = Field(default_factory=CrawlConfig)
@@ -173,6 +197,7 @@ class Config(Section):
     rules: RulesConfig = Field(default_factory=RulesConfig)
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
     generate: GenerateConfig = Field(default_factory=GenerateConfig)
+    validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
     sources: dict[str, SourceOverride] = Field(default_factory=dict)
 
     def fingerprint(self, *sections: str) -> str:

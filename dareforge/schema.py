@@ -232,6 +232,34 @@ class Task(Record):
     reject_reason: str | None = None
 
 
+class Validation(Record):
+    """One check's finding about one task: a score or flag with its reason. The gate applies thresholds later."""
+
+    table: ClassVar[str] = "validations"
+
+    task_id: str
+    source_id: str
+    check: str
+    score: float | None = Field(None, description="What the threshold applies to (see the check's doc).")
+    flagged: bool = Field(False, description="A defect the check found regardless of thresholds.")
+    reason: str
+    details: str | None = Field(None, description="JSON with what was measured, for auditors.")
+    checks_version: str
+
+
+class Verdict(Record):
+    """The gate's decision for a task under the thresholds in force when it ran."""
+
+    table: ClassVar[str] = "verdicts"
+
+    task_id: str
+    source_id: str
+    family: str
+    accepted: bool
+    reasons: list[str]
+    thresholds_fingerprint: str
+
+
 @cache
 def _schema_of(cls: type[BaseModel]) -> pa.Schema:
     return pa.schema([pa.field(name, *_arrow_type(f.annotation)) for name, f in cls.model_fields.items()])
@@ -268,4 +296,6 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
     raise TypeError(f"no Arrow type for annotation {annotation!r}")
 
 
-RECORDS: dict[str, type[Record]] = {cls.table: cls for cls in (Source, FilterDecision, PreparedSource, Task)}
+RECORDS: dict[str, type[Record]] = {
+    cls.table: cls for cls in (Source, FilterDecision, PreparedSource, Task, Validation, Verdict)
+}

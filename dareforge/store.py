@@ -174,8 +174,7 @@ class Store:
         return self.write_bytes(key, buffer.getvalue())
 
     def records_digest(self, key: str) -> str | None:
-        with self.open(key) as fh:
-            metadata = pq.read_schema(fh).metadata or {}
+        metadata = pq.read_schema(pa.BufferReader(self.read_bytes(key))).metadata or {}
         value = metadata.get(RECORDS_DIGEST.encode())
         return value.decode() if value else None
 
@@ -185,9 +184,11 @@ class Store:
     def iter_records(self, cls: type[R]) -> Iterator[R]:
         for key in self.list(f"{TABLES}/{cls.table}"):
             if key.endswith(".parquet"):
-                with self.open(key) as fh:
-                    for row in pq.read_table(fh).to_pylist():
-                        yield cls.model_validate(row)
+                # Read from Arrow-owned bytes: pyarrow reading a Python file object in a process that also runs
+                # DuckDB can abort at interpreter exit.
+                table = pq.read_table(pa.BufferReader(self.read_bytes(key)))
+                for row in table.to_pylist():
+                    yield cls.model_validate(row)
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table (empty tables still have their columns)."""

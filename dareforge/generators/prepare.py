@@ -42,7 +42,7 @@ from dareforge.store import sha256_file
 
 log = logging.getLogger(__name__)
 
-PREPARE_FORMAT = 1
+PREPARE_FORMAT = 2
 """Bump when the output of prepare changes for the same inputs, so every source is prepared again."""
 
 FILES = ("train.csv", "test.csv", "answers.csv")
@@ -664,10 +664,14 @@ class _Engine:
         if synthetic:
             row_id = ROW_ID if ROW_ID not in by_name else f"__{ROW_ID}"
             id_col = _Column(row_id, "BIGINT", "BIGINT")
+            # Numbered in hash order, not file order: files are often sorted by the label, and an id (or a
+            # test file sorted by it) that follows the file order would give the answers away.
+            row_hash = _hash(self.ctx.config.prepare.seed, "CAST(rowid AS VARCHAR)")
             con.execute(
-                f"CREATE OR REPLACE VIEW lab_all AS SELECT rowid AS __rid, rowid + 1 AS {_q(row_id)}, * "
-                f"FROM src WHERE {labelled}"
+                f"CREATE OR REPLACE TABLE lab_numbered AS SELECT rowid AS __rid, "
+                f"row_number() OVER (ORDER BY {row_hash}, rowid) AS {_q(row_id)}, * FROM src WHERE {labelled}"
             )
+            con.execute("CREATE OR REPLACE VIEW lab_all AS SELECT * FROM lab_numbered")
         else:
             con.execute(
                 f"CREATE OR REPLACE VIEW lab_all AS SELECT rowid AS __rid, * FROM src WHERE {labelled}"
