@@ -9,6 +9,7 @@ import csv
 import json
 import logging
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -130,6 +131,159 @@ def generate(
 
 
 @app.command()
+def validate(
+    task: Annotated[list[str] | None, typer.Option("--task", "-t", help="Only these task ids.")] = None,
+) -> None:
+    """Run every check (great-expectations suites, leakage, duplicates, solvability) and gate the tasks.
+
+    Findings land in the `validations` table, decisions in `verdicts`, the HTML report in
+    reports/validation/index.html. Why was a task rejected? dareforge sql "select * from verdicts where not accepted"
+    """
+    from dareforge.validators.validate import validate as validate_stage
+
+    _print_validate(validate_stage(_ctx(), task))
+
+
+@app.command("gate")
+def gate_() -> None:
+    """Re-decide every validated task with the current `validate:` thresholds, without re-running checks."""
+    from dareforge.validators.gate import gate as gate_stage
+
+    verdicts, written = gate_stage(_ctx())
+    accepted = sum(v.accepted for v in verdicts)
+    out.print(
+        f"gate: {accepted} accepted, {len(verdicts) - accepted} rejected; {len(written)} verdict files written"
+    )
+
+
+def _print_validate(report) -> None:
+    out.print(
+        f"validate: {len(report.accepted)} accepted, {len(report.rejected)} rejected "
+        f"({report.checked} tasks checked, {report.reused} unchanged) in {report.seconds:.1f}s"
+    )
+    reasons = Counter(r.split(":", 1)[0] for v in report.rejected for r in v.reasons)
+    if reasons:
+        out.print("  top reasons: " + ", ".join(f"{name} {n}" for name, n in reasons.most_common(5)))
+    if report.report_key:
+        out.print(f"  report: {_ctx().store.path(report.report_key)}")
+
+
+release_app = typer.Typer(help="Cut, list, verify and publish versioned releases.", no_args_is_help=True)
+app.add_typer(release_app, name="release")
+
+
+@release_app.command("build")
+def release_build(
+    name: Annotated[str, typer.Argument(help="Release name, e.g. dareforge.")] = "dareforge",
+    version: Annotated[
+        str | None, typer.Option(help="Explicit version (default: date-based YYYY.MM.DD[.N]).")
+    ] = None,
+) -> None:
+    """Cut a release from the accepted tasks; an unchanged release makes no new version.
+
+    Public part under releases/NAME/VERSION/, answers and references under releases/NAME-private/VERSION/.
+    """
+    from dareforge.publish.release import build_release
+
+    result = build_release(_ctx(), name, version)
+    state = "created" if result.created else "unchanged, no new version"
+    out.print(f"release {result.name}@{result.version}: {state}; {len(result.release.task_ids)} tasks")
+    for note in result.notes:
+        out.print(f"  {note}")
+    for reason, count in sorted(result.excluded.items()):
+        out.print(f"  left out: {count} ({reason})")
+
+
+@release_app.command("list")
+def release_list(name: Annotated[str, typer.Argument(help="Release name.")] = "dareforge") -> None:
+    """List the finished versions of a release, oldest first."""
+    from dareforge.publish.release import list_versions
+
+    for version in list_versions(_ctx(), name):
+        out.print(f"{name}@{version}")
+
+
+@release_app.command("verify")
+def release_verify(
+    release: Annotated[str, typer.Argument(help="NAME or NAME@VERSION.")] = "dareforge",
+) -> None:
+    """Re-hash every file of a release version against its manifests."""
+    from dareforge.publish.release import verify_release
+    from dareforge.validators.audit import parse_release
+
+    name, version = parse_release(release)
+    problems = verify_release(_ctx(), name, version)
+    for problem in problems:
+        out.print(f"[red]{problem}[/]")
+    out.print(f"{release}: {'OK' if not problems else f'{len(problems)} problems'}")
+    if problems:
+        raise typer.Exit(1)
+
+
+@release_app.command("publish")
+def release_publish(
+    release: Annotated[str, typer.Argument(help="NAME or NAME@VERSION.")] = "dareforge",
+    to: Annotated[Path, typer.Option("--to", help="Folder to copy the release into.")] = Path(
+        "data/published"
+    ),
+    public_only: Annotated[bool, typer.Option(help="Leave the private part (answers) out.")] = False,
+) -> None:
+    """Copy a finished release version to a local folder (atomically; skipped when already there)."""
+    from dareforge.publish.release import load_release
+    from dareforge.publish.targets import LocalTarget
+    from dareforge.validators.audit import parse_release
+
+    name, version = parse_release(release)
+    where = LocalTarget(to, include_private=not public_only).publish(load_release(_ctx(), name, version))
+    out.print(f"published {release} to {where}")
+
+
+@app.command()
+def export(
+    release: Annotated[str, typer.Option("--release", help="NAME or NAME@VERSION.")] = "dareforge",
+    fmt: Annotated[str, typer.Option("--format", help="dare-bench: DARE-bench's own layout.")] = "dare-bench",
+    dest: Annotated[Path, typer.Option("--dest", help="Folder to write.")] = Path("data/export/dare-bench"),
+) -> None:
+    """Export a release in another benchmark's layout, so its tools run and score our tasks unchanged."""
+    from dareforge.publish.export import export_dare_bench
+    from dareforge.publish.release import load_release
+    from dareforge.validators.audit import parse_release
+
+    if fmt != "dare-bench":
+        _fail(DareforgeError(f"unknown --format {fmt!r}; supported: dare-bench"))
+    name, version = parse_release(release)
+    loaded = load_release(_ctx(), name, version)
+    report = export_dare_bench(_ctx(), name, loaded.version, dest)
+    out.print(f"exported {name}@{loaded.version} to {report.dest}: {len(report.folders)} folders")
+    for key, why in sorted(report.skipped.items()):
+        out.print(f"  skipped {key}: {why}")
+
+
+@app.command()
+def audit(
+    release: Annotated[
+        str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")
+    ] = "dareforge",
+) -> None:
+    """Re-run every check on a published release's tasks and report what changed since it was cut."""
+    from dareforge.validators.audit import audit as audit_stage
+
+    try:
+        report = audit_stage(_ctx(), release)
+    except DareforgeError as exc:
+        _fail(exc)
+    out.print(
+        f"audit {report.release}@{report.version}: {report.tasks} tasks, {len(report.now_rejected)} now rejected, "
+        f"{len(report.missing)} missing, {len(report.moved)} check scores moved"
+    )
+    for task_id, reasons in sorted(report.now_rejected.items()):
+        out.print(f"  [red]{task_id}[/]: {'; '.join(reasons)}")
+    out.print(f"  report: {_ctx().store.path(report.report_key)}")
+    if report.now_rejected or report.missing:
+        raise typer.Exit(1)
+
+
+@app.command()
 def resimulate(
     task: Annotated[list[str] | None, typer.Option("--task", "-t", help="Only these task ids.")] = None,
 ) -> None:
@@ -154,12 +308,17 @@ def resimulate(
 
 
 @app.command()
-def run() -> None:
-    """The main job on the configured sources: crawl, filter, prepare, generate, then a summary."""
+def run(
+    release: Annotated[str, typer.Option(help="Name of the release the run cuts.")] = "dareforge",
+) -> None:
+    """The main job on the configured sources: crawl, filter, prepare, generate, validate, release, summary."""
     from dareforge.crawlers.crawl import crawl as crawl_stage
     from dareforge.crawlers.filter import filter_sources
     from dareforge.generators.generate import generate as generate_stage
     from dareforge.generators.prepare import prepare as prepare_stage
+    from dareforge.publish.release import build_release
+    from dareforge.publish.targets import LocalTarget
+    from dareforge.validators.validate import validate as validate_stage
 
     ctx = _ctx()
     try:
@@ -169,6 +328,11 @@ def run() -> None:
     filtered = filter_sources(ctx)
     prepared = prepare_stage(ctx)
     generated = generate_stage(ctx)
+    validated = validate_stage(ctx)
+    released = build_release(ctx, release)
+    folder = None
+    if ctx.store.is_local:
+        folder = LocalTarget(Path(ctx.store.root) / "published").publish(released.release)
     out.rule("dareforge run")
     out.print(f"store: {ctx.store.url}")
     out.print(_crawl_line(crawled))
@@ -182,9 +346,18 @@ def run() -> None:
     _print_relation(top, "top drop reasons")
     out.print(_prepare_line(prepared))
     _print_generate(generated)
+    _print_validate(validated)
+    state = "new version" if released.created else "unchanged"
+    splits = Counter(released.release.splits.values())
+    out.print(
+        f"release: {released.name}@{released.version} ({state}): {len(released.release.task_ids)} tasks, "
+        f"{splits.get('train', 0)} train / {splits.get('test', 0)} test"
+        + (f"; copied to {folder}" if folder else "")
+    )
     out.print(
         'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
     )
+    out.print('why a task was rejected:  [bold]dareforge sql "select * from verdicts where not accepted"[/]')
 
 
 FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF")

@@ -199,7 +199,10 @@ class TaskLimits(BaseModel):
 class TaskScores(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    baseline: float | None = Field(None, description="Trivial predictor (majority class, mean, last value).")
+    baseline: float | None = Field(
+        None,
+        description="Best trivial predictor: majority class or classes at their shares; mean (per entity).",
+    )
     strong: float | None = Field(None, description="A strong default model (gradient boosting).")
     reference_seconds: float | None = Field(
         None, description="CPU seconds of the reference runs (fit+predict)."

@@ -22,7 +22,7 @@ from dareforge.reference_solutions.runner import ReferenceRunner
 from dareforge.schema import PreparedSource, Task
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 STACK = ("numpy", "pandas", "scikit-learn", "scipy")
 
 

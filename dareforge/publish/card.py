@@ -1,0 +1,207 @@
+"""Dataset cards (README.md with Hugging Face YAML front matter) for the public and the private release.
+
+The front matter's `configs` block is what `datasets.load_dataset(<folder or repo>)` reads to find the
+splits: a `default` config whose `data_files` map each split to its Parquet file. Licenses differ per source
+(and builtin datasets carry both a package and an upstream license), so the card says `license: other` and
+lists every source's license in a table in the body.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from huggingface_hub import DatasetCard, DatasetCardData
+
+from dareforge.publish.split import SPLITS
+
+FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF")
+TASK_CATEGORIES = {
+    "Class-IF": "tabular-classification",
+    "Class-MM": "tabular-classification",
+    "Reg-IF": "tabular-regression",
+    "Reg-MM": "tabular-regression",
+    "TS-XF": "time-series-forecasting",
+    "TS-CF": "time-series-forecasting",
+}
+FAMILY_TEXT = {
+    "Class-IF": ("classification, instruction following", "build exactly the stated scikit-learn workflow"),
+    "Reg-IF": ("regression, instruction following", "build exactly the stated scikit-learn workflow"),
+    "Class-MM": ("classification, ML modelling", "any model; only the predictions count"),
+    "Reg-MM": ("regression, ML modelling", "any model; only the predictions count"),
+    "TS-XF": ("forecasting with exogenous features", "future rows come with every feature but the target"),
+    "TS-CF": ("canonical forecasting", "future rows come with timestamps (and series keys) only"),
+}
+METRIC_TEXT = {
+    "exact-match": "share of rows whose label equals the reference exactly (a faithful solution scores 1)",
+    "allclose": "share of rows within {tolerance} relative tolerance of the reference (a faithful solution scores 1)",
+    "macro-f1": "macro-averaged F1 over classes",
+    "clipped-r2": "R², with negative values counted as 0",
+}
+SIZE_CATEGORIES = (
+    (1_000, "n<1K"),
+    (10_000, "1K<n<10K"),
+    (100_000, "10K<n<100K"),
+    (1_000_000, "100K<n<1M"),
+    (10_000_000, "1M<n<10M"),
+)
+
+
+def size_category(n: int) -> str:
+    return next((label for bound, label in SIZE_CATEGORIES if n < bound), "n>10M")
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _front_matter(data: DatasetCardData, body: str) -> str:
+    card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
+    return str(card).rstrip("\n") + "\n"
+
+
+def _graded(family: str, metric: dict[str, Any]) -> str:
+    text = METRIC_TEXT.get(metric["name"], metric["name"]).format(tolerance=metric.get("tolerance"))
+    against = "the reference pipeline's predictions" if family.endswith("-IF") else "the held-out answers"
+    return f"{metric['name']}: {text}; against {against}"
+
+
+def public_card(meta: dict[str, Any]) -> str:
+    tasks = meta["tasks"]
+    families = sorted(
+        {t["family"] for t in tasks}, key=lambda f: (FAMILIES.index(f) if f in FAMILIES else len(FAMILIES), f)
+    )
+    splits = [s for s in SPLITS if meta["splits"][s]["tasks"]]
+    data = DatasetCardData(
+        pretty_name=meta["pretty_name"],
+        license="other",
+        task_categories=sorted({TASK_CATEGORIES[f] for f in families if f in TASK_CATEGORIES}),
+        size_categories=[size_category(len(tasks))],
+        tags=["benchmark", "data-science", "agents", "tabular", "dareforge"],
+        configs=[
+            {
+                "config_name": "default",
+                "data_files": [{"split": s, "path": f"data/{s}.parquet"} for s in splits],
+            }
+        ],
+    )
+    counts = Counter((t["family"], t["split"]) for t in tasks)
+    lines = [
+        f"# {meta['pretty_name']}",
+        "",
+        f"Version **{meta['version']}** ({meta['created_at'][:10]}): {len(tasks)} data-science tasks built by "
+        f"dareforge from {len(meta['sources'])} real tabular sources. Each task gives an agent an instruction "
+        "and input files; the agent writes `predictions.csv`, which is graded against answers kept in the "
+        f"separate private release `{meta['private_release']}`.",
+        "",
+        "## Splits",
+        "",
+        "Tasks are split by source: no source has tasks on both sides, and the most recently updated sources "
+        "form `test` (sources without a date count as older; ties are broken by a seeded hash of the source id). "
+        "A source keeps its side from one version to the next.",
+        "",
+        "| family | what it asks | train | test | total |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for family in families:
+        what = FAMILY_TEXT.get(family, (family, ""))[0]
+        row = [counts[(family, s)] for s in SPLITS]
+        lines.append(f"| {family} | {what} | {row[0]} | {row[1]} | {sum(row)} |")
+    totals = [meta["splits"][s]["tasks"] for s in SPLITS]
+    lines += [f"| **total** | | {totals[0]} | {totals[1]} | {sum(totals)} |", ""]
+    lines += [
+        "## Using it",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        'tasks = load_dataset("<this folder or Hub repo>")',
+        f'task = tasks["{splits[-1] if splits else "test"}"][0]',
+        'print(task["instruction"])  # input files: task["files"][i]["path"], e.g. files/<id>/train.csv',
+        "```",
+        "",
+        "Each row is one task: `id`, `family`, `source_id`, `source_version`, `split`, `instruction`, "
+        "`metric` (name, target and key columns, tolerance), `limits` (code runs and seconds per run), `files` "
+        "(the input files with their release path, size, sha256, header and row count), `generator_version`, "
+        "`seed` and `package_versions` (the library stack the reference ran on; IF answers are exact for that "
+        "stack). Answers, reference code and predictions, the sampled IF spec and baseline scores are not here.",
+        "",
+        "## How tasks are graded",
+        "",
+        "The agent's `predictions.csv` must hold the metric's key columns and target columns, one row per row of "
+        "`test.csv`; rows are joined on the key columns' exact text. A missing or malformed file scores the "
+        "metric's worst value.",
+        "",
+        "| family | the agent | score |",
+        "|---|---|---|",
+    ]
+    for family in families:
+        metrics = {
+            (t["metric"]["name"], t["metric"].get("tolerance")): t["metric"]
+            for t in tasks
+            if t["family"] == family
+        }
+        graded = "; ".join(_graded(family, m) for _, m in sorted(metrics.items(), key=lambda kv: str(kv[0])))
+        lines.append(f"| {family} | {FAMILY_TEXT.get(family, ('', ''))[1]} | {_cell(graded)} |")
+    lines += [
+        "",
+        "## Sources and licenses",
+        "",
+        "The tasks' files are derived from these sources and stay under their licenses (hence `license: other`).",
+        "",
+        "| source | title | split | tasks | updated | license |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for s in meta["sources"]:
+        title = f"[{_cell(s['title'])}]({s['url']})" if s.get("url") else _cell(s.get("title"))
+        lines.append(
+            f"| `{s['id']}` | {title} | {s['split']} | {s['tasks']} | {(s.get('date') or 'unknown')[:10]} "
+            f"| {_cell(s.get('license') or 'not stated')} |"
+        )
+    verdicts = meta["verdicts"]
+    gate = (
+        f"tasks passed the validation gate (verdicts fingerprint `{verdicts['fingerprint']}`)"
+        if verdicts["present"]
+        else "no validation verdicts existed when this version was built, so every generated task was released"
+    )
+    lines += [
+        "",
+        "## Lineage",
+        "",
+        f"- Built from the dareforge store `{meta['created_from']}` at {meta['created_at']}.",
+        f"- Generator versions: {', '.join(meta['generator_versions'])}; {gate}.",
+        f"- Reference stacks: {'; '.join(meta['package_versions']) or 'unknown'}.",
+        f"- Previous version: {meta['previous_version'] or 'none'}; see `CHANGELOG.md`.",
+        "- `manifest.json` lists every file with its size and sha256, the task ids, and source ids and versions.",
+        "",
+    ]
+    return _front_matter(data, "\n".join(lines))
+
+
+def private_card(meta: dict[str, Any]) -> str:
+    data = DatasetCardData(
+        pretty_name=f"{meta['pretty_name']} (answers)",
+        license="other",
+        tags=["benchmark", "dareforge", "private"],
+        configs=[
+            {"config_name": "default", "data_files": [{"split": "private", "path": "data/private.parquet"}]}
+        ],
+    )
+    body = "\n".join(
+        [
+            f"# {meta['pretty_name']}: answers (private)",
+            "",
+            f"The private half of `{meta['public_release']}` version **{meta['version']}**: for each of its "
+            f"{len(meta['tasks'])} tasks, `answers/<task_id>/` holds the held-out answers, the reference "
+            "predictions and code (IF: `reference.py`, `reference_predictions.csv`, `spec.json`; MM and time "
+            "series: `strong_reference.py`, `strong_predictions.csv`). `data/private.parquet` has one row per task "
+            "with its metric, scores, IF spec and reference package versions.",
+            "",
+            "Keep this out of agent sandboxes and LLM prompts: it is what tasks are graded against.",
+            "",
+            "Licenses follow the sources listed in the public card.",
+            "",
+        ]
+    )
+    return _front_matter(data, body)

@@ -1,0 +1,76 @@
+"""Store helpers the release builder needs: safe Parquet reads, verified copies, file entries for manifests."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dareforge.errors import StoreError
+from dareforge.schema import Record
+from dareforge.store import TABLES, Store, sha256_bytes
+
+R = TypeVar("R", bound=Record)
+
+
+def read_rows(store: Store, key: str) -> list[dict[str, Any]]:
+    """Rows of a Parquet file in the store.
+
+    The bytes are copied into Arrow-owned memory first (as `prepare` does): pyarrow reading a Python file
+    object can release it from a reader thread at interpreter shutdown and abort an otherwise clean run.
+    """
+    sink = pa.BufferOutputStream()
+    sink.write(store.read_bytes(key))
+    return pq.read_table(pa.BufferReader(sink.getvalue())).to_pylist()
+
+
+def read_records(store: Store, cls: type[R]) -> list[R]:
+    """Every record of a table (all partitions); an absent table is empty."""
+    keys = [k for k in store.list(f"{TABLES}/{cls.table}") if k.endswith(".parquet")]
+    return [cls.model_validate(row) for key in keys for row in read_rows(store, key)]
+
+
+def parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def sha256_key(store: Store, key: str) -> str:
+    with store.open(key) as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def entry(name: str, data: bytes) -> dict[str, Any]:
+    return {"name": name, "size": len(data), "sha256": sha256_bytes(data)}
+
+
+def write(store: Store, key: str, name: str, data: bytes) -> dict[str, Any]:
+    """Write `data` to `key` (skipped when equal) and return its manifest entry under `name`."""
+    store.write_bytes(key, data)
+    return entry(name, data)
+
+
+def copy(store: Store, src: str, dst: str, name: str, sha256: str, size: int) -> dict[str, Any]:
+    """Copy `src` to `dst` inside the store, checking the bytes against the checksum the record promises.
+
+    A destination that already holds those bytes is left alone, so completing a half-written release
+    copies only what is missing.
+    """
+    if not (
+        store.exists(dst) and store.fs.size(store.path(dst)) == size and sha256_key(store, dst) == sha256
+    ):
+        if store.is_local:
+            store.put_file(store.local_path(src), dst)
+        else:
+            store.write_bytes(dst, store.read_bytes(src))
+        digest = sha256_key(store, dst)
+        if digest != sha256:
+            raise StoreError(
+                f"{src}: sha256 {digest} differs from its task record ({sha256}); the store is damaged or the "
+                "task was rewritten. Regenerate the task (`dareforge generate`) before releasing it."
+            )
+    return {"name": name, "size": size, "sha256": sha256}

@@ -1,0 +1,609 @@
+"""Release builder: freeze the released tasks of the store into an immutable, versioned release.
+
+A release has two halves with the same version:
+
+- public, `releases/<name>/<version>/`: `data/{train,test}.parquet` (one row per task, public fields only),
+  `files/<task_id>/<file>` (the task's public input files), `README.md` (a Hugging Face dataset card that
+  `datasets.load_dataset(<folder>)` reads), `CHANGELOG.md` (against the previous version) and `manifest.json`;
+- private, `releases/<name>-private/<version>/`: `answers/<task_id>/<file>` (answers, reference code and
+  predictions, IF spec), `data/private.parquet` (metric, scores, spec, package versions), a minimal card and
+  its own `manifest.json`.
+
+The public rows carry id, family, source id and version, split, instruction, metric, limits, the public file
+list (with release paths and checksums), generator version, seed and the reference's package versions. They
+never carry answers, reference code or predictions, the sampled IF spec (the instruction states the workflow
+in prose; the machine-readable spec would let a script rebuild the reference without reading it) or scores.
+The public manifest lists only public files: a checksum of a small answers file could be brute-forced.
+
+Which tasks: generated candidates whose task manifest exists, from sources the filter still keeps, that the
+validation gate accepted. With no verdicts at all (the gate has not run), every candidate is released and a
+log line says so; once verdicts exist, a task without one (not validated yet) is left out.
+
+Versions are `YYYY.MM.DD` (UTC) with a `.N` suffix when that day already has a version. A build whose content
+(task ids, split sides, every public and private file checksum, the task rows) equals the latest version's
+makes no new version and returns the latest (`created=False`). Finished versions are never rewritten.
+
+Atomicity without renames (object stores cannot rename folders): files go to their final keys first and a
+version exists only once its public `manifest.json` is written, last (the private manifest just before it).
+`list_versions` and `load_release` ignore a version without one, and the next build completes the newest such
+half-written version (newer than the latest finished one) instead of starting another name; before the
+manifests are written, files under the version that the manifest would not list are removed, so a finished
+version folder holds exactly what its manifest lists.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+
+from dareforge.context import RunContext
+from dareforge.errors import DareforgeError
+from dareforge.publish import card, changelog
+from dareforge.publish.files import copy, parquet_bytes, read_records, read_rows, sha256_key, write
+from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
+from dareforge.schema import FilterDecision, Source, Task, Verdict
+from dareforge.store import MANIFEST as TASK_MANIFEST
+from dareforge.store import Store, canonical_json, sha256_bytes
+
+log = logging.getLogger(__name__)
+
+RELEASES = "releases"
+MANIFEST = "manifest.json"
+FORMAT = "dareforge-release/1"
+PRIVATE_SUFFIX = "-private"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ReleaseError(DareforgeError):
+    pass
+
+
+_TASK = Task.arrow_schema()
+_SOURCE_FILE = _TASK.field("public_files").type.value_type
+_FILE = pa.struct(
+    [pa.field("path", pa.string(), False), *(_SOURCE_FILE.field(i) for i in range(_SOURCE_FILE.num_fields))]
+)
+PUBLIC_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), False),
+        pa.field("family", pa.string(), False),
+        pa.field("source_id", pa.string(), False),
+        pa.field("source_version", pa.string(), False),
+        pa.field("split", pa.string(), False),
+        pa.field("instruction", pa.string(), False),
+        _TASK.field("metric"),
+        _TASK.field("limits"),
+        pa.field("files", pa.list_(_FILE), False),
+        pa.field("generator_version", pa.string(), False),
+        pa.field("seed", pa.int64(), False),
+        _TASK.field("package_versions"),
+    ]
+)
+PRIVATE_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), False),
+        pa.field("family", pa.string(), False),
+        pa.field("source_id", pa.string(), False),
+        pa.field("split", pa.string(), False),
+        _TASK.field("metric"),
+        _TASK.field("scores"),
+        _TASK.field("spec"),
+        _TASK.field("package_versions"),
+        pa.field("files", pa.list_(_FILE), False),
+    ]
+)
+
+
+def check_name(name: str) -> None:
+    if not NAME_RE.match(name) or name.endswith(PRIVATE_SUFFIX):
+        raise ReleaseError(
+            f"release name {name!r} must be letters, digits, '.', '_' or '-' (starting with a letter or digit) "
+            f"and must not end in {PRIVATE_SUFFIX!r}, which names the private half"
+        )
+
+
+def public_prefix(name: str, version: str) -> str:
+    return f"{RELEASES}/{name}/{version}"
+
+
+def private_prefix(name: str, version: str) -> str:
+    return f"{RELEASES}/{name}{PRIVATE_SUFFIX}/{version}"
+
+
+def version_key(version: str) -> tuple[tuple[int, int, str], ...]:
+    """Natural order: 2026.05.01 < 2026.05.01.1 < 2026.05.01.2 < 2026.05.02."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.split("."))
+
+
+@dataclass
+class Release:
+    """A finished release version, as consumers (audit, targets, exporters) read it."""
+
+    store: Store
+    name: str
+    version: str
+    manifest: dict[str, Any]
+
+    @property
+    def prefix(self) -> str:
+        return public_prefix(self.name, self.version)
+
+    @property
+    def private_name(self) -> str:
+        return f"{self.name}{PRIVATE_SUFFIX}"
+
+    @property
+    def private_prefix(self) -> str:
+        return private_prefix(self.name, self.version)
+
+    @cached_property
+    def private_manifest(self) -> dict[str, Any]:
+        key = f"{self.private_prefix}/{MANIFEST}"
+        if not self.store.exists(key):
+            raise ReleaseError(f"{key} is missing: the private half of {self.name} {self.version} is damaged")
+        return self.store.read_json(key)
+
+    @property
+    def task_ids(self) -> list[str]:
+        return list(self.manifest["task_ids"])
+
+    @property
+    def splits(self) -> dict[str, str]:
+        """task id -> `train` or `test`."""
+        return {t["id"]: t["split"] for t in self.manifest["tasks"]}
+
+    def rows(self, split: str | None = None) -> list[dict[str, Any]]:
+        """The public task rows (all splits, or one), as in `data/<split>.parquet`."""
+        names = {f["name"] for f in self.manifest["files"]}
+        rows = []
+        for side in SPLITS if split is None else (split,):
+            if f"data/{side}.parquet" in names:
+                rows += read_rows(self.store, f"{self.prefix}/data/{side}.parquet")
+        return rows
+
+    def private_rows(self) -> list[dict[str, Any]]:
+        return read_rows(self.store, f"{self.private_prefix}/data/private.parquet")
+
+    def tasks(self) -> list[Task]:
+        """The full task records, from the store's task manifests (these hold the private fields too)."""
+        out = []
+        for task_id in self.task_ids:
+            key = f"tasks/{task_id}/{TASK_MANIFEST}"
+            if not self.store.exists(key):
+                raise ReleaseError(
+                    f"{key} is missing from {self.store.url}; release rows are in Release.rows()"
+                )
+            out.append(Task.model_validate(self.store.read_json(key)["task"]))
+        return out
+
+
+@dataclass
+class ReleaseResult:
+    release: Release
+    created: bool
+    previous: str | None = None
+    changelog: str = ""
+    notes: list[str] = field(default_factory=list)
+    excluded: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.release.name
+
+    @property
+    def version(self) -> str:
+        return self.release.version
+
+
+# -- reading ----------------------------------------------------------------------------------------------------
+def _version_dirs(store: Store, name: str) -> list[str]:
+    base = store.path(f"{RELEASES}/{name}")
+    if not store.fs.exists(base):
+        return []
+    out = []
+    for info in store.fs.ls(base, detail=True):
+        version = info["name"].rstrip("/").rsplit("/", 1)[-1]
+        if info.get("type") == "directory" and not version.startswith("."):
+            out.append(version)
+    return out
+
+
+def list_versions(ctx: RunContext, name: str) -> list[str]:
+    """Finished versions of a release, oldest first; a version without `manifest.json` does not exist yet."""
+    check_name(name)
+    finished = [
+        v for v in _version_dirs(ctx.store, name) if ctx.store.exists(f"{public_prefix(name, v)}/{MANIFEST}")
+    ]
+    return sorted(finished, key=version_key)
+
+
+def load_release(ctx: RunContext, name: str, version: str | None = None) -> Release:
+    """A finished version (the latest when `version` is None)."""
+    check_name(name)
+    if version is None:
+        versions = list_versions(ctx, name)
+        if not versions:
+            raise ReleaseError(
+                f"release {name!r} has no finished version in {ctx.store.url}; build one with `build_release`"
+            )
+        version = versions[-1]
+    key = f"{public_prefix(name, version)}/{MANIFEST}"
+    if not ctx.store.exists(key):
+        known = ", ".join(list_versions(ctx, name)) or "none"
+        raise ReleaseError(f"release {name!r} has no finished version {version!r} (finished: {known})")
+    return Release(ctx.store, name, version, ctx.store.read_json(key))
+
+
+def verify_release(ctx: RunContext, name: str, version: str | None = None) -> list[str]:
+    """Re-hash every file both manifests list; one line per problem (empty when the release is intact)."""
+    release = load_release(ctx, name, version)
+    problems = []
+    for prefix, manifest in (
+        (release.prefix, release.manifest),
+        (release.private_prefix, release.private_manifest),
+    ):
+        for entry in manifest["files"]:
+            key = f"{prefix}/{entry['name']}"
+            if not ctx.store.exists(key):
+                problems.append(f"{key}: missing")
+            elif (digest := sha256_key(ctx.store, key)) != entry["sha256"]:
+                problems.append(f"{key}: sha256 {digest} != manifest {entry['sha256']}")
+    return problems
+
+
+# -- selecting --------------------------------------------------------------------------------------------------
+@dataclass
+class Selection:
+    tasks: list[Task]
+    sources: dict[str, Source]
+    excluded: Counter
+    verdicts: dict[str, Any]
+    notes: list[str]
+
+
+def select_tasks(ctx: RunContext) -> Selection:
+    """The tasks a release would hold now, with counts of what was left out and why."""
+    store = ctx.store
+    excluded: Counter = Counter()
+    notes: list[str] = []
+    tasks = sorted({t.id: t for t in read_records(store, Task)}.values(), key=lambda t: t.id)
+    candidates = []
+    decisions = read_records(store, FilterDecision)
+    kept_sources: set[str] | None = None
+    if decisions:
+        by_source: dict[str, bool] = {}
+        for d in decisions:
+            by_source[d.source_id] = by_source.get(d.source_id, True) and d.kept
+        kept_sources = {s for s, kept in by_source.items() if kept}
+    for task in tasks:
+        if task.status != "candidate":
+            excluded["rejected by the generator"] += 1
+        elif kept_sources is not None and task.source_id not in kept_sources:
+            excluded["source no longer kept by the filter"] += 1
+        elif not store.exists(f"tasks/{task.id}/{TASK_MANIFEST}"):
+            excluded["unfinished (no task manifest)"] += 1
+        else:
+            candidates.append(task)
+    verdicts = read_records(store, Verdict)
+    if not verdicts:
+        note = f"no verdict table: every candidate task is accepted ({len(candidates)} tasks)"
+        log.warning("release: %s", note)
+        notes.append(note)
+        selected = candidates
+        fingerprint = None
+    else:
+        by_task = {v.task_id: v for v in verdicts}
+        selected = []
+        for task in candidates:
+            verdict = by_task.get(task.id)
+            if verdict is None:
+                excluded["not validated yet (no verdict)"] += 1
+            elif not verdict.accepted:
+                excluded["rejected by the validation gate"] += 1
+            else:
+                selected.append(task)
+        fingerprint = sha256_bytes(
+            canonical_json(sorted([v.task_id, v.accepted, v.thresholds_fingerprint] for v in verdicts))
+        )[:16]
+    sources = {s.id: s for s in read_records(store, Source)}
+    verdict_info = {
+        "present": bool(verdicts),
+        "fingerprint": fingerprint,
+        "thresholds_fingerprints": sorted({v.thresholds_fingerprint for v in verdicts}),
+        "accepted": sum(v.accepted for v in verdicts),
+        "rejected": sum(not v.accepted for v in verdicts),
+    }
+    return Selection(selected, sources, excluded, verdict_info, notes)
+
+
+# -- building ---------------------------------------------------------------------------------------------------
+def _public_row(task: Task, split: str) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "family": task.family,
+        "source_id": task.source_id,
+        "source_version": task.source_version,
+        "split": split,
+        "instruction": task.instruction,
+        "metric": task.metric.model_dump(),
+        "limits": task.limits.model_dump(),
+        "files": [{"path": f"files/{task.id}/{f.name}", **f.model_dump()} for f in task.public_files],
+        "generator_version": task.generator_version,
+        "seed": task.seed,
+        "package_versions": list(task.package_versions),
+    }
+
+
+def _private_row(task: Task, split: str) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "family": task.family,
+        "source_id": task.source_id,
+        "split": split,
+        "metric": task.metric.model_dump(),
+        "scores": task.scores.model_dump(),
+        "spec": task.spec,
+        "package_versions": list(task.package_versions),
+        "files": [{"path": f"answers/{task.id}/{f.name}", **f.model_dump()} for f in task.private_files],
+    }
+
+
+def _task_entry(task: Task, split: str) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "source_id": task.source_id,
+        "source_version": task.source_version,
+        "prepared_version": task.prepared_version,
+        "generator_version": task.generator_version,
+        "family": task.family,
+        "seed": task.seed,
+        "split": split,
+        "metric": task.metric.model_dump(),
+        "public_files": {f.name: f.sha256 for f in task.public_files},
+    }
+
+
+def _fingerprint(obj: Any) -> str:
+    return sha256_bytes(canonical_json(obj))
+
+
+def _next_version(store: Store, name: str, latest: str | None, today: date) -> str:
+    """Today's version name, or the newest half-written version newer than the latest finished one."""
+    dirs = _version_dirs(store, name)
+    newer = [v for v in dirs if latest is None or version_key(v) > version_key(latest)]
+    unfinished = [v for v in newer if not store.exists(f"{public_prefix(name, v)}/{MANIFEST}")]
+    if unfinished:
+        return max(unfinished, key=version_key)
+    base = today.strftime("%Y.%m.%d")
+    if latest is not None and version_key(base) < version_key(latest)[:3]:
+        raise ReleaseError(
+            f"the latest version of {name!r} is {latest}, dated after today ({base}); pass version= explicitly"
+        )
+    candidate, n = base, 0
+    while candidate in dirs or (latest is not None and version_key(candidate) <= version_key(latest)):
+        n += 1
+        candidate = f"{base}.{n}"
+    return candidate
+
+
+def _remove_unlisted(store: Store, prefix: str, keep: set[str]) -> None:
+    for key in store.list(prefix):
+        rel = key[len(prefix) + 1 :]
+        if rel not in keep and rel != MANIFEST:
+            store.fs.rm(store.path(key))
+
+
+def build_release(
+    ctx: RunContext,
+    name: str,
+    version: str | None = None,
+    *,
+    pretty_name: str | None = None,
+    test_share: float = DEFAULT_TEST_SHARE,
+    seed: str = DEFAULT_SEED,
+    sticky: bool = True,
+    today: date | None = None,
+) -> ReleaseResult:
+    """Build (or find) the release version holding the store's released tasks; see the module doc."""
+    check_name(name)
+    if version is not None and not NAME_RE.match(version):
+        raise ReleaseError(f"version {version!r} must be letters, digits, '.', '_' or '-'")
+    store = ctx.store
+    selection = select_tasks(ctx)
+    if not selection.tasks:
+        why = (
+            ", ".join(f"{n} {reason}" for reason, n in selection.excluded.items()) or "no tasks in the store"
+        )
+        raise ReleaseError(f"nothing to release ({why}); run `dareforge generate` (and the gate) first")
+    versions = list_versions(ctx, name)
+    latest = load_release(ctx, name, versions[-1]) if versions else None
+
+    source_ids = sorted({t.source_id for t in selection.tasks})
+    previous_sides = {s["id"]: s["split"] for s in latest.manifest["sources"]} if latest and sticky else None
+    sides = assign_splits(
+        {s: source_date(selection.sources.get(s)) for s in source_ids},
+        test_share=test_share,
+        seed=seed,
+        previous=previous_sides,
+    )
+    tasks = sorted(selection.tasks, key=lambda t: (sides[t.source_id], t.source_id, t.family, t.seed, t.id))
+    public_rows = [_public_row(t, sides[t.source_id]) for t in tasks]
+    private_rows = [_private_row(t, sides[t.source_id]) for t in tasks]
+    public_fp = _fingerprint({"format": FORMAT, "rows": public_rows})
+    private_fp = _fingerprint({"format": FORMAT, "rows": private_rows})
+    content_fp = sha256_bytes(f"{public_fp}:{private_fp}".encode())
+
+    def existing(release: Release, notes: list[str]) -> ReleaseResult:
+        return ReleaseResult(
+            release,
+            created=False,
+            previous=release.manifest.get("previous_version"),
+            notes=notes,
+            excluded=dict(selection.excluded),
+        )
+
+    if version is None:
+        if latest is not None and latest.manifest["content_fingerprint"] == content_fp:
+            log.info("release %s: content equals %s; no new version", name, latest.version)
+            return existing(latest, [*selection.notes, f"content equals {latest.version}; no new version"])
+        version = _next_version(
+            store, name, latest.version if latest else None, today or datetime.now(UTC).date()
+        )
+    elif version in versions:
+        found = load_release(ctx, name, version)
+        if found.manifest["content_fingerprint"] != content_fp:
+            raise ReleaseError(
+                f"{name} {version} already exists with other content and versions are immutable; build a new "
+                "version (omit version= for the date-based name)"
+            )
+        return existing(found, [*selection.notes, f"{version} already holds this content"])
+    previous = next((load_release(ctx, name, v) for v in reversed(versions) if v != version), None)
+
+    pub, priv = public_prefix(name, version), private_prefix(name, version)
+    created_at = datetime.now(UTC).isoformat(timespec="seconds")
+    public_files, private_files = [], []
+    for task in tasks:
+        for f in task.private_files:
+            rel = f"answers/{task.id}/{f.name}"
+            private_files.append(
+                copy(store, f"tasks/{task.id}/private/{f.name}", f"{priv}/{rel}", rel, f.sha256, f.size)
+            )
+        for f in task.public_files:
+            rel = f"files/{task.id}/{f.name}"
+            public_files.append(
+                copy(store, f"tasks/{task.id}/public/{f.name}", f"{pub}/{rel}", rel, f.sha256, f.size)
+            )
+    for side in SPLITS:
+        rows = [r for r in public_rows if r["split"] == side]
+        if rows:
+            rel = f"data/{side}.parquet"
+            public_files.append(write(store, f"{pub}/{rel}", rel, parquet_bytes(rows, PUBLIC_SCHEMA)))
+    private_files.append(
+        write(
+            store,
+            f"{priv}/data/private.parquet",
+            "data/private.parquet",
+            parquet_bytes(private_rows, PRIVATE_SCHEMA),
+        )
+    )
+
+    entries = [_task_entry(t, sides[t.source_id]) for t in tasks]
+    private_entries = [
+        {"id": t.id, "private_files": {f.name: f.sha256 for f in t.private_files}} for t in tasks
+    ]
+    task_counts = Counter(t.source_id for t in tasks)
+    sources = []
+    for source_id in source_ids:
+        s = selection.sources.get(source_id)
+        when = source_date(s)
+        versions_seen = sorted({t.source_version for t in tasks if t.source_id == source_id})
+        sources.append(
+            {
+                "id": source_id,
+                "version": ", ".join(versions_seen),
+                "title": s.title if s else source_id,
+                "url": s.url if s else None,
+                "license": s.license if s else None,
+                "origin": str(s.origin) if s else None,
+                "date": when.isoformat() if when else None,
+                "split": sides[source_id],
+                "tasks": task_counts[source_id],
+            }
+        )
+    meta: dict[str, Any] = {
+        "format": FORMAT,
+        "name": name,
+        "pretty_name": pretty_name or name,
+        "version": version,
+        "created_at": created_at,
+        "created_from": store.url,
+        "previous_version": previous.version if previous else None,
+        "private_release": f"{name}{PRIVATE_SUFFIX}",
+        "content_fingerprint": content_fp,
+        "public_fingerprint": public_fp,
+        "task_ids": sorted(t.id for t in tasks),
+        "tasks": entries,
+        "splits": {
+            side: {
+                "tasks": sum(e["split"] == side for e in entries),
+                "sources": sorted(s for s in source_ids if sides[s] == side),
+            }
+            for side in SPLITS
+        },
+        "families": {
+            family: {
+                side: sum(e["family"] == family and e["split"] == side for e in entries) for side in SPLITS
+            }
+            for family in sorted({e["family"] for e in entries})
+        },
+        "split_rule": {
+            "by": "source",
+            "test": "most recently updated",
+            "test_share": test_share,
+            "seed": seed,
+            "sticky": sticky,
+        },
+        "sources": sources,
+        "generator_versions": sorted({t.generator_version for t in tasks}),
+        "package_versions": sorted({"; ".join(t.package_versions) for t in tasks}),
+        "verdicts": selection.verdicts,
+        "selection": {
+            "candidates": len(tasks) + sum(selection.excluded.values()),
+            "released": len(tasks),
+            "excluded": dict(sorted(selection.excluded.items())),
+        },
+    }
+
+    # The changelog sees private checksums to tell "same id, other files", but prints only file names.
+    before = None
+    if previous is not None:
+        private_before = {e["id"]: e["private_files"] for e in previous.private_manifest["tasks"]}
+        before = [{**e, "private_files": private_before.get(e["id"], {})} for e in previous.manifest["tasks"]]
+    after = [
+        {**e, "private_files": p["private_files"]} for e, p in zip(entries, private_entries, strict=True)
+    ]
+    result = changelog.diff(before, after)
+    changes = changelog.render(name, version, previous.version if previous else None, result)
+    meta["changes"] = result.summary()
+
+    public_files.append(write(store, f"{pub}/README.md", "README.md", card.public_card(meta).encode()))
+    public_files.append(write(store, f"{pub}/CHANGELOG.md", "CHANGELOG.md", changes.encode()))
+    private_meta = {
+        "format": FORMAT,
+        "name": f"{name}{PRIVATE_SUFFIX}",
+        "public_release": name,
+        "pretty_name": meta["pretty_name"],
+        "version": version,
+        "created_at": created_at,
+        "created_from": store.url,
+        "content_fingerprint": content_fp,
+        "private_fingerprint": private_fp,
+        "task_ids": meta["task_ids"],
+        "tasks": private_entries,
+    }
+    private_files.append(
+        write(store, f"{priv}/README.md", "README.md", card.private_card(private_meta).encode())
+    )
+
+    public_files.sort(key=lambda e: e["name"])
+    private_files.sort(key=lambda e: e["name"])
+    _remove_unlisted(store, priv, {e["name"] for e in private_files})
+    _remove_unlisted(store, pub, {e["name"] for e in public_files})
+    store.write_json(f"{priv}/{MANIFEST}", {**private_meta, "files": private_files})
+    store.write_json(f"{pub}/{MANIFEST}", {**meta, "files": public_files})  # last: now the version exists
+    log.info("release %s %s: %d tasks (%s)", name, version, len(tasks), ", ".join(selection.notes) or "gated")
+    return ReleaseResult(
+        load_release(ctx, name, version),
+        created=True,
+        previous=previous.version if previous else None,
+        changelog=changes,
+        notes=list(selection.notes),
+        excluded=dict(selection.excluded),
+    )

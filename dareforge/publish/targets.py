@@ -1,0 +1,88 @@
+"""Targets: where a finished release version goes after the store (a local folder now, the Hub later).
+
+A target implements `Target.publish(release) -> str` (where it went: a path or URL) and must be idempotent:
+publishing a version that is already there with the same manifest does nothing. It copies exactly the files
+the manifests list (never whatever else sits under the prefix), and keeps the private half apart: a Hub
+target pushes `release.prefix` to the public repo and `release.private_prefix` to a private one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from dareforge.publish.release import MANIFEST, Release, ReleaseError
+from dareforge.store import Store
+
+
+@runtime_checkable
+class Target(Protocol):
+    def publish(self, release: Release) -> str: ...
+
+
+def _copy_version(store: Store, prefix: str, manifest: dict[str, Any], dest: Path) -> bool:
+    """Copy one half of a version to `dest` atomically; returns False when it was already there."""
+    manifest_bytes = store.read_bytes(f"{prefix}/{MANIFEST}")
+    existing = dest / MANIFEST
+    if existing.exists():
+        if existing.read_bytes() == manifest_bytes:
+            return False
+        raise ReleaseError(
+            f"{dest} holds another build of {manifest['name']} {manifest['version']}; versions are immutable, so "
+            "remove that folder by hand if it is stale"
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
+    try:
+        for entry in manifest["files"]:
+            target = tmp / entry["name"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256()
+            with store.open(f"{prefix}/{entry['name']}") as src, open(target, "wb") as out:
+                while block := src.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+            if digest.hexdigest() != entry["sha256"]:
+                raise ReleaseError(
+                    f"{prefix}/{entry['name']}: sha256 {digest.hexdigest()} != manifest {entry['sha256']}; the "
+                    "release in the store is damaged (see verify_release)"
+                )
+        (tmp / MANIFEST).write_bytes(manifest_bytes)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            # Another publisher finished first; fine if it put the same version there.
+            if not (existing.exists() and existing.read_bytes() == manifest_bytes):
+                raise
+            return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+@dataclass
+class LocalTarget:
+    """Copies releases to `<folder>/<name>/<version>/` and `<folder>/<name>-private/<version>/`."""
+
+    folder: Path
+    include_private: bool = True
+
+    def __post_init__(self) -> None:
+        self.folder = Path(self.folder)
+
+    def publish(self, release: Release) -> str:
+        if self.include_private:
+            _copy_version(
+                release.store,
+                release.private_prefix,
+                release.private_manifest,
+                self.folder / release.private_name / release.version,
+            )
+        dest = self.folder / release.name / release.version
+        _copy_version(release.store, release.prefix, release.manifest, dest)
+        return str(dest)

@@ -1,0 +1,74 @@
+"""The one interface of a validation check, and the view of a task that checks read.
+
+A check looks at one task and returns a Finding: a score (what a threshold in `validate:` applies to), a flag
+for defects that need no threshold, and a reason a person can act on. Checks never decide acceptance; the
+gate does, from stored findings, so changing a threshold needs no re-run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from dareforge.config import Config
+from dareforge.schema import PreparedSource, Task
+
+
+@dataclass(frozen=True)
+class Finding:
+    reason: str
+    score: float | None = None
+    flagged: bool = False
+    details: dict[str, Any] | None = None
+
+    def details_json(self) -> str | None:
+        return json.dumps(self.details, sort_keys=True, default=str) if self.details is not None else None
+
+
+@dataclass
+class TaskView:
+    """A task with local copies of its files; frames are read on first use, with pandas' defaults."""
+
+    task: Task
+    prepared: PreparedSource
+    folder: Path = field(repr=False)
+
+    def path(self, side: str, name: str) -> Path:
+        return self.folder / side / name
+
+    def has(self, side: str, name: str) -> bool:
+        return self.path(side, name).exists()
+
+    def frame(self, side: str, name: str) -> pd.DataFrame:
+        return pd.read_csv(self.path(side, name))
+
+    @cached_property
+    def train(self) -> pd.DataFrame:
+        return self.frame("public", "train.csv")
+
+    @cached_property
+    def test(self) -> pd.DataFrame:
+        return self.frame("public", "test.csv")
+
+    @cached_property
+    def answers(self) -> pd.DataFrame:
+        return self.frame("private", "answers.csv")
+
+
+class Check(Protocol):
+    name: str
+
+    def run(self, view: TaskView, config: Config) -> Finding: ...
+
+
+class RunCheck(Protocol):
+    """A check that needs every task of the run at once (duplicates across sources)."""
+
+    name: str
+
+    def run_all(self, views: list[TaskView], config: Config) -> dict[str, Finding]: ...

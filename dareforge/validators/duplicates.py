@@ -1,0 +1,183 @@
+"""Duplicate checks across the run: the same dataset under two source ids, the same IF spec twice in a source.
+
+Source similarity is a MinHash estimate of the Jaccard similarity of two token sets. A source's tokens are
+its column names plus, per column, up to `VALUES_PER_COLUMN` distinct "column=value" tokens, chosen by the
+smallest token hash rather than by row position, so the same data in another row order (or split another
+way) yields the same tokens. Values come from a task's train.csv, and test.csv joined with answers.csv,
+i.e. all the source's labelled rows (so two copies split differently still match); the task read is one
+whose files hold every column in clean form (MM or TS-XF before TS-CF before IF, whose train has noise
+rows). Whole-row hashes join the tokens, so similar value ranges alone do not make two sources twins.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from dareforge.config import Config
+from dareforge.validators.base import Finding, TaskView
+
+NUM_HASHES = 128
+VALUES_PER_COLUMN = 200
+SEED = 20260101
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a bijection on 64-bit words that scatters bits (wraps around on purpose)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+_SALTS = np.random.default_rng(SEED).integers(0, _MASK64, size=NUM_HASHES, dtype=np.uint64, endpoint=True)
+
+
+def token_hashes(tokens: list[str]) -> np.ndarray:
+    """Stable 64-bit hashes of text tokens (pandas' SipHash with its fixed key)."""
+    if not tokens:
+        return np.zeros(0, dtype=np.uint64)
+    return pd.util.hash_array(np.asarray(tokens, dtype=object))
+
+
+def minhash(hashes: np.ndarray) -> np.ndarray:
+    """The MinHash signature of a set of token hashes: per salt, the smallest mixed value."""
+    signature = np.full(NUM_HASHES, _MASK64, dtype=np.uint64)
+    if len(hashes):
+        for i, salt in enumerate(_SALTS):
+            signature[i] = _mix(hashes ^ salt).min()
+    return signature
+
+
+def similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """Estimated Jaccard similarity of two signatures' sets."""
+    return float(np.mean(a == b))
+
+
+def _cell_texts(values: pd.Series) -> pd.Series:
+    """Cells as comparable text (missing as ""): numbers as float reprs, so 1 and 1.0 read the same."""
+    if pd.api.types.is_bool_dtype(values):
+        texts = values.map(str)
+    elif pd.api.types.is_numeric_dtype(values):
+        texts = values.astype("float64").map(repr)
+    else:
+        texts = values.map(str).str.strip()
+    return texts.where(values.notna(), "")
+
+
+def labelled_rows(view: TaskView) -> pd.DataFrame:
+    """The task's labelled rows: train.csv, plus test.csv joined with answers.csv on their shared columns."""
+    frames = [view.train]
+    if view.has("public", "test.csv") and view.has("private", "answers.csv"):
+        test, answers = view.test, view.answers
+        on = [c for c in test.columns if c in answers.columns]
+        if on:
+            frames.append(test.merge(answers, on=on, how="inner"))
+    return pd.concat(frames, ignore_index=True)
+
+
+def source_tokens(view: TaskView) -> np.ndarray:
+    """Hashes of a source's tokens (see the module doc).
+
+    Column names; per column the `VALUES_PER_COLUMN` value tokens with the smallest hashes; and the
+    `VALUES_PER_COLUMN` smallest whole-row hashes, so that two sources with similar value ranges per column
+    (two cities' temperatures over one calendar) still differ unless their rows agree. The id column's values
+    are left out: a sequential row id is shared by every dataset of a similar size.
+    """
+    rows = labelled_rows(view)
+    columns = sorted(str(c) for c in rows.columns if c != view.prepared.id_column)
+    texts = pd.DataFrame({c: _cell_texts(rows[c]) for c in columns}, index=rows.index)
+    parts = [token_hashes([f"#column:{c}" for c in sorted(map(str, rows.columns))])]
+    for column in columns:
+        values = texts[column].loc[texts[column] != ""].unique()
+        hashes = np.unique(token_hashes([f"{column}={t}" for t in values]))
+        parts.append(hashes[:VALUES_PER_COLUMN])  # np.unique sorts: the smallest hashes, content-defined
+    if columns:
+        row_hashes = np.unique(pd.util.hash_pandas_object(texts, index=False).to_numpy(dtype=np.uint64))
+        parts.append(row_hashes[:VALUES_PER_COLUMN])
+    return np.unique(np.concatenate(parts))
+
+
+def _representative(views: list[TaskView]) -> TaskView:
+    """A task with all the source's columns in clean form: MM or TS-XF first, then TS-CF, then IF (noisy)."""
+    rank = {"-IF": 2, "-CF": 1}
+    return min(views, key=lambda v: (rank.get(v.task.family[-3:], 0), v.task.id))
+
+
+class DuplicateSource:
+    """Per task: the highest similarity between its source and any other source whose id sorts before it.
+
+    Of two twin sources the first by id scores low and is kept; the later one scores high. Never flags; the
+    gate compares the score with `validate.duplicate_min_similarity`.
+    """
+
+    name = "duplicate-source"
+
+    def run_all(self, views: list[TaskView], config: Config) -> dict[str, Finding]:
+        by_source: dict[str, list[TaskView]] = defaultdict(list)
+        for view in views:
+            by_source[view.task.source_id].append(view)
+        signatures = {
+            source: minhash(source_tokens(_representative(group))) for source, group in by_source.items()
+        }
+        ordered = sorted(signatures)
+        findings: dict[str, Finding] = {}
+        for position, source in enumerate(ordered):
+            earlier = ordered[:position]
+            if earlier:
+                scores = {other: similarity(signatures[source], signatures[other]) for other in earlier}
+                closest, best = max(scores.items(), key=lambda kv: (kv[1], kv[0]))
+                reason = (
+                    f"source data resembles `{closest}` (estimated Jaccard {best:.2f}), "
+                    f"the closest of {len(earlier)} source(s) whose id sorts before this one"
+                )
+                details = {"source": closest, "similarity": round(best, 4), "compared": len(earlier)}
+                if best == 0.0:
+                    reason = f"no sampled token in common with any of {len(earlier)} earlier source(s)"
+                    details["source"] = None
+            else:
+                best, reason = 0.0, "first source by id: no earlier source to duplicate"
+                details = {"source": None, "similarity": 0.0, "compared": 0}
+            for view in by_source[source]:
+                findings[view.task.id] = Finding(reason, best, details=details)
+        return findings
+
+
+def _canonical_spec(spec: str) -> str:
+    try:
+        return json.dumps(json.loads(spec), sort_keys=True)
+    except json.JSONDecodeError:
+        return spec
+
+
+class DuplicateTask:
+    """1.0 for a task whose IF spec equals that of an earlier task (by id) of the same source, else 0.0."""
+
+    name = "duplicate-task"
+
+    def run_all(self, views: list[TaskView], config: Config) -> dict[str, Finding]:
+        first: dict[tuple[str, str], str] = {}
+        findings: dict[str, Finding] = {}
+        for view in sorted(views, key=lambda v: v.task.id):
+            task = view.task
+            if task.spec is None:
+                findings[task.id] = Finding("no IF spec to compare (one MM/TS task per family)", 0.0)
+                continue
+            key = (task.source_id, _canonical_spec(task.spec))
+            if key in first:
+                findings[task.id] = Finding(
+                    f"same IF spec as task `{first[key]}` of the same source",
+                    1.0,
+                    details={"twin": first[key]},
+                )
+            else:
+                first[key] = task.id
+                findings[task.id] = Finding("IF spec differs from every earlier task of the source", 0.0)
+        return findings
+
+
+TASK_CHECKS: tuple = ()
+RUN_CHECKS = (DuplicateSource(), DuplicateTask())

@@ -1,0 +1,598 @@
+"""great-expectations checks: the prepared data, the task record and the reference outputs, as GX suites.
+
+The suites are defined here in code and versioned with the project (`SUITES_VERSION`; bump it when an
+expectation changes, so stored findings are re-checked). Suites that depend on a task's columns (which column
+is the key, which are targets) are templates: each check fills its suites for the task at hand, saves them and
+runs them through the suite's ValidationDefinition, so every result lands in the context's results store and
+`GXRun.build_data_docs` can render all validations of the run.
+
+Creating a GX context is cheap, importing great_expectations is not (seconds), so the stage creates one
+`GXRun` per validation run and reuses it for every task; the import happens there, not at module import.
+
+Comparisons of key sets are made on derived frames (one row per key, with its count on each side) judged by
+`ExpectColumnPairValuesToBeEqual` / `ExpectMulticolumnSumToEqual`, not by `ExpectColumnValuesToBeInSet` /
+`ExpectColumnValuesToNotBeInSet` with the other side's ids as the value set: GX 1.x validates big value sets
+element by element (about 30 s for 200k ids) and stores and renders them in every result and Data Docs page.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from dareforge.config import Config
+from dareforge.validators.base import Finding, TaskView
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_validation_result import ExpectationValidationResult
+    from great_expectations.expectations import Expectation
+
+SUITES_VERSION = "1"
+
+FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF")
+METRICS_BY_FAMILY: dict[str, tuple[str, ...]] = {
+    "Class-IF": ("exact-match", "allclose"),
+    "Reg-IF": ("exact-match", "allclose"),
+    "Class-MM": ("macro-f1",),
+    "Reg-MM": ("clipped-r2",),
+    "TS-XF": ("clipped-r2",),
+    "TS-CF": ("clipped-r2",),
+}
+STATUSES = ("candidate", "rejected")
+RECORD_REQUIRED = (
+    "id",
+    "family",
+    "source_id",
+    "source_version",
+    "prepared_version",
+    "generator_version",
+    "seed",
+    "instruction",
+    "public_files",
+    "private_files",
+    "metric_name",
+    "target_columns",
+    "key_columns",
+    "turns",
+    "seconds_per_execution",
+    "status",
+)
+KEY = "key"  # index name of the derived key frames; Data Docs and observed values show it
+KEY_SEPARATOR = "|"  # joins the text of compound keys (time + entity)
+MAX_REASON = 400
+MAX_EXAMPLES = 3
+
+# suite name -> data asset name; a ValidationDefinition per suite.
+SUITES = {
+    "gx-prepared.train": "train",
+    "gx-prepared.test": "test",
+    "gx-prepared.answers": "answers",
+    "gx-prepared.ids": "train-test-ids",
+    "gx-prepared.keys": "answers-keys",
+    "gx-task-record.fields": "task-record-fields",
+    "gx-task-record": "task-record",
+    "gx-reference.predictions": "reference",
+    "gx-reference.keys": "reference-keys",
+}
+
+_IMPORT_LOCK = threading.Lock()
+_CACHED = {
+    ("public", "train.csv"): "train",
+    ("public", "test.csv"): "test",
+    ("private", "answers.csv"): "answers",
+}
+
+
+class _Missing(Exception):
+    """A file a check needs is absent or unreadable: the check reports it as a flagged finding."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    suite: str
+    label: str
+    type: str
+    success: bool
+    observed: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "expectation": self.label,
+            "type": self.type,
+            "success": self.success,
+            "observed": self.observed,
+        }
+
+
+def _gx():
+    """Import great_expectations on first use (it takes seconds) and keep its logging and warnings quiet."""
+    with _IMPORT_LOCK:
+        logging.getLogger("great_expectations").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", module=r"great_expectations(\.|$)")
+        import great_expectations as gx
+
+        return gx
+
+
+def _expect(name: str, label: str, **kwargs: Any) -> Expectation:
+    """An expectation by class name, labelled (meta) so results map back to what a person reads."""
+    import great_expectations.expectations as gxe
+
+    return getattr(gxe, name)(meta={"label": label}, **kwargs)
+
+
+class GXRun:
+    """One ephemeral GX context for a validation run: a pandas data source, the suites, and the three checks."""
+
+    version = SUITES_VERSION
+
+    def __init__(self) -> None:
+        started = time.perf_counter()
+        gx = _gx()
+        from great_expectations.data_context.types.base import (
+            DataContextConfig,
+            InMemoryStoreBackendDefaults,
+            ProgressBarsConfig,
+        )
+
+        self.import_seconds = time.perf_counter() - started
+        config = DataContextConfig(
+            store_backend_defaults=InMemoryStoreBackendDefaults(),
+            progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),  # no tqdm bars
+            analytics_enabled=False,
+        )
+        self.context = gx.get_context(mode="ephemeral", project_config=config)
+        self.source = self.context.data_sources.add_pandas("dareforge")
+        self.suites: dict[str, Any] = {}
+        self._definitions: dict[str, Any] = {}
+        for suite_name, asset_name in SUITES.items():
+            batch = self.source.add_dataframe_asset(asset_name).add_batch_definition_whole_dataframe("whole")
+            suite = self.context.suites.add(
+                gx.ExpectationSuite(
+                    name=suite_name,
+                    meta={"suites_version": SUITES_VERSION, "defined_in": __name__},
+                    expectations=STATIC_SUITES.get(suite_name, list)(),
+                )
+            )
+            self.suites[suite_name] = suite
+            self._definitions[suite_name] = self.context.validation_definitions.add(
+                gx.ValidationDefinition(name=suite_name, data=batch, suite=suite)
+            )
+        self._sites: dict[Path, str] = {}
+        self._lock = threading.RLock()  # a GX context is not thread-safe; one validation at a time
+        self.validations = 0
+        self.seconds = time.perf_counter() - started
+        self.checks = tuple(cls(self) for cls in CHECK_CLASSES)
+
+    def validate(
+        self,
+        suite_name: str,
+        frame: pd.DataFrame,
+        run_name: str,
+        expectations: Iterable[Expectation] | None = None,
+    ) -> list[Outcome]:
+        """Run one suite on a frame (after replacing its expectations, for a template suite).
+
+        A frame indexed by `KEY` (the derived ones) is validated with GX's SUMMARY result format, whose
+        unexpected-index list names the offending keys; the others with BASIC (counts and values), which is
+        cheaper.
+        """
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        with self._lock:
+            suite = self.suites[suite_name]
+            if expectations is not None:
+                # Assign and save once: `add_expectation` persists the suite on every call (quadratic).
+                suite.expectations = list(expectations)
+                suite.save()
+            if not suite.expectations:
+                return []
+            result = self._definitions[suite_name].run(
+                batch_parameters={"dataframe": frame},
+                run_id=RunIdentifier(run_name=run_name),
+                result_format="SUMMARY" if frame.index.name == KEY else "BASIC",
+            )
+            self.validations += 1
+        return [_outcome(suite_name, r) for r in result.results]
+
+    def build_data_docs(self, folder: Path) -> Path:
+        """Write the Data Docs HTML of the validations run so far into `folder`; returns its index.html."""
+        folder = Path(folder).resolve()
+        with self._lock:
+            site = self._sites.get(folder)
+            if site is None:
+                site = self._sites[folder] = f"dareforge-{len(self._sites) + 1}"
+                folder.mkdir(parents=True, exist_ok=True)
+                self.context.add_data_docs_site(
+                    site,
+                    {
+                        "class_name": "SiteBuilder",
+                        "store_backend": {
+                            "class_name": "TupleFilesystemStoreBackend",
+                            "base_directory": str(folder),
+                        },
+                        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                    },
+                )
+            self.context.build_data_docs(site_names=[site])
+        index = folder / "index.html"
+        if not index.is_file():
+            raise RuntimeError(f"great-expectations wrote no Data Docs index at {index}")
+        return index
+
+
+class _GXCheck:
+    name = ""
+
+    def __init__(self, gx: GXRun) -> None:
+        self.gx = gx
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        try:
+            outcomes, skipped = self.outcomes(view)
+        except _Missing as exc:
+            return Finding(str(exc), 0.0, flagged=True, details={"suites_version": SUITES_VERSION})
+        return _finding(outcomes, skipped)
+
+    def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
+        raise NotImplementedError
+
+
+class PreparedExpectations(_GXCheck):
+    """The split: train non-empty with the targets; test keyed, unique, target-free and disjoint from train;
+    answers complete and keyed exactly like test."""
+
+    name = "gx-prepared"
+
+    def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
+        train = _read(view, "public", "train.csv")
+        test = _read(view, "public", "test.csv")
+        answers = _read(view, "private", "answers.csv")
+        targets = list(view.task.metric.target_columns)
+        keys = [k for k in view.task.metric.key_columns if k in test.columns]
+        run = view.task.id
+        out: list[Outcome] = []
+        skipped: dict[str, str] = {}
+
+        train_suite = [_expect("ExpectTableRowCountToBeBetween", "train not empty", min_value=1)]
+        train_suite += [_expect("ExpectColumnToExist", f"target {t} in train", column=t) for t in targets]
+        out += self.gx.validate("gx-prepared.train", train, run, train_suite)
+
+        test_suite = [
+            # GX has no "column absent" expectation: test's columns must equal themselves minus the targets,
+            # so a leaked target shows up as the mismatch.
+            _expect(
+                "ExpectTableColumnsToMatchSet",
+                "test has no target column",
+                column_set=[c for c in test.columns if c not in targets],
+                exact_match=True,
+            )
+        ]
+        if not keys:
+            test_suite += [
+                _expect("ExpectColumnToExist", f"key {k} in test", column=k)
+                for k in view.task.metric.key_columns
+            ]
+        test_suite += [
+            _expect("ExpectColumnValuesToNotBeNull", f"test key {k} not null", column=k) for k in keys
+        ]
+        if len(keys) == 1:
+            test_suite.append(
+                _expect("ExpectColumnValuesToBeUnique", f"test key {keys[0]} unique", column=keys[0])
+            )
+        elif keys:
+            test_suite.append(
+                _expect(
+                    "ExpectCompoundColumnsToBeUnique", f"test keys {'+'.join(keys)} unique", column_list=keys
+                )
+            )
+        out += self.gx.validate("gx-prepared.test", test, run, test_suite)
+
+        answer_suite = [_expect("ExpectColumnToExist", f"key {k} in answers", column=k) for k in keys]
+        answer_suite += [
+            _expect("ExpectColumnValuesToNotBeNull", f"answers target {t} not null", column=t)
+            for t in targets
+        ]
+        out += self.gx.validate("gx-prepared.answers", answers, run, answer_suite)
+
+        test_keys = _key_text(view, "public", "test.csv", test, keys)
+        id_column = view.prepared.id_column
+        if id_column in train.columns and id_column in test.columns:
+            test_ids = (
+                test_keys if keys == [id_column] else _key_text(view, "public", "test.csv", test, [id_column])
+            )
+            ids = _presence(train=_key_text(view, "public", "train.csv", train, [id_column]), test=test_ids)
+            out += self.gx.validate(
+                "gx-prepared.ids",
+                ids,
+                run,
+                [
+                    # Each id on exactly one side. (ExpectColumnValuesToNotBeInSet with the train ids fits too,
+                    # but is slow on big value sets; ExpectColumnPairValuesToBeInSet loops rows in Python.)
+                    _expect(
+                        "ExpectMulticolumnSumToEqual",
+                        f"train and test {id_column} disjoint",
+                        column_list=["train", "test"],
+                        sum_total=1,
+                    )
+                ],
+            )
+        else:
+            skipped[f"train and test {id_column} disjoint"] = f"{id_column} is not in both train and test"
+
+        if keys:
+            counts = _counts(test=test_keys, answers=_key_text(view, "private", "answers.csv", answers, keys))
+            out += self.gx.validate(
+                "gx-prepared.keys",
+                counts,
+                run,
+                [
+                    _expect(
+                        "ExpectColumnPairValuesToBeEqual",
+                        f"answers {'+'.join(keys)} match test",
+                        column_A="test",
+                        column_B="answers",
+                    )
+                ],
+            )
+        return out, skipped
+
+
+class TaskRecordExpectations(_GXCheck):
+    """The task record as a one-row frame: required fields, family, metric for the family, limits, status."""
+
+    name = "gx-task-record"
+
+    def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
+        record = record_frame(view.task)
+        # Required fields are checked on the record turned into one row per field: one expectation names
+        # every missing field (GX's cost grows with the number of expectations, not with rows).
+        fields = record[list(RECORD_REQUIRED)].T.set_axis(["value"], axis=1).rename_axis(KEY)
+        out = self.gx.validate("gx-task-record.fields", fields, view.task.id)
+        out += self.gx.validate("gx-task-record", record, view.task.id)
+        return out, {}
+
+
+class ReferenceExpectations(_GXCheck):
+    """The reference outputs (IF: reference_predictions.csv; MM/TS: strong_predictions.csv): one row per test
+    row, keyed exactly like test (as text), no NaN in a target."""
+
+    name = "gx-reference"
+
+    def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
+        name = reference_file(view.task.family)
+        test = _read(view, "public", "test.csv")
+        reference = _read(view, "private", name)
+        keys = [k for k in view.task.metric.key_columns if k in test.columns]
+        run = view.task.id
+        suite = [_expect("ExpectTableRowCountToEqual", "reference rows == test rows", value=len(test))]
+        suite += [_expect("ExpectColumnToExist", f"key {k} in reference", column=k) for k in keys]
+        suite += [
+            _expect("ExpectColumnValuesToNotBeNull", f"reference target {t} not NaN", column=t)
+            for t in view.task.metric.target_columns
+        ]
+        out = self.gx.validate("gx-reference.predictions", reference, run, suite)
+        skipped: dict[str, str] = {}
+        if keys:
+            counts = _counts(
+                test=_key_text(view, "public", "test.csv", test, keys),
+                reference=_key_text(view, "private", name, reference, keys),
+            )
+            out += self.gx.validate(
+                "gx-reference.keys",
+                counts,
+                run,
+                [
+                    _expect(
+                        "ExpectColumnPairValuesToBeEqual",
+                        f"reference {'+'.join(keys)} match test",
+                        column_A="test",
+                        column_B="reference",
+                    )
+                ],
+            )
+        else:
+            skipped["reference keys match test"] = "no key column in test"
+        return out, skipped
+
+
+CHECK_CLASSES = (PreparedExpectations, TaskRecordExpectations, ReferenceExpectations)
+
+
+def reference_file(family: str) -> str:
+    return "reference_predictions.csv" if family.endswith("-IF") else "strong_predictions.csv"
+
+
+def _record_field_expectations() -> list[Expectation]:
+    return [_expect("ExpectColumnValuesToNotBeNull", "required fields present", column="value")]
+
+
+def _record_expectations() -> list[Expectation]:
+    pairs = [(family, metric) for family, metrics in METRICS_BY_FAMILY.items() for metric in metrics]
+    return [
+        _expect("ExpectColumnValuesToBeInSet", "family known", column="family", value_set=list(FAMILIES)),
+        _expect(
+            "ExpectColumnPairValuesToBeInSet",
+            "metric allowed for family",
+            column_A="family",
+            column_B="metric_name",
+            value_pairs_set=pairs,
+        ),
+        _expect(
+            "ExpectColumnValuesToBeBetween", "turns positive", column="turns", min_value=0, strict_min=True
+        ),
+        _expect(
+            "ExpectColumnValuesToBeBetween",
+            "seconds_per_execution positive",
+            column="seconds_per_execution",
+            min_value=0,
+            strict_min=True,
+        ),
+        _expect("ExpectColumnValuesToBeInSet", "status known", column="status", value_set=list(STATUSES)),
+    ]
+
+
+STATIC_SUITES = {"gx-task-record.fields": _record_field_expectations, "gx-task-record": _record_expectations}
+
+
+def record_frame(task: Any) -> pd.DataFrame:
+    """The task record as one row; empty text and empty lists become nulls (so "required" catches them)."""
+
+    def text(value: Any) -> Any:
+        return None if value is None or value == "" else value
+
+    def joined(values: Iterable[Any] | None) -> str | None:
+        items = [getattr(v, "name", v) for v in values or ()]
+        return ",".join(str(v) for v in items) or None
+
+    metric, limits = getattr(task, "metric", None), getattr(task, "limits", None)
+    row = {
+        "id": text(task.id),
+        "family": text(task.family),
+        "source_id": text(task.source_id),
+        "source_version": text(task.source_version),
+        "prepared_version": text(task.prepared_version),
+        "generator_version": text(task.generator_version),
+        "seed": task.seed,
+        "instruction": text(task.instruction),
+        "public_files": joined(task.public_files),
+        "private_files": joined(task.private_files),
+        "metric_name": text(metric.name) if metric is not None else None,
+        "target_columns": joined(metric.target_columns) if metric is not None else None,
+        "key_columns": joined(metric.key_columns) if metric is not None else None,
+        "turns": limits.turns if limits is not None else None,
+        "seconds_per_execution": limits.seconds_per_execution if limits is not None else None,
+        "status": text(task.status),
+    }
+    return pd.DataFrame([row])
+
+
+def _read(view: TaskView, side: str, name: str) -> pd.DataFrame:
+    """A task file with pandas' defaults (the view's cached frame for train/test/answers)."""
+    if not view.has(side, name):
+        raise _Missing(f"{side}/{name} is missing")
+    try:
+        cached = _CACHED.get((side, name))
+        return getattr(view, cached) if cached else view.frame(side, name)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        raise _Missing(f"{side}/{name} cannot be read: {type(exc).__name__}: {exc}") from exc
+
+
+def _key_text(view: TaskView, side: str, name: str, frame: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """The key of each row exactly as written in the file (compound keys joined); empty if a key is absent."""
+    if not keys or any(k not in frame.columns for k in keys):
+        return pd.Series([], dtype=object)
+    text = pd.read_csv(view.path(side, name), usecols=keys, dtype=str, keep_default_na=False)
+    joined = text[keys[0]]
+    for k in keys[1:]:
+        joined = joined + KEY_SEPARATOR + text[k]
+    return joined
+
+
+def _counts(**sides: pd.Series) -> pd.DataFrame:
+    """One row per key: how often each side has it (equal counts everywhere = same set, same count)."""
+    frame = pd.concat({side: keys.value_counts() for side, keys in sides.items()}, axis=1)
+    frame = frame.fillna(0).astype("int64")
+    frame.index.name = KEY
+    return frame
+
+
+def _presence(**sides: pd.Series) -> pd.DataFrame:
+    """One row per key: 1 where a side has it, else 0."""
+    frame = _counts(**sides)
+    return (frame > 0).astype("int64")
+
+
+def _outcome(suite: str, result: ExpectationValidationResult) -> Outcome:
+    config = result.expectation_config
+    label = (config.meta or {}).get("label") or config.type
+    return Outcome(suite, label, config.type, bool(result.success), _observed(result))
+
+
+def _observed(result: ExpectationValidationResult) -> str:
+    """A short text of what GX measured: an error, the observed value, or the unexpected rows."""
+    error = _error_message(result.exception_info)
+    if error:
+        return f"error: {_short(error, 120)}"
+    kind = result.expectation_config.type
+    detail = result.result or {}
+    if kind == "expect_column_to_exist":
+        return "present" if result.success else "absent"
+    if kind == "expect_table_columns_to_match_set":
+        mismatched = (detail.get("details") or {}).get("mismatched") or {}
+        parts = [f"{what}: {', '.join(map(str, cols))}" for what, cols in sorted(mismatched.items()) if cols]
+        return "; ".join(parts) if parts else "columns as expected"
+    if "observed_value" in detail:
+        return _short(_plain(detail["observed_value"]), 80)
+    if "unexpected_count" in detail:
+        count = int(detail["unexpected_count"] or 0)
+        if not count:
+            return "0 unexpected rows"
+        examples = _examples(kind, detail)
+        return f"{count} unexpected row{'s' * (count != 1)}" + (f": {examples}" if examples else "")
+    return _short(_plain(detail), 80)
+
+
+def _examples(kind: str, detail: dict[str, Any]) -> str:
+    indexed = detail.get("partial_unexpected_index_list") or []
+    keyed = [i[KEY] for i in indexed if isinstance(i, dict) and KEY in i]
+    if keyed:
+        values = keyed
+    elif kind == "expect_column_values_to_not_be_null":
+        values = []  # the values are all null; the count says it
+    else:
+        distinct = {str(_plain(v)): _plain(v) for v in detail.get("partial_unexpected_list") or []}
+        values = list(distinct.values())
+    shown = ", ".join(_short(_plain(v), 30) for v in values[:MAX_EXAMPLES])
+    return shown + (", ..." if len(values) > MAX_EXAMPLES else "")
+
+
+def _error_message(info: Any) -> str | None:
+    if not isinstance(info, dict):
+        return None
+    if info.get("raised_exception"):
+        return str(info.get("exception_message") or "exception")
+    for value in info.values():
+        if isinstance(value, dict) and value.get("raised_exception"):
+            return str(value.get("exception_message") or "exception")
+    return None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value.item() if hasattr(value, "item") and callable(value.item) else value
+
+
+def _short(value: Any, limit: int) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _finding(outcomes: list[Outcome], skipped: dict[str, str]) -> Finding:
+    failed = [o for o in outcomes if not o.success]
+    total = len(outcomes)
+    if failed:
+        listed = "; ".join(f"{o.label} ({o.observed})" for o in failed)
+        reason = _short(f"{len(failed)} of {total} expectations fail: {listed}", MAX_REASON)
+    else:
+        reason = f"all {total} expectations pass"
+    details: dict[str, Any] = {
+        "suites_version": SUITES_VERSION,
+        "expectations": [o.as_dict() for o in outcomes],
+    }
+    if skipped:
+        details["skipped"] = skipped
+    score = (total - len(failed)) / total if total else None
+    return Finding(reason, score, flagged=bool(failed), details=details)

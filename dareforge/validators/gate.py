@@ -1,0 +1,84 @@
+"""The gate: turn stored findings into accept/reject with the thresholds in `validate:`.
+
+Only this module knows thresholds. It reads the `validations` table and writes `verdicts`, so changing a
+threshold and re-running `dareforge gate` re-decides every task without re-running a single check.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dareforge.config import ValidateConfig
+from dareforge.context import RunContext
+from dareforge.schema import Task, Validation, Verdict
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Reject when `score <compare> config.<setting>`."""
+
+    compare: Callable[[float, float], bool]
+    symbol: str
+    setting: str | None
+    fixed: float | None = None
+
+    def limit(self, config: ValidateConfig) -> float:
+        return self.fixed if self.setting is None else getattr(config, self.setting)
+
+
+GE, GT, LT = (operator.ge, ">="), (operator.gt, ">"), (operator.lt, "<")
+THRESHOLDS: dict[str, Threshold] = {
+    "leakage-feature": Threshold(*GE, "leakage_max_single_feature"),
+    "leakage-order": Threshold(*GE, "leakage_max_order_correlation"),
+    "leakage-shared-rows": Threshold(*GT, "leakage_max_shared_rows"),
+    "duplicate-source": Threshold(*GE, "duplicate_min_similarity"),
+    "duplicate-task": Threshold(*GE, None, 1.0),
+    "learnable": Threshold(*LT, "min_learnable_margin"),
+    "runtime": Threshold(*GT, "max_reference_share_of_limit"),
+}
+
+
+def judge(finding: Validation, config: ValidateConfig) -> str | None:
+    """Why this finding rejects its task, or None."""
+    if finding.flagged:
+        return f"{finding.check}: {finding.reason}"
+    threshold = THRESHOLDS.get(finding.check)
+    if threshold is None or finding.score is None:
+        return None
+    limit = threshold.limit(config)
+    if threshold.compare(finding.score, limit):
+        where = f"validate.{threshold.setting}" if threshold.setting else "the fixed limit"
+        return f"{finding.check}: {finding.reason} ({finding.score:.3f} {threshold.symbol} {where}={limit:g})"
+    return None
+
+
+def gate(ctx: RunContext) -> tuple[list[Verdict], list[str]]:
+    """Decide every validated task; returns the verdicts and the store keys written."""
+    config = ctx.config.validate_
+    fingerprint = ctx.config.fingerprint("validate_")
+    findings: dict[str, list[Validation]] = defaultdict(list)
+    for finding in ctx.store.iter_records(Validation):
+        findings[finding.task_id].append(finding)
+    by_source: dict[str, list[Verdict]] = defaultdict(list)
+    for task in sorted(ctx.store.iter_records(Task), key=lambda t: t.id):
+        if task.id not in findings:
+            continue
+        reasons = sorted(r for f in findings[task.id] if (r := judge(f, config)))
+        by_source[task.source_id].append(
+            Verdict(
+                task_id=task.id,
+                source_id=task.source_id,
+                family=task.family,
+                accepted=not reasons,
+                reasons=reasons,
+                thresholds_fingerprint=fingerprint,
+            )
+        )
+    written = []
+    for source_id, verdicts in sorted(by_source.items()):
+        if ctx.store.write_records(source_id, verdicts):
+            written.append(ctx.store.table_key(Verdict.table, source_id))
+    return [v for vs in by_source.values() for v in vs], written

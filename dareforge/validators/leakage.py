@@ -1,0 +1,279 @@
+"""Leakage checks: a single feature that gives the target away, an id or row order that does, test rows
+that repeat training rows. Each stores a score; the gate compares it with `validate:` thresholds later.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+from dareforge.config import Config
+from dareforge.reference_solutions.metrics import Metric, canonical_label, get_metric
+from dareforge.validators.base import Finding, TaskView
+
+MAX_ROWS = 20_000
+HOLDOUT_SHARE = 0.3
+TREE_DEPTH = 6
+MIN_ROWS = 20
+TOP = 3
+MAX_ORDER_CLASSES = 50
+MIN_CLASS_ROWS = 10
+MIN_CLASS_SHARE = 0.01
+
+
+def is_time_series(view: TaskView) -> bool:
+    return view.task.family.startswith("TS-")
+
+
+def is_classification(view: TaskView) -> bool:
+    return view.task.family.startswith("Class-")
+
+
+def key_columns(view: TaskView) -> set[str]:
+    """Columns that identify a row rather than describe it: the id and the metric's keys."""
+    return {view.prepared.id_column, *view.task.metric.key_columns}
+
+
+def family_metric(view: TaskView) -> str:
+    """The metric a single feature is scored with: macro-F1 for classification, clipped R² otherwise.
+
+    The task's own metric is a pass/fail one for IF tasks (exact-match, allclose), which says nothing about
+    a one-column model, so the family decides.
+    """
+    return "macro-f1" if is_classification(view) else "clipped-r2"
+
+
+def _encode(values: pd.Series) -> np.ndarray:
+    """One column as a tree input: numbers as they are, anything else as sorted category codes.
+
+    Missing values become a constant below every observed value, so a tree can still split on missingness.
+    """
+    if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
+        numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=np.nan, copy=True)
+        numbers[~np.isfinite(numbers)] = np.nan
+    else:
+        codes = values.astype("category").cat.codes.to_numpy()
+        numbers = np.where(codes < 0, np.nan, codes).astype("float64")
+    observed = numbers[~np.isnan(numbers)]
+    floor = float(observed.min()) - 1.0 - float(observed.max() - observed.min()) if len(observed) else 0.0
+    return np.where(np.isnan(numbers), floor, numbers).reshape(-1, 1)
+
+
+def _target(view: TaskView, frame: pd.DataFrame, column: str) -> pd.Series:
+    values = frame[column]
+    if is_classification(view):
+        return values.where(values.isna(), values.map(canonical_label))
+    return pd.to_numeric(values, errors="coerce").where(lambda s: np.isfinite(s))
+
+
+class LeakageFeature:
+    """Best held-out score of a shallow tree on ONE feature column; the score is that best value.
+
+    Rows: the public train, at most 20k sampled (seeded by the task's seed), rows with a missing target
+    dropped; 70% fit, 30% held out at random, or the last 30% in time for time-series tasks (a feature must
+    predict the future there). Features: columns of both train and test (what an agent can use at
+    prediction time) except the id, the metric's keys, the targets, and a time-series task's time column.
+    Metric: macro-F1 for classification, clipped R² for regression and time series; with several targets,
+    each column's score is its best over the targets.
+    """
+
+    name = "leakage-feature"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        train, targets = view.train, view.task.metric.target_columns
+        excluded = key_columns(view) | set(targets)
+        if is_time_series(view) and view.prepared.time_column:
+            excluded.add(view.prepared.time_column)
+        if not view.has("public", "test.csv"):
+            return Finding("public/test.csv is missing; nothing to compare features with", None, flagged=True)
+        test_columns = set(view.test.columns)
+        features = [c for c in train.columns if c not in excluded and c in test_columns]
+        if not features:
+            return Finding("no feature columns besides keys and targets in test.csv; nothing to leak", None)
+        metric_name = family_metric(view)
+        metric = get_metric(metric_name)
+        scores: dict[str, float] = {}
+        for target in targets:
+            if target not in train.columns:
+                return Finding(f"target column `{target}` is missing from train.csv", None, flagged=True)
+            for column, score in self._scores(view, train, target, features, metric).items():
+                scores[column] = max(score, scores.get(column, 0.0))
+        if not scores:
+            return Finding(f"fewer than {MIN_ROWS} training rows with a target; nothing measured", None)
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        best_column, best = ranked[0]
+        details = {
+            "metric": metric_name,
+            "top": [{"column": c, "score": round(s, 4)} for c, s in ranked[:TOP]],
+            "features": len(features),
+        }
+        label = "macro-F1" if metric_name == "macro-f1" else "clipped R²"
+        return Finding(
+            f"feature `{best_column}` alone reaches {label} {best:.3f} on held-out train rows",
+            best,
+            details=details,
+        )
+
+    def _scores(
+        self, view: TaskView, train: pd.DataFrame, target: str, features: list[str], metric: Metric
+    ) -> dict[str, float]:
+        y = _target(view, train, target)
+        frame = train.loc[y.notna()]
+        y = y.loc[frame.index]
+        if len(frame) < MIN_ROWS:
+            return {}
+        rng = np.random.default_rng(view.task.seed)
+        if len(frame) > MAX_ROWS:
+            frame = frame.iloc[np.sort(rng.choice(len(frame), MAX_ROWS, replace=False))]
+            y = y.loc[frame.index]
+        n_test = max(2, round(len(frame) * HOLDOUT_SHARE))
+        if is_time_series(view) and view.prepared.time_column in frame.columns:
+            time = frame[view.prepared.time_column]
+            time = time.to_numpy() if pd.api.types.is_numeric_dtype(time) else time.astype(str).to_numpy()
+            order = np.argsort(time, kind="stable")
+        else:
+            order = rng.permutation(len(frame))
+        fit, held = order[:-n_test], order[-n_test:]
+        y_values = y.to_numpy()
+        tree_cls = DecisionTreeClassifier if is_classification(view) else DecisionTreeRegressor
+        scores = {}
+        for column in features:
+            x = _encode(frame[column])
+            tree = tree_cls(max_depth=TREE_DEPTH, min_samples_leaf=3, random_state=0)
+            tree.fit(x[fit], y_values[fit])
+            score = float(metric(y_values[held], tree.predict(x[held])))
+            scores[column] = score if math.isfinite(score) else 0.0
+        return scores
+
+
+def _spearman(x: pd.Series, y: pd.Series) -> float:
+    value = x.rank().corr(y.rank())
+    return 0.0 if value is None or not math.isfinite(value) else float(value)
+
+
+class LeakageOrder:
+    """|Spearman| between the target and the row order of train.csv, or a numeric id column.
+
+    Regression: the plain rank correlation. Classification: one-vs-rest over classes with at least 10 rows
+    and 1% of the train (the 50 most frequent), each |rho| divided by the largest rho that class's share
+    allows (rows sorted by class), so a train sorted by class scores 1.0 whatever the class balance; the
+    score is the largest such value. Time-series tasks are skipped: their row order is time by design.
+    """
+
+    name = "leakage-order"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        if is_time_series(view):
+            return Finding("time-series task: row order is time, which the target follows by design", None)
+        train = view.train
+        orders = {"row order": pd.Series(np.arange(len(train), dtype=float), index=train.index)}
+        for column in sorted(key_columns(view)):
+            if column in train.columns and pd.api.types.is_numeric_dtype(train[column]):
+                orders[f"id `{column}`"] = train[column].astype("float64")
+        found: dict[str, float] = {}
+        for target in view.task.metric.target_columns:
+            if target not in train.columns:
+                return Finding(f"target column `{target}` is missing from train.csv", None, flagged=True)
+            y = _target(view, train, target)
+            for name, order in orders.items():
+                keep = y.notna() & order.notna()
+                value = self._correlation(view, order[keep], y[keep])
+                found[name] = max(value, found.get(name, 0.0))
+        if not found:
+            return Finding("no rows to correlate", None)
+        name, best = max(found.items(), key=lambda kv: (kv[1], kv[0]))
+        how = "one-vs-rest, normalized" if is_classification(view) else "Spearman"
+        return Finding(
+            f"{name} correlates with the target at |rho| {best:.3f} ({how})",
+            best,
+            details={name: round(value, 4) for name, value in found.items()},
+        )
+
+    def _correlation(self, view: TaskView, order: pd.Series, y: pd.Series) -> float:
+        if len(y) < 3:
+            return 0.0
+        if not is_classification(view):
+            return abs(_spearman(order, y))
+        counts = y.value_counts()
+        counts = counts[(counts >= MIN_CLASS_ROWS) & (counts >= MIN_CLASS_SHARE * len(y))]
+        best = 0.0
+        ranks = order.rank()
+        for label in counts.index[:MAX_ORDER_CLASSES]:
+            indicator = (y == label).astype(float)
+            if indicator.nunique() < 2:
+                continue
+            # The largest |rho| this class share allows: every row of the class at one end of the order.
+            ceiling = abs(
+                _spearman(pd.Series(np.sort(ranks.to_numpy())), pd.Series(np.sort(indicator.to_numpy())))
+            )
+            if ceiling > 0:
+                best = max(best, min(abs(_spearman(ranks, indicator)) / ceiling, 1.0))
+        return best
+
+
+def _comparable(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> pd.DataFrame:
+    """Cells in one form on both sides: numbers as floats, everything else as stripped text."""
+    out = {}
+    for column in columns:
+        values = frame[column]
+        if column in numeric:
+            out[column] = pd.to_numeric(values, errors="coerce").astype("float64")
+        else:
+            out[column] = values.astype(object).where(values.notna(), "").map(str).str.strip()
+    return pd.DataFrame(out, index=frame.index)
+
+
+class LeakageSharedRows:
+    """Excess of test rows repeating a train row over how often train repeats itself.
+
+    Score = share of test rows whose feature values (every test column except the keys) equal some train
+    row's, minus the share of train rows that repeat within train. A dataset of a few discrete features repeats
+    everywhere (that is not leakage); test rows copied from train show up as an excess.
+    """
+
+    name = "leakage-shared-rows"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        if not view.has("public", "test.csv"):
+            return Finding("public/test.csv is missing; no rows to compare", None, flagged=True)
+        train, test = view.train, view.test
+        keys = key_columns(view)
+        columns = [c for c in test.columns if c not in keys]
+        missing = [c for c in columns if c not in train.columns]
+        if missing:
+            return Finding(f"test columns {missing} are not in train.csv; rows cannot be compared", None)
+        if not columns:
+            return Finding("test.csv has no columns besides the keys; no rows to compare", None)
+        if len(test) == 0:
+            return Finding("test.csv has no rows", None)
+        numeric = {
+            c
+            for c in columns
+            if pd.api.types.is_numeric_dtype(train[c]) and pd.api.types.is_numeric_dtype(test[c])
+        }
+        train_hashes = pd.util.hash_pandas_object(_comparable(train, columns, numeric), index=False)
+        test_hashes = pd.util.hash_pandas_object(_comparable(test, columns, numeric), index=False)
+        shared = test_hashes.isin(set(train_hashes.to_numpy()))
+        share = float(shared.mean())
+        # For auditors: how often train repeats itself on these columns (high for few discrete features).
+        within_train = float(train_hashes.duplicated(keep=False).mean()) if len(train) else 0.0
+        excess = max(share - within_train, 0.0)
+        return Finding(
+            f"{int(shared.sum())} of {len(test)} test rows ({share:.1%}) repeat a train row on {len(columns)} "
+            f"feature columns, {excess:.1%} more than train repeats itself ({within_train:.1%})",
+            excess,
+            details={
+                "shared": int(shared.sum()),
+                "shared_share": round(share, 4),
+                "test_rows": len(test),
+                "columns": len(columns),
+                "train_rows_repeated_within_train": round(within_train, 4),
+            },
+        )
+
+
+TASK_CHECKS = (LeakageFeature(), LeakageOrder(), LeakageSharedRows())
+RUN_CHECKS: tuple = ()

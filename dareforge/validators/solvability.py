@@ -1,0 +1,99 @@
+"""Solvability checks: is there something to learn, does the reference run in time, did it certify and run."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dareforge.config import Config
+from dareforge.validators.base import Finding, TaskView
+
+IF_CERTIFICATE_RUNS = 3
+
+
+def is_if(view: TaskView) -> bool:
+    return view.task.family.endswith("-IF")
+
+
+class Learnable:
+    """MM/TS: strong reference score minus baseline score on the task's metric (the margin)."""
+
+    name = "learnable"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        if is_if(view):
+            return Finding("IF tasks are judged by exact reproduction", None)
+        scores = view.task.scores
+        if scores.strong is None or scores.baseline is None:
+            return Finding("no strong or baseline score recorded; the margin cannot be measured", None)
+        margin = scores.strong - scores.baseline
+        return Finding(
+            f"strong reference beats the baseline by {margin:.3f} {view.task.metric.name} "
+            f"({scores.strong:.3f} vs {scores.baseline:.3f})",
+            margin,
+            details={"strong": scores.strong, "baseline": scores.baseline},
+        )
+
+
+class Runtime:
+    """The reference's CPU seconds as a share of the per-execution limit (IF: one of the three runs)."""
+
+    name = "runtime"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        task = view.task
+        seconds = task.scores.reference_seconds
+        if seconds is None:
+            return Finding("no reference seconds recorded", None)
+        limit = task.limits.seconds_per_execution
+        note = ""
+        if is_if(view):
+            seconds /= IF_CERTIFICATE_RUNS
+            note = " (a third of the certificate's three runs)"
+        share = seconds / limit
+        return Finding(
+            f"reference takes {seconds:.2f}s{note}, {share:.1%} of the {limit}s limit",
+            share,
+            details={"seconds": seconds, "limit": limit},
+        )
+
+
+class Certificate:
+    """Flags a task the generator rejected (failed or nondeterministic reference)."""
+
+    name = "certificate"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        if view.task.status == "rejected":
+            return Finding(view.task.reject_reason or "rejected without a reason", None, flagged=True)
+        return Finding("reference certified", 1.0)
+
+
+class ReferenceRuns:
+    """Flags a missing reference output, or one with a missing target column or NaN in a target column."""
+
+    name = "reference-runs"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        name = "reference_predictions.csv" if is_if(view) else "strong_predictions.csv"
+        if not view.has("private", name):
+            return Finding(f"reference output private/{name} is missing", None, flagged=True)
+        try:
+            frame = view.frame("private", name)
+        except (ValueError, OSError) as exc:
+            return Finding(f"reference output private/{name} cannot be read: {exc}", None, flagged=True)
+        targets = view.task.metric.target_columns
+        absent = [c for c in targets if c not in frame.columns]
+        if absent:
+            return Finding(
+                f"reference output private/{name} lacks target column(s) {absent}", None, flagged=True
+            )
+        nan = {c: int(n) for c in targets if (n := pd.isna(frame[c]).sum())}
+        if nan:
+            return Finding(
+                f"reference output private/{name} has NaN targets: {nan}", None, flagged=True, details=nan
+            )
+        return Finding(f"reference output private/{name} has {len(frame)} complete rows", 1.0)
+
+
+TASK_CHECKS = (Learnable(), Runtime(), Certificate(), ReferenceRuns())
+RUN_CHECKS: tuple = ()

@@ -1,0 +1,167 @@
+"""The validate stage: run every check on every task, store the findings, then gate and report.
+
+Findings go to the `validations` table (one partition per source), verdicts to `verdicts`, and an HTML
+report (with great-expectations Data Docs) to `reports/validation/`. A source whose tasks were all checked
+with the current checks version is not checked again; run-wide checks (duplicates) always re-run, since a
+new source can make an old one a duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dareforge.context import RunContext
+from dareforge.generators.prepare import load_prepared
+from dareforge.schema import Task, Validation, Verdict
+from dareforge.validators import duplicates, leakage, solvability
+from dareforge.validators import report as html_report
+from dareforge.validators.base import Check, Finding, RunCheck, TaskView
+from dareforge.validators.gate import gate
+
+log = logging.getLogger(__name__)
+REPORT_DIR = "reports/validation"
+TASK_CHECKS: tuple[Check, ...] = (*leakage.TASK_CHECKS, *duplicates.TASK_CHECKS, *solvability.TASK_CHECKS)
+RUN_CHECKS: tuple[RunCheck, ...] = (*leakage.RUN_CHECKS, *duplicates.RUN_CHECKS, *solvability.RUN_CHECKS)
+
+
+@dataclass
+class ValidateReport:
+    checked: int = 0
+    reused: int = 0
+    verdicts: list[Verdict] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    context_seconds: float = 0.0
+    report_key: str | None = None
+    data_docs: Path | None = None
+
+    @property
+    def accepted(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.accepted]
+
+    @property
+    def rejected(self) -> list[Verdict]:
+        return [v for v in self.verdicts if not v.accepted]
+
+
+def checks_version(task_check_names: list[str], run_checks: tuple[RunCheck, ...], suites: str) -> str:
+    return f"{suites}|" + ",".join(sorted([*task_check_names, *(c.name for c in run_checks)]))
+
+
+def task_view(ctx: RunContext, task: Task) -> TaskView:
+    prepared = load_prepared(ctx, task.source_id)
+    if ctx.store.is_local:
+        return TaskView(task, prepared, ctx.store.local_path(f"tasks/{task.id}"))
+    folder = Path(ctx.config.store.work_dir) / "validate" / task.id
+    for side, files in (("public", task.public_files), ("private", task.private_files)):
+        for f in files:
+            target = folder / side / f.name
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/{side}/{f.name}"))
+    return TaskView(task, prepared, folder)
+
+
+def validate(ctx: RunContext, task_ids: list[str] | None = None, force: bool = False) -> ValidateReport:
+    """Check the tasks (all by default) and gate them; `force` re-runs checks whose findings are stored."""
+    from dareforge.validators import expectations
+
+    started = time.perf_counter()
+    report = ValidateReport()
+    tasks = sorted(
+        (t for t in ctx.store.iter_records(Task) if task_ids is None or t.id in task_ids), key=lambda t: t.id
+    )
+    gx_names = [cls.name for cls in expectations.CHECK_CLASSES]
+    version = checks_version(
+        [*gx_names, *(c.name for c in TASK_CHECKS)], RUN_CHECKS, expectations.SUITES_VERSION
+    )
+    stored = {} if force else _stored_findings(ctx, version)
+    views = [task_view(ctx, task) for task in tasks]
+    gx: expectations.GXRun | None = None
+    findings: dict[str, dict[str, Finding | Validation]] = defaultdict(dict)
+    with ctx.progress() as progress:
+        bar = progress.add_task("validate", total=len(views), item="")
+        for view in views:
+            progress.update(bar, item=view.task.id)
+            if view.task.id in stored:
+                findings[view.task.id].update(stored[view.task.id])
+                report.reused += 1
+            else:
+                if gx is None:
+                    # Created once per run, and only when some task needs checking: it costs seconds.
+                    context_started = time.perf_counter()
+                    gx = expectations.GXRun()
+                    report.context_seconds = time.perf_counter() - context_started
+                for check in (*gx.checks, *TASK_CHECKS):
+                    findings[view.task.id][check.name] = _run_check(check, view, ctx)
+                report.checked += 1
+            progress.advance(bar)
+    for check in RUN_CHECKS:
+        for task_id, finding in check.run_all(views, ctx.config).items():
+            findings[task_id][check.name] = finding
+    report.written += _write_findings(ctx, tasks, findings, version)
+    report.verdicts, written = gate(ctx)
+    report.written += written
+    if gx is not None and ctx.config.validate_.data_docs and ctx.store.is_local:
+        report.data_docs = gx.build_data_docs(ctx.store.local_path(f"{REPORT_DIR}/data_docs"))
+    report.report_key = write_report(ctx, "dareforge validation", [])
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _run_check(check: Check, view: TaskView, ctx: RunContext) -> Finding:
+    try:
+        return check.run(view, ctx.config)
+    except Exception as exc:  # a check that crashes is a finding about the task (or the check), not a stop
+        log.warning("%s: check %s crashed: %s", view.task.id, check.name, exc)
+        return Finding(f"the check crashed: {type(exc).__name__}: {exc}", flagged=True)
+
+
+def _stored_findings(ctx: RunContext, version: str) -> dict[str, dict[str, Validation]]:
+    stored: dict[str, dict[str, Validation]] = defaultdict(dict)
+    for finding in ctx.store.iter_records(Validation):
+        if finding.checks_version == version:
+            stored[finding.task_id][finding.check] = finding
+    return stored
+
+
+def _write_findings(
+    ctx: RunContext, tasks: list[Task], findings: dict[str, dict[str, Finding | Validation]], version: str
+) -> list[str]:
+    by_source: dict[str, list[Validation]] = defaultdict(list)
+    for task in tasks:
+        for name, finding in sorted(findings[task.id].items()):
+            if isinstance(finding, Validation):
+                by_source[task.source_id].append(finding)
+                continue
+            by_source[task.source_id].append(
+                Validation(
+                    task_id=task.id,
+                    source_id=task.source_id,
+                    check=name,
+                    score=finding.score,
+                    flagged=finding.flagged,
+                    reason=finding.reason,
+                    details=finding.details_json(),
+                    checks_version=version,
+                )
+            )
+    written = []
+    for source_id, rows in sorted(by_source.items()):
+        if ctx.store.write_records(source_id, rows):
+            written.append(ctx.store.table_key(Validation.table, source_id))
+    return written
+
+
+def write_report(
+    ctx: RunContext, title: str, notes: list[str], prefix: str = REPORT_DIR, task_ids: set[str] | None = None
+) -> str:
+    validations = [v for v in ctx.store.iter_records(Validation) if task_ids is None or v.task_id in task_ids]
+    verdicts = [v for v in ctx.store.iter_records(Verdict) if task_ids is None or v.task_id in task_ids]
+    key = f"{prefix}/index.html"
+    ctx.store.write_bytes(key, html_report.render(title, validations, verdicts, notes).encode())
+    return key

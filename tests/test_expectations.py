@@ -1,0 +1,246 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dareforge.config import Config
+from dareforge.schema import PreparedSource, Task
+from dareforge.validators.base import TaskView
+from dareforge.validators.expectations import SUITES, SUITES_VERSION, GXRun
+
+
+@pytest.fixture(scope="module")
+def gx() -> GXRun:
+    return GXRun()
+
+
+@pytest.fixture
+def cfg() -> Config:
+    return Config()
+
+
+def _task(family: str = "Class-IF", keys: list[str] | None = None, metric: str = "exact-match") -> Task:
+    files = [{"name": n, "size": 1, "sha256": "0"} for n in ("train.csv", "test.csv")]
+    return Task.model_validate(
+        {
+            "id": "task-1",
+            "family": family,
+            "source_id": "builtin.toy",
+            "source_version": "sv",
+            "prepared_version": "pv",
+            "generator_version": "1",
+            "seed": 7,
+            "instruction": "Predict y.",
+            "public_files": files,
+            "private_files": [{"name": "answers.csv", "size": 1, "sha256": "0"}],
+            "metric": {"name": metric, "target_columns": ["y"], "key_columns": keys or ["row_id"]},
+            "package_versions": ["pandas==3"],
+        }
+    )
+
+
+def _prepared(id_column: str = "row_id") -> PreparedSource:
+    return PreparedSource.model_validate(
+        {
+            "source_id": "builtin.toy",
+            "source_version": "sv",
+            "version": "pv",
+            "task_type": "classification",
+            "target_columns": ["y"],
+            "id_column": id_column,
+            "columns": [],
+            "n_rows": 12,
+            "n_train": 8,
+            "n_test": 4,
+            "split": "random",
+            "seed": 7,
+            "files": [],
+        }
+    )
+
+
+def _frames() -> dict[str, pd.DataFrame]:
+    train = pd.DataFrame({"row_id": range(1, 9), "x": range(8), "y": ["a", "b"] * 4})
+    test = pd.DataFrame({"row_id": range(9, 13), "x": range(4)})
+    answers = pd.DataFrame({"row_id": range(9, 13), "y": ["a", "b", "a", "b"]})
+    reference = pd.DataFrame({"row_id": range(9, 13), "y": ["a", "a", "a", "b"]})
+    return {"train": train, "test": test, "answers": answers, "reference": reference}
+
+
+def _view(
+    folder: Path, task: Task | None = None, prepared: PreparedSource | None = None, **frames
+) -> TaskView:
+    task = task or _task()
+    data = {**_frames(), **frames}
+    reference = "reference_predictions.csv" if task.family.endswith("-IF") else "strong_predictions.csv"
+    paths = {
+        "train": "public/train.csv",
+        "test": "public/test.csv",
+        "answers": "private/answers.csv",
+        "reference": f"private/{reference}",
+    }
+    for key, rel in paths.items():
+        frame = data[key]
+        if frame is None:
+            continue
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(path, index=False) if isinstance(frame, pd.DataFrame) else path.write_text(frame)
+    return TaskView(task, prepared or _prepared(), folder)
+
+
+def _findings(gx: GXRun, view: TaskView, cfg: Config) -> dict:
+    return {check.name: check.run(view, cfg) for check in gx.checks}
+
+
+def test_clean_task_passes_all_three_checks(gx, cfg, tmp_path):
+    findings = _findings(gx, _view(tmp_path), cfg)
+    assert set(findings) == {"gx-prepared", "gx-task-record", "gx-reference"}
+    for name, finding in findings.items():
+        assert not finding.flagged, (name, finding.reason)
+        assert finding.score == 1.0
+        assert finding.reason.startswith("all ") and finding.reason.endswith(" expectations pass")
+        assert finding.details["suites_version"] == SUITES_VERSION
+        assert all(e["success"] for e in finding.details["expectations"])
+        assert finding.details_json()  # serialisable for the validations table
+
+
+def test_train_test_id_overlap(gx, cfg, tmp_path):
+    test = pd.DataFrame({"row_id": [3, 10, 11, 12], "x": range(4)})
+    answers = pd.DataFrame({"row_id": [3, 10, 11, 12], "y": ["a"] * 4})
+    reference = pd.DataFrame({"row_id": [3, 10, 11, 12], "y": ["a"] * 4})
+    view = _view(tmp_path, test=test, answers=answers, reference=reference)
+    finding = gx.checks[0].run(view, cfg)
+    assert finding.flagged
+    assert "train and test row_id disjoint (1 unexpected row: 3)" in finding.reason
+    assert finding.reason.startswith("1 of ")
+    assert 0 < finding.score < 1
+
+
+def test_duplicate_test_ids(gx, cfg, tmp_path):
+    test = pd.DataFrame({"row_id": [9, 10, 10, 12], "x": range(4)})
+    finding = gx.checks[0].run(_view(tmp_path, test=test), cfg)
+    assert finding.flagged
+    assert "test key row_id unique (2 unexpected rows: 10)" in finding.reason
+
+
+def test_null_in_answers_target(gx, cfg, tmp_path):
+    answers = pd.DataFrame({"row_id": range(9, 13), "y": ["a", None, "a", "b"]})
+    finding = gx.checks[0].run(_view(tmp_path, answers=answers), cfg)
+    assert finding.flagged
+    assert "answers target y not null (1 unexpected row)" in finding.reason
+
+
+def test_answers_keys_must_equal_test_keys(gx, cfg, tmp_path):
+    answers = pd.DataFrame({"row_id": [9, 10, 11, 11, 99], "y": ["a"] * 5})
+    finding = gx.checks[0].run(_view(tmp_path, answers=answers), cfg)
+    assert finding.flagged
+    assert "answers row_id match test (3 unexpected rows: 11, 12, 99)" in finding.reason
+
+
+def test_test_file_with_target_column(gx, cfg, tmp_path):
+    test = pd.DataFrame({"row_id": range(9, 13), "x": range(4), "y": ["a"] * 4})
+    finding = gx.checks[0].run(_view(tmp_path, test=test), cfg)
+    assert finding.flagged
+    assert "test has no target column (unexpected: y)" in finding.reason
+
+
+def test_empty_train_and_missing_target(gx, cfg, tmp_path):
+    finding = gx.checks[0].run(_view(tmp_path, train="row_id,x\n"), cfg)
+    assert finding.flagged
+    assert "train not empty (0)" in finding.reason
+    assert "target y in train (absent)" in finding.reason
+
+
+def test_nan_in_reference_predictions(gx, cfg, tmp_path):
+    reference = pd.DataFrame({"row_id": range(9, 13), "y": [1.0, np.nan, 0.5, 2.0]})
+    finding = gx.checks[2].run(_view(tmp_path, reference=reference), cfg)
+    assert finding.flagged
+    assert finding.reason == "1 of 4 expectations fail: reference target y not NaN (1 unexpected row)"
+    assert finding.score == 0.75
+
+
+def test_reference_with_missing_row(gx, cfg, tmp_path):
+    reference = pd.DataFrame({"row_id": [9, 10, 12], "y": ["a", "b", "b"]})
+    finding = gx.checks[2].run(_view(tmp_path, reference=reference), cfg)
+    assert finding.flagged
+    assert "reference rows == test rows (3)" in finding.reason
+    assert "reference row_id match test (1 unexpected row: 11)" in finding.reason
+
+
+def test_reference_keys_compared_as_text(gx, cfg, tmp_path):
+    view = _view(tmp_path, reference="row_id,y\n9.0,a\n10,a\n11,a\n12,b\n")
+    finding = gx.checks[2].run(view, cfg)
+    assert finding.flagged
+    assert "reference row_id match test (2 unexpected rows: 9, 9.0)" in finding.reason
+
+
+def test_missing_reference_file_is_a_flagged_finding(gx, cfg, tmp_path):
+    finding = gx.checks[2].run(_view(tmp_path, reference=None), cfg)
+    assert finding.flagged
+    assert finding.reason == "private/reference_predictions.csv is missing"
+    finding = gx.checks[0].run(_view(tmp_path / "other", answers=None), cfg)
+    assert finding.flagged and "private/answers.csv is missing" in finding.reason
+
+
+def test_mm_task_uses_strong_predictions(gx, cfg, tmp_path):
+    task = _task("Class-MM", metric="macro-f1")
+    findings = _findings(gx, _view(tmp_path, task=task), cfg)
+    assert (tmp_path / "private" / "strong_predictions.csv").exists()
+    assert not any(f.flagged for f in findings.values()), {n: f.reason for n, f in findings.items()}
+
+
+def test_compound_keys(gx, cfg, tmp_path):
+    task = _task("TS-CF", keys=["date", "store"], metric="clipped-r2")
+    dates = ["2020-01-01", "2020-01-02"]
+    train = pd.DataFrame(
+        {"row_id": range(4), "date": ["2019-12-30", "2019-12-31"] * 2, "store": list("aabb")}
+    )
+    train["y"] = 1.0
+    test = pd.DataFrame({"date": dates * 2, "store": list("aabb")})
+    answers = test.assign(y=2.0)
+    view = _view(tmp_path, task=task, train=train, test=test, answers=answers, reference=answers)
+    findings = _findings(gx, view, cfg)
+    assert not any(f.flagged for f in findings.values()), {n: f.reason for n, f in findings.items()}
+    skipped = findings["gx-prepared"].details["skipped"]
+    assert skipped == {"train and test row_id disjoint": "row_id is not in both train and test"}
+
+    duplicated = pd.DataFrame({"date": dates * 2, "store": list("aaab")}).assign(y=2.0)
+    finding = gx.checks[2].run(_view(tmp_path / "dup", task=task, test=test, reference=duplicated), cfg)
+    assert finding.flagged
+    assert "reference date+store match test (2 unexpected rows: 2020-01-01|a, 2020-01-01|b)" in finding.reason
+
+
+def test_task_record_with_unknown_family(gx, cfg, tmp_path):
+    task = _task().model_copy(update={"family": "Class-XX"})
+    finding = gx.checks[1].run(_view(tmp_path, task=task), cfg)
+    assert finding.flagged
+    assert "family known (1 unexpected row: Class-XX)" in finding.reason
+    assert "metric allowed for family" in finding.reason
+
+
+def test_task_record_fields_metric_limits_status(gx, cfg, tmp_path):
+    task = _task("Reg-MM", metric="macro-f1")
+    limits = task.limits.model_copy(update={"turns": 0})
+    task = task.model_copy(update={"instruction": "", "limits": limits, "status": "done"})
+    finding = gx.checks[1].run(_view(tmp_path, task=task), cfg)
+    assert finding.flagged
+    assert "required fields present (1 unexpected row: instruction)" in finding.reason
+    assert "metric allowed for family (1 unexpected row: ('Reg-MM', 'macro-f1'))" in finding.reason
+    assert "turns positive (1 unexpected row: 0)" in finding.reason
+    assert "status known (1 unexpected row: done)" in finding.reason
+    assert "seconds_per_execution" not in finding.reason
+
+
+def test_data_docs_index_after_a_run(gx, cfg, tmp_path):
+    _findings(gx, _view(tmp_path / "task"), cfg)
+    index = gx.build_data_docs(tmp_path / "docs")
+    assert index == (tmp_path / "docs" / "index.html").resolve()
+    html = index.read_text()
+    for suite in SUITES:
+        assert suite in html
+    assert list((tmp_path / "docs" / "validations").rglob("*.html"))
+    assert gx.build_data_docs(tmp_path / "docs") == index  # a second build reuses the site

@@ -1,0 +1,268 @@
+"""Releases: built from a real store of three builtin sources, loaded with the real `datasets` client.
+
+One store is built per module (crawl, filter, prepare, generate); tests that change it work on a copy.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import datasets
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from dareforge.config import Config
+from dareforge.context import RunContext
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.generators.generate import generate
+from dareforge.generators.prepare import prepare
+from dareforge.generators.taskio import GENERATOR_VERSION
+from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release
+from dareforge.publish.export import export_dare_bench
+from dareforge.publish.split import assign_splits, count_test_sources
+from dareforge.publish.targets import LocalTarget, Target
+from dareforge.schema import Task, Verdict
+
+SOURCES = ["sklearn-iris", "vega-cars", "vega-stocks"]
+DAY = date(2026, 1, 15)
+SECRET_NAMES = {
+    "answers.csv",
+    "reference_predictions.csv",
+    "reference.py",
+    "spec.json",
+    "strong_reference.py",
+    "strong_predictions.csv",
+}
+
+
+def _context(root: Path, include: list[str]) -> RunContext:
+    cfg = Config()
+    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
+    cfg.builtin.include = include
+    return RunContext.from_config(cfg, show_progress=False)
+
+
+def _pipeline(ctx: RunContext) -> None:
+    crawl(ctx)
+    filter_sources(ctx)
+    prepare(ctx)
+    generate(ctx)
+
+
+def _clone(ctx: RunContext, root: Path, include: list[str] | None = None) -> RunContext:
+    shutil.copytree(ctx.config.store.root, root / "store")
+    return _context(root, include or list(ctx.config.builtin.include))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    ctx = _context(tmp_path_factory.mktemp("publish"), SOURCES)
+    _pipeline(ctx)
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def release(store):
+    return build_release(store, "bench", today=DAY)
+
+
+@pytest.fixture(scope="module")
+def published(release, tmp_path_factory) -> Path:
+    return Path(LocalTarget(tmp_path_factory.mktemp("target")).publish(release.release))
+
+
+def test_split_rule_puts_recent_sources_in_test_and_sticks():
+    dates = {
+        "old": datetime(2015, 1, 1, tzinfo=UTC),
+        "mid": datetime(2020, 1, 1, tzinfo=UTC),
+        "new": datetime(2025, 6, 1, tzinfo=UTC),
+        **{f"undated-{i}": None for i in range(8)},
+    }
+    sides = assign_splits(dates)
+    assert [s for s, side in sides.items() if side == "test"] == ["new", "mid"]
+    assert count_test_sources(11, 0.2) == 2
+    assert assign_splits(dates) == sides  # seeded, stable
+    flipped = {k: ("train" if v == "test" else "test") for k, v in sides.items()}
+    assert (
+        assign_splits({**dates, "newest": datetime(2026, 1, 1, tzinfo=UTC)}, previous=flipped)["old"]
+        == "test"
+    )
+    assert set(assign_splits({"a": None, "b": None}).values()) == {"train", "test"}
+
+
+def test_release_layout_and_verdict_note(store, release, caplog):
+    with caplog.at_level(logging.WARNING):
+        result = build_release(store, "bench", today=DAY)  # the module's release exists: nothing new
+    assert not result.created and result.version == "2026.01.15"
+    assert any("no verdict table" in note for note in result.notes)
+    assert "no verdict table: every candidate task is accepted" in caplog.text
+    manifest = result.release.manifest
+    tasks = store.store.read_records(Task)
+    assert sorted(manifest["task_ids"]) == sorted(t.id for t in tasks)
+    names = {f["name"] for f in manifest["files"]}
+    assert {"README.md", "CHANGELOG.md", "data/train.parquet", "data/test.parquet"} <= names
+    for task in tasks:
+        assert {f"files/{task.id}/train.csv", f"files/{task.id}/test.csv"} <= names
+    assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["files"])
+    assert manifest["generator_versions"] == [GENERATOR_VERSION] and manifest["verdicts"]["present"] is False
+    assert {s["id"] for s in manifest["sources"]} == {f"builtin.{s}" for s in SOURCES}
+    assert verify_release(store, "bench") == []
+    private = result.release.private_manifest
+    for task in tasks:
+        for f in task.private_files:
+            assert f"answers/{task.id}/{f.name}" in {e["name"] for e in private["files"]}
+
+
+def test_datasets_loads_the_published_folder(release, published, tmp_path):
+    ds = datasets.load_dataset(str(published), cache_dir=str(tmp_path / "hf"))
+    splits = release.release.manifest["splits"]
+    assert set(ds) == {"train", "test"}
+    assert ds.num_rows == {"train": splits["train"]["tasks"], "test": splits["test"]["tasks"]}
+    row = ds["test"][0]
+    assert row["instruction"] and row["files"][0]["path"].startswith(f"files/{row['id']}/")
+    assert (published / row["files"][0]["path"]).is_file()
+    readme = (published / "README.md").read_text()
+    assert readme.startswith("---\nlicense: other\n") and "size_categories:\n- n<1K" in readme
+    assert "| `builtin.vega-stocks` |" in readme  # per-source license table
+    assert (
+        published.parent.parent / "bench-private" / release.version / "data" / "private.parquet"
+    ).is_file()
+
+
+def test_no_source_in_both_splits(release):
+    rows = release.release.rows()
+    train = {r["source_id"] for r in rows if r["split"] == "train"}
+    test = {r["source_id"] for r in rows if r["split"] == "test"}
+    assert train and test and not train & test
+    assert {r["id"] for r in release.release.rows("test")} == {r["id"] for r in rows if r["split"] == "test"}
+
+
+def test_public_release_holds_no_answers(store, release, published):
+    files = [p for p in published.rglob("*") if p.is_file()]
+    assert not {p.name for p in files} & SECRET_NAMES
+    for split in ("train", "test"):
+        columns = set(pq.read_schema(published / "data" / f"{split}.parquet").names)
+        assert not columns & {"answers", "scores", "spec", "private_files", "reference_predictions"}
+    secrets = {f.sha256 for t in store.store.read_records(Task) for f in t.private_files}
+    public_digests = {f["sha256"] for f in release.release.manifest["files"]}
+    assert not public_digests & secrets
+    manifest_text = (published / "manifest.json").read_text()
+    assert not any(digest in manifest_text for digest in secrets)
+    for task in store.store.read_records(Task):
+        header = pd.read_csv(published / "files" / task.id / "test.csv", nrows=0).columns
+        assert not set(header) & set(task.metric.target_columns)
+
+
+def test_local_target_is_idempotent(release, published):
+    again = LocalTarget(published.parent.parent).publish(release.release)
+    assert again == str(published)
+    assert isinstance(LocalTarget(published), Target)
+
+
+def test_version_missing_its_manifest_is_invisible_and_completed(store, tmp_path):
+    ctx = _clone(store, tmp_path)
+    first = build_release(ctx, "crashy", today=DAY)
+    prefix = first.release.prefix
+    ctx.store.fs.rm(ctx.store.path(f"{prefix}/manifest.json"))  # the crash: files written, manifest not
+    ctx.store.write_bytes(f"{prefix}/files/stray.csv", b"left over\n")
+    assert list_versions(ctx, "crashy") == []
+    with pytest.raises(ReleaseError):
+        load_release(ctx, "crashy")
+    again = build_release(ctx, "crashy", today=date(2026, 1, 16))
+    assert again.created and again.version == first.version  # completed, not a new name
+    assert list_versions(ctx, "crashy") == [first.version]
+    assert not ctx.store.exists(f"{prefix}/files/stray.csv")
+    assert verify_release(ctx, "crashy") == []
+
+
+def test_new_source_makes_a_new_version_with_changelog(store, release, tmp_path):
+    ctx = _clone(store, tmp_path, [*SOURCES, "sklearn-wine"])
+    _pipeline(ctx)
+    result = build_release(ctx, "bench", today=DAY)
+    assert result.created and result.version == "2026.01.15.1" and result.previous == "2026.01.15"
+    assert list_versions(ctx, "bench") == ["2026.01.15", "2026.01.15.1"]
+    added = {t.id for t in ctx.store.read_records(Task) if t.source_id == "builtin.sklearn-wine"}
+    assert added and set(result.release.task_ids) - set(release.release.task_ids) == added
+    changes = ctx.store.read_bytes(f"{result.release.prefix}/CHANGELOG.md").decode()
+    assert f"## Added ({len(added)})" in changes and all(f"`{t}`" in changes for t in added)
+    assert "## Removed" not in changes and "## Changed" not in changes
+    old_sides = {s["id"]: s["split"] for s in release.release.manifest["sources"]}
+    new_sides = {s["id"]: s["split"] for s in result.release.manifest["sources"]}
+    assert {k: new_sides[k] for k in old_sides} == old_sides  # sticky
+    unchanged = build_release(ctx, "bench", today=date(2026, 2, 1))
+    assert not unchanged.created and unchanged.version == "2026.01.15.1"
+
+
+def test_only_accepted_tasks_are_released_once_verdicts_exist(store, release, tmp_path):
+    ctx = _clone(store, tmp_path)
+    tasks = sorted(ctx.store.read_records(Task), key=lambda t: t.id)
+    rejected, unjudged = tasks[0], tasks[1]
+    verdicts = [
+        Verdict(
+            task_id=t.id,
+            source_id=t.source_id,
+            family=t.family,
+            accepted=t is not rejected,
+            reasons=[] if t is not rejected else ["leakage-feature: test"],
+            thresholds_fingerprint="t1",
+        )
+        for t in tasks
+        if t is not unjudged
+    ]
+    ctx.store.write_records("all", verdicts)
+    result = build_release(ctx, "bench", today=DAY)
+    assert result.created and not any("no verdict table" in n for n in result.notes)
+    assert set(result.release.task_ids) == {t.id for t in tasks} - {rejected.id, unjudged.id}
+    assert result.excluded == {"rejected by the validation gate": 1, "not validated yet (no verdict)": 1}
+    assert result.release.manifest["verdicts"]["fingerprint"]
+    changes = ctx.store.read_bytes(f"{result.release.prefix}/CHANGELOG.md").decode()
+    assert "## Removed (2)" in changes
+
+
+def test_export_dare_bench_layout(store, release, tmp_path):
+    report = export_dare_bench(store, "bench", release.version, tmp_path / "eval")
+    root = tmp_path / "eval"
+    questions = json.loads((root / "question_list.json").read_text())
+    keys = {"file_path", "question_v1", "question_v2", "task", "needed_files_v1", "needed_files_v2"}
+    assert questions and all(keys <= set(q) for q in questions) and not report.skipped
+    by_folder = {q["file_path"]: q for q in questions}
+    for folder, kind in (
+        ("builtin_sklearn-iris_class", "classification"),
+        ("builtin_vega-cars_reg", "regression"),
+    ):
+        q, base = by_folder[folder], root / "databases" / folder
+        assert q["task"] == kind and q["needed_files_v1"] == ["train_v1.csv", "val_v1.csv", "metadata.txt"]
+        for name in ("train_v1.csv", "val_v1.csv", "train_v2.csv", "val_v2.csv", "metadata.txt"):
+            assert (base / "source" / name).is_file()
+        for name in ("simulated_pred_local.csv", "ground_truth.csv", "all_metadata.json"):
+            assert (base / "verify" / name).is_file()
+        reference = store.store.read_bytes(
+            f"tasks/{q['dareforge']['task_id_v1']}/private/reference_predictions.csv"
+        )
+        assert pd.read_csv(base / "verify" / "simulated_pred_local.csv").equals(
+            pd.read_csv(io.BytesIO(reference))
+        )
+        assert "`train_v1.csv`" in q["question_v1"] and "`prediction.csv`" in q["question_v1"]
+    assert "builtin_sklearn-iris-2_class" in by_folder  # the second IF seed, its MM repeated
+    assert (
+        by_folder["builtin_sklearn-iris-2_class"]["dareforge"]["v2_duplicate_of"]
+        == "builtin_sklearn-iris_class"
+    )
+    ts = root / "databases" / "builtin_vega-stocks_ts"
+    assert by_folder["builtin_vega-stocks_ts"]["task"] == "time_series_analysis"
+    for name in ("source/train.csv", "source/val_v1.csv", "source/val_v2.csv", "source/metadata.txt"):
+        assert (ts / name).is_file()
+    metadata = json.loads((ts / "verify" / "all_metadata.json").read_text())
+    cf = pd.read_csv(ts / "verify" / "ground_truth_v2.csv")
+    assert list(cf.columns) == [*metadata["question"]["dareforge"]["v2"]["metric"]["key_columns"], "price"]
+    assert list(pd.read_csv(ts / "verify" / "ground_truth_v1.csv").columns) == ["row_id", "price"]
+    assert metadata["question"]["problem_type"] == "time_series_analysis" and metadata["question"][
+        "target"
+    ] == ["price"]
