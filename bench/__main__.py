@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from bench import crawl_warm_cold, generate_throughput, prepare_memory
+from bench import crawl_warm_cold, generate_throughput, prepare_memory, validate_per_task
 
 BENCHMARKS = {
     "crawl": crawl_warm_cold.main,
     "generate": generate_throughput.main,
     "prepare-memory": prepare_memory.main,
+    "validate": validate_per_task.main,
 }
 
 if __name__ == "__main__":

@@ -226,15 +226,30 @@ def release_publish(
     to: Annotated[Path, typer.Option("--to", help="Folder to copy the release into.")] = Path(
         "data/published"
     ),
-    public_only: Annotated[bool, typer.Option(help="Leave the private part (answers) out.")] = False,
+    hub: Annotated[
+        str | None,
+        typer.Option(
+            help="Hugging Face namespace: push to NAMESPACE/NAME and the private NAMESPACE/NAME-private."
+        ),
+    ] = None,
+    public_only: Annotated[bool, typer.Option(help="Leave the private part (answers) out of --to.")] = False,
 ) -> None:
-    """Copy a finished release version to a local folder (atomically; skipped when already there)."""
+    """Publish a finished release version: to a local folder (default) or to the Hugging Face Hub (--hub).
+
+    The Hub gets one commit and a tag vVERSION per repo; the answers repo is private; re-publishing an
+    unchanged version makes no commit. The token comes from HF_TOKEN (write access).
+    """
+    from dareforge.publish.hub import HubTarget
     from dareforge.publish.release import load_release
     from dareforge.publish.targets import LocalTarget
     from dareforge.validators.audit import parse_release
 
     name, version = parse_release(release)
-    where = LocalTarget(to, include_private=not public_only).publish(load_release(_ctx(), name, version))
+    target = HubTarget(hub) if hub else LocalTarget(to, include_private=not public_only)
+    try:
+        where = target.publish(load_release(_ctx(), name, version))
+    except DareforgeError as exc:
+        _fail(exc)
     out.print(f"published {release} to {where}")
 
 

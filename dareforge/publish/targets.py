@@ -1,4 +1,4 @@
-"""Targets: where a finished release version goes after the store (a local folder now, the Hub later).
+"""Targets: where a finished release version goes after the store (a folder here; the Hub in hub.py).
 
 A target implements `Target.publish(release) -> str` (where it went: a path or URL) and must be idempotent:
 publishing a version that is already there with the same manifest does nothing. It copies exactly the files

@@ -1,0 +1,342 @@
+"""Hub target: push a finished release version to two Hugging Face dataset repos.
+
+`HubTarget(namespace).publish(release)` puts the public half (`release.prefix`) in `<namespace>/<name>` and the
+private half (`release.private_prefix`: answers, scores, specs) in `<namespace>/<name>-private`, created
+private; it refuses to push to a `-private` repo that is not private. Repos are created when missing.
+
+Each half of a version is ONE commit on `main` (every file its manifest lists plus `manifest.json`, read from
+the store and checked against the manifest's sha256 before anything is sent; files of an older version that
+this one does not list are deleted in the same commit, so the tree at the tag is exactly the version), titled
+`dareforge release <name>@<version>` with the manifest's sha256 in the description, then tagged `v<version>`.
+The private half goes first, so a public version never exists without its answers.
+
+Idempotent: a repo whose tag `v<version>` exists is left alone ("already published"), after checking that the
+tagged commit carries this manifest's sha256 (another build of the same version is an error: versions are
+immutable). A commit made by a run that died before tagging is found by its title and sha and tagged, not
+made again.
+
+Transient failures (HTTP 408/429/5xx, dropped connections, timeouts) are retried with exponential backoff
+(`backoff_s`, doubling, `max_retries` times), one log line each; every step checks the Hub's state first, so a
+retry never makes a second commit. Any other failure raises `HubPublishError` at once with the status, the repo
+and the fix. Nothing in the store is ever written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_token
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
+
+from dareforge import __version__
+from dareforge.errors import DareforgeError
+from dareforge.publish.release import MANIFEST, Release
+from dareforge.publish.targets import _copy_version
+
+log = logging.getLogger(__name__)
+
+REPO_TYPE = "dataset"
+KEEP = frozenset({".gitattributes"})  # the Hub's own file in every new repo
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+T = TypeVar("T")
+
+
+class HubPublishError(DareforgeError):
+    """A push to the Hub failed for a reason a person has to fix (or the Hub stayed down through the retries)."""
+
+    def __init__(self, message: str, *, status: int | None = None, repo: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.repo = repo
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection and timeout errors of whichever HTTP stack huggingface_hub uses (httpx2, httpx or requests)."""
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    try:
+        import httpx2
+
+        errors.append(httpx2.TransportError)
+    except ImportError:
+        pass
+    try:
+        import httpx
+
+        errors.append(httpx.TransportError)
+    except ImportError:
+        pass
+    try:
+        import requests
+
+        errors += [requests.ConnectionError, requests.Timeout]
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+TRANSPORT_ERRORS = _transport_errors()
+
+
+def _status(err: BaseException) -> int | None:
+    response = getattr(err, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _transient(err: BaseException) -> str | None:
+    """Why `err` is worth retrying, or None when it is not."""
+    if isinstance(err, HfHubHTTPError):
+        status = _status(err)
+        return f"HTTP {status}" if status in TRANSIENT_STATUS else None
+    if isinstance(err, TRANSPORT_ERRORS):
+        return f"{type(err).__name__}: {err}".splitlines()[0]
+    return None
+
+
+@dataclass
+class RepoPush:
+    """What happened to one repo."""
+
+    repo_id: str
+    url: str
+    private: bool
+    status: str  # "published" or "already published"
+    commit: str  # the commit the tag points at
+    attempts: int = 1
+
+
+@dataclass
+class HubPush:
+    name: str
+    version: str
+    tag: str
+    repos: list[RepoPush] = field(default_factory=list)
+
+    @property
+    def urls(self) -> dict[str, str]:
+        """`{"public": url, "private": url}`."""
+        return {("private" if r.private else "public"): r.url for r in self.repos}
+
+    @property
+    def already_published(self) -> bool:
+        return all(r.status == "already published" for r in self.repos)
+
+
+@dataclass
+class _Half:
+    name: str  # the repo name in the namespace
+    private: bool
+    folder: Path  # the staged copy: manifest files + manifest.json
+    manifest: dict[str, Any]
+    manifest_sha: str
+
+    @property
+    def paths(self) -> list[str]:
+        return [*(e["name"] for e in self.manifest["files"]), MANIFEST]
+
+
+@dataclass
+class HubTarget:
+    """Publishes to `<namespace>/<name>` and `<namespace>/<name>-private` on the Hub (or `endpoint`)."""
+
+    namespace: str
+    token: str | None = None  # None: HF_TOKEN, then huggingface_hub's own lookup (saved login)
+    endpoint: str | None = None  # None: HF_ENDPOINT or https://huggingface.co
+    max_retries: int = 4
+    backoff_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.namespace or "/" in self.namespace:
+            raise HubPublishError(
+                f"Hub namespace {self.namespace!r} must be one user or organization name, without '/'"
+            )
+        if self.max_retries < 0 or self.backoff_s < 0:
+            raise HubPublishError("max_retries and backoff_s must be >= 0")
+        self.api = HfApi(
+            endpoint=self.endpoint, token=self.token, library_name="dareforge", library_version=__version__
+        )
+
+    def repo_id(self, name: str) -> str:
+        return f"{self.namespace}/{name}"
+
+    def repo_url(self, repo_id: str) -> str:
+        return f"{self.api.endpoint.rstrip('/')}/datasets/{repo_id}"
+
+    def publish(self, release: Release) -> str:
+        """Push `release` (both halves); returns the public repo's URL (`push` returns both and what happened)."""
+        return self.push(release).urls["public"]
+
+    def push(self, release: Release) -> HubPush:
+        if self.token is None and not get_token():
+            raise HubPublishError(
+                f"no Hugging Face token: set HF_TOKEN to a token with write access to {self.namespace!r} "
+                "(or run `hf auth login`, or pass HubTarget(token=...))"
+            )
+        tag = f"v{release.version}"
+        result = HubPush(release.name, release.version, tag)
+        with tempfile.TemporaryDirectory(prefix="dareforge-hub-") as tmp:
+            # Stage (and checksum) both halves before talking to the Hub: a damaged release sends nothing.
+            root = Path(tmp)
+            halves = [
+                self._stage(
+                    release,
+                    release.private_prefix,
+                    release.private_manifest,
+                    release.private_name,
+                    root / "private",
+                    private=True,
+                ),
+                self._stage(release, release.prefix, release.manifest, release.name, root / "public", False),
+            ]
+            for half in halves:
+                result.repos.append(self._push_half(release, half, tag))
+        for r in result.repos:
+            log.info("hub: %s %s %s: %s (%s)", r.repo_id, tag, r.status, r.url, r.commit[:12])
+        return result
+
+    # -- internals --------------------------------------------------------------------------------------------
+    @staticmethod
+    def _stage(release: Release, prefix: str, manifest: dict, name: str, dest: Path, private: bool) -> _Half:
+        manifest_sha = hashlib.sha256(release.store.read_bytes(f"{prefix}/{MANIFEST}")).hexdigest()
+        _copy_version(release.store, prefix, manifest, dest)
+        return _Half(name, private, dest, manifest, manifest_sha)
+
+    def _push_half(self, release: Release, half: _Half, tag: str) -> RepoPush:
+        repo_id = self.repo_id(half.name)
+        title = f"dareforge release {release.name}@{release.version}"
+        description = (
+            f"manifest.json sha256: {half.manifest_sha}\n"
+            f"{len(half.manifest['files'])} files; content fingerprint {half.manifest.get('content_fingerprint')}\n"
+        )
+        done: dict[str, Any] = {}
+
+        def attempt() -> str:
+            return self._ensure_version(repo_id, half, tag, title, description, done)
+
+        commit, attempts = self._retrying(repo_id, attempt)
+        status = "published" if done.get("changed") else "already published"
+        return RepoPush(repo_id, self.repo_url(repo_id), half.private, status, commit, attempts)
+
+    def _ensure_version(
+        self, repo_id: str, half: _Half, tag: str, title: str, description: str, done: dict[str, Any]
+    ) -> str:
+        """One pass of the push; every step looks at the Hub first, so running it again is safe."""
+        api = self.api
+        try:
+            info = api.repo_info(repo_id, repo_type=REPO_TYPE)
+        except RepositoryNotFoundError:
+            # Asking first keeps create_repo off its "exists but no create right" path (401/403), which
+            # cannot parse a non-default endpoint's URL in huggingface_hub 2.x.
+            api.create_repo(repo_id, repo_type=REPO_TYPE, private=half.private, exist_ok=True)
+            info = api.repo_info(repo_id, repo_type=REPO_TYPE) if half.private else None
+        if half.private and (info is None or info.private is not True):
+            raise HubPublishError(
+                f"{repo_id} exists and is public; it would hold the answers of the release. Make it private "
+                "on the Hub (Settings -> visibility) or publish under another namespace",
+                repo=repo_id,
+            )
+        refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+        if any(t.name == tag for t in refs.tags):
+            tagged = api.list_repo_commits(repo_id, repo_type=REPO_TYPE, revision=tag)[0]
+            if half.manifest_sha not in f"{tagged.title}\n{tagged.message}":
+                raise HubPublishError(
+                    f"{repo_id} tag {tag} points at commit {tagged.commit_id[:12]} ({tagged.title!r}), which is not "
+                    f"this build (manifest sha256 {half.manifest_sha[:12]}); versions are immutable, so delete that "
+                    "tag on the Hub by hand if it is stale",
+                    repo=repo_id,
+                )
+            return tagged.commit_id
+        commit = next(
+            (
+                c.commit_id
+                for c in api.list_repo_commits(repo_id, repo_type=REPO_TYPE)
+                if c.title == title and half.manifest_sha in c.message
+            ),
+            None,
+        )
+        if commit is None:
+            wanted = set(half.paths)
+            stale = [
+                p
+                for p in api.list_repo_files(repo_id, repo_type=REPO_TYPE)
+                if p not in wanted and p not in KEEP
+            ]
+            operations: list[Any] = [CommitOperationDelete(path_in_repo=p) for p in sorted(stale)]
+            operations += [
+                CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(half.folder / p)) for p in half.paths
+            ]
+            commit = api.create_commit(
+                repo_id,
+                operations,
+                commit_message=title,
+                commit_description=description,
+                repo_type=REPO_TYPE,
+            ).oid
+            done["changed"] = True
+            log.info(
+                "hub: %s: committed %d files (%d stale removed) as %s",
+                repo_id,
+                len(half.paths),
+                len(stale),
+                commit[:12],
+            )
+        else:
+            log.info("hub: %s: found untagged commit %s of this build; tagging it", repo_id, commit[:12])
+        api.create_tag(
+            repo_id, repo_type=REPO_TYPE, tag=tag, revision=commit, tag_message=title, exist_ok=True
+        )
+        done["changed"] = True
+        return commit
+
+    def _retrying(self, repo_id: str, fn: Callable[[], T]) -> tuple[T, int]:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return fn(), attempt + 1
+            except DareforgeError:
+                raise
+            except (HfHubHTTPError, OfflineModeIsEnabled, ValueError, *TRANSPORT_ERRORS) as err:
+                reason = _transient(err)
+                if reason is None:
+                    raise self._fatal(err, repo_id) from err
+                if attempt == self.max_retries:
+                    raise HubPublishError(
+                        f"the Hub kept failing for {repo_id} ({reason}) after {attempt + 1} attempts; nothing "
+                        "local was changed, so run the publish again later (it resumes where it stopped)",
+                        status=_status(err),
+                        repo=repo_id,
+                    ) from err
+                delay = self.backoff_s * 2**attempt
+                log.warning(
+                    "hub: %s: %s; retry %d/%d in %.3gs", repo_id, reason, attempt + 1, self.max_retries, delay
+                )
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _fatal(self, err: BaseException, repo_id: str) -> HubPublishError:
+        if isinstance(err, OfflineModeIsEnabled):
+            return HubPublishError(
+                f"cannot publish {repo_id}: huggingface_hub is in offline mode; unset HF_HUB_OFFLINE",
+                repo=repo_id,
+            )
+        status = _status(err)
+        server = (getattr(err, "server_message", None) or str(err)).strip().splitlines()
+        detail = f" (Hub said: {server[0]})" if server else ""
+        write = f"set HF_TOKEN to a token with write access to {self.namespace!r}"
+        fix = {
+            401: f"the token was rejected; {write}",
+            403: f"the token may not write to {self.namespace!r}; {write} (a write token of a member of the org)",
+            404: f"check the namespace {self.namespace!r}, the endpoint {self.api.endpoint} and that the token's "
+            "user can see the repo",
+            409: "the repo changed meanwhile (or a tag or repo name clashes); run the publish again",
+            412: "the repo changed meanwhile; run the publish again",
+        }.get(status or 0, "see the Hub's message; nothing local was changed")
+        where = f"HTTP {status}" if status else type(err).__name__
+        return HubPublishError(
+            f"publishing {repo_id} failed with {where}{detail}: {fix}", status=status, repo=repo_id
+        )
