@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench lint format constraints clean
+.PHONY: install run test bench lint format constraints clean airflow
 
 install: $(STAMP)
 
@@ -31,6 +31,18 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# Airflow on this machine: UI at http://localhost:8080, user admin (password printed on first start, kept in
+# data/airflow/simple_auth_manager_passwords.json.generated). Metadata: SQLite in data/airflow/ (git-ignored).
+# One JWT secret shared by every Airflow component (a hand-written airflow.cfg has none).
+AIRFLOW_ENV = AIRFLOW_HOME=$(CURDIR) AIRFLOW_CONFIG=$(CURDIR)/airflow.cfg PATH=$(CURDIR)/$(BIN):$$PATH
+
+airflow: install
+	mkdir -p data/airflow
+	test -s data/airflow/jwt_secret || (umask 077; $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(64))' > data/airflow/jwt_secret)
+	$(AIRFLOW_ENV) $(BIN)/airflow db migrate
+	$(AIRFLOW_ENV) $(BIN)/python -m dareforge.orchestration pools
+	$(AIRFLOW_ENV) AIRFLOW__API_AUTH__JWT_SECRET=$$(cat data/airflow/jwt_secret) $(BIN)/airflow standalone
 
 # Re-pin after changing dependencies in pyproject.toml.
 constraints: install

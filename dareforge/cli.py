@@ -325,8 +325,14 @@ def resimulate(
 @app.command()
 def run(
     release: Annotated[str, typer.Option(help="Name of the release the run cuts.")] = "dareforge",
+    airflow: Annotated[
+        bool, typer.Option("--airflow", help="Run the dare_refresh DAG through `airflow dags test` instead.")
+    ] = False,
 ) -> None:
     """The main job on the configured sources: crawl, filter, prepare, generate, validate, release, summary."""
+    if airflow:
+        _run_with_airflow(release)
+        return
     from dareforge.crawlers.crawl import crawl as crawl_stage
     from dareforge.crawlers.filter import filter_sources
     from dareforge.generators.generate import generate as generate_stage
@@ -373,6 +379,50 @@ def run(
         'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
     )
     out.print('why a task was rejected:  [bold]dareforge sql "select * from verdicts where not accepted"[/]')
+
+
+def _run_with_airflow(release: str) -> None:
+    """The same stage functions, as Airflow tasks: `airflow dags test dare_refresh` on the embedded default."""
+    import os
+    import subprocess
+
+    ctx = _ctx()
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / "dags" / "dare_refresh.py").exists() or not ctx.store.is_local:
+        _fail(DareforgeError("--airflow needs a source checkout (dags/, airflow.cfg) and a local store"))
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(repo),
+        "AIRFLOW_CONFIG": str(repo / "airflow.cfg"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "DAREFORGE_STORE__ROOT": str(Path(ctx.store.root).resolve()),
+        "DAREFORGE_STORE__WORK_DIR": str(Path(ctx.config.store.work_dir).resolve()),
+    }
+    (repo / "data" / "airflow").mkdir(parents=True, exist_ok=True)
+    airflow_cli = str(Path(sys.executable).parent / "airflow")
+    for command in (
+        [airflow_cli, "db", "migrate"],
+        [sys.executable, "-m", "dareforge.orchestration", "pools"],
+        [airflow_cli, "dags", "test", "dare_refresh", "--conf", json.dumps({"release": release})],
+    ):
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+            _fail(DareforgeError(f"`{' '.join(command[1:])}` failed:\n{tail}"))
+    out.rule("dareforge run --airflow")
+    summary = ctx.store.connect().sql(
+        """select 'sources' as what, count(*) as n from sources
+           union all select 'sources kept', count(*) from
+             (select source_id from filter_decisions group by source_id having bool_and(kept))
+           union all select 'tasks ' || family, count(*) from tasks group by family
+           union all select 'tasks accepted', count(*) from verdicts where accepted
+           union all select 'tasks rejected', count(*) from verdicts where not accepted"""
+    )
+    _print_relation(summary, "store after dare_refresh")
+    from dareforge.publish.release import list_versions
+
+    versions = list_versions(ctx, release)
+    out.print(f"release: {release}@{versions[-1] if versions else '(none)'}")
 
 
 FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF")

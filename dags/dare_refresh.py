@@ -1,0 +1,122 @@
+"""Weekly refresh: crawl -> filter -> prepare (per source) -> generate (per source) -> validate -> publish.
+
+Every task calls one `dareforge` stage on the store named by `dareforge.yaml` / DAREFORGE_* env vars and returns
+store keys or ids, never data. Stages skip work whose outputs exist, so a re-run (or a retry) is cheap, and a
+refresh that finds nothing new publishes nothing (the publish task is skipped and no release event is sent).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from airflow.sdk import Asset, Param, chain, dag, task
+
+from dareforge.orchestration import DEFAULT_RELEASE, NETWORK_RETRIES, RELEASES_ASSET, TASKS_ASSET
+
+log = logging.getLogger("dareforge.dags")  # DAG modules get mangled names when Airflow loads them
+
+BY_SOURCE = "{{ task.op_kwargs['source_id'] }}"  # mapped instances named by source id in the UI
+
+
+@dag(
+    dag_id="dare_refresh",
+    schedule="@weekly",
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    tags=["dareforge"],
+    doc_md=__doc__,
+    params={
+        "release": Param(DEFAULT_RELEASE, type="string", description="Release name the last task publishes."),
+    },
+)
+def dare_refresh():
+    @task(pool="kaggle_api", **NETWORK_RETRIES)
+    def crawl() -> list[str]:
+        from dareforge.crawlers.crawl import crawl
+        from dareforge.errors import TransientError
+        from dareforge.orchestration import context, retry_only_transient
+
+        with retry_only_transient("crawl"):
+            report = crawl(context())
+            log.info("crawl: %s; %d records written", dict(report.actions), len(report.written))
+            for source_id, why in report.failures.items():
+                log.warning("crawl %s: %s", source_id, why)
+            if report.listing_errors:
+                # The report keeps only messages; Kaggle's client already retried its own transient errors.
+                raise TransientError(f"listing failed: {report.listing_errors}")
+        return report.written
+
+    @task
+    def filter_sources() -> list[str]:
+        from dareforge.crawlers.filter import filter_sources
+        from dareforge.orchestration import context
+
+        report = filter_sources(context())
+        log.info(
+            "filter: %d kept, %d dropped %s", len(report.kept), len(report.dropped), dict(report.drop_reasons)
+        )
+        return report.written
+
+    @task
+    def accepted_sources() -> list[str]:
+        from dareforge.crawlers.filter import accepted_source_ids
+        from dareforge.orchestration import context
+
+        return accepted_source_ids(context())
+
+    @task(map_index_template=BY_SOURCE)
+    def prepare(source_id: str) -> str | None:
+        """The source id once prepared. None when it failed (reason in the log): no generate task maps over it."""
+        from dareforge.generators.prepare import prepare
+        from dareforge.orchestration import context
+
+        report = prepare(context(), [source_id])
+        if source_id in report.failed:
+            log.warning("prepare %s failed: %s", source_id, report.reasons.get(source_id))
+            return None
+        return source_id
+
+    @task(map_index_template=BY_SOURCE)
+    def generate(source_id: str) -> list[str]:
+        """Store keys of the task records written for one prepared source."""
+        from dareforge.generators.generate import generate
+        from dareforge.orchestration import context
+
+        report = generate(context(), [source_id])
+        log.info("generate %s: %s, %d reused", source_id, dict(report.families), report.reused)
+        for key, why in {**report.rejected, **report.failures}.items():
+            log.warning("generate %s: %s", key, why)
+        return report.written
+
+    @task(outlets=[Asset(TASKS_ASSET)])
+    def validate() -> list[str]:
+        from dareforge.orchestration import context
+        from dareforge.validators.validate import validate
+
+        report = validate(context())
+        log.info(
+            "validate: %d accepted, %d rejected (%d checked, %d unchanged); report %s",
+            len(report.accepted),
+            len(report.rejected),
+            report.checked,
+            report.reused,
+            report.report_key,
+        )
+        return report.written
+
+    @task(outlets=[Asset(RELEASES_ASSET)], **NETWORK_RETRIES)
+    def publish(params=None, outlet_events=None) -> str:
+        from dareforge.orchestration import publish_release
+
+        return publish_release(params["release"], None, outlet_events)
+
+    sources = accepted_sources()
+    prepared = prepare.expand(source_id=sources)
+    generated = generate.expand(source_id=prepared)
+    chain(crawl(), filter_sources(), sources)
+    chain(generated, validate(), publish())
+
+
+dare_refresh()

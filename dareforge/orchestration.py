@@ -1,0 +1,144 @@
+"""The seam between Airflow and the stages: what every DAG task needs besides the stage function itself.
+
+DAG files import this module at parse time, so it imports nothing heavy at the top (the stages, the store
+and Airflow's metadata models are imported inside the functions that use them).
+
+Pools (create them once per metadata database with `python -m dareforge.orchestration pools`; existing
+pools keep the slots an operator gave them):
+- `kaggle_api`: calls to the Kaggle API, which rate-limits per account; one at a time.
+- `llm`: requests to the LLM endpoints (probes, agents, judges); slots = concurrent requests.
+- `sandbox`: agent sandboxes (a Python kernel each, CPU and memory bound); slots = kernels at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from dareforge.errors import TransientError
+
+if TYPE_CHECKING:
+    from dareforge.context import RunContext
+
+log = logging.getLogger(__name__)
+
+TASKS_ASSET = "dareforge://store/tasks"
+"""Updated when validation has re-decided the store's tasks (the verified set may have changed)."""
+RELEASES_ASSET = "dareforge://releases"
+"""Updated when a new release version is published; the event's extra names it: {"release": "NAME@VERSION"}."""
+DEFAULT_RELEASE = "dareforge"
+
+POOLS: dict[str, tuple[int, str]] = {
+    "kaggle_api": (1, "Kaggle API calls (per-account rate limit): one crawl at a time"),
+    "llm": (8, "Concurrent requests to the LLM endpoints (probe, agent, judge)"),
+    "sandbox": (4, "Concurrent agent sandboxes (one Python kernel each; CPU and memory bound)"),
+}
+
+NETWORK_RETRIES: dict[str, Any] = {
+    "retries": 2,
+    "retry_delay": timedelta(minutes=2),
+    "retry_exponential_backoff": 2.0,  # a multiplier in Airflow 3.3; True would mean 1.0, no backoff
+    "max_retry_delay": timedelta(minutes=30),
+}
+"""Task arguments for tasks that talk to remote services (Kaggle, object storage, the Hub)."""
+
+# Errors that say nothing about the input: worth an Airflow retry. Missing files and permissions are not.
+_NOT_TRANSIENT_OS = (
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
+
+
+def context() -> RunContext:
+    """The run context of one Airflow task: `dareforge.yaml` (or $DAREFORGE_CONFIG) plus DAREFORGE_* env vars."""
+    from dareforge.config import load_config
+    from dareforge.context import RunContext
+
+    return RunContext.from_config(load_config(), show_progress=False)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, TransientError) or (
+        isinstance(exc, OSError) and not isinstance(exc, _NOT_TRANSIENT_OS)
+    )
+
+
+@contextmanager
+def retry_only_transient(what: str) -> Iterator[None]:
+    """Let transient errors reach Airflow's retries; fail any other error at once (a retry cannot fix it)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except Exception as exc:
+        if is_transient(exc):
+            log.warning("%s: transient %s, left to Airflow's retries: %s", what, type(exc).__name__, exc)
+            raise
+        raise AirflowFailException(f"{what}: {type(exc).__name__}: {exc} (not transient; no retry)") from exc
+
+
+def publish_release(name: str, version: str | None, outlet_events: Any) -> str:
+    """Build release `name` and annotate the RELEASES_ASSET event; returns the release's store prefix.
+
+    A release whose content equals the latest version is not published again: the task is skipped, so no
+    asset event is emitted and the audit DAG does not run for nothing.
+    """
+    from airflow.sdk import Asset
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from dareforge.publish.release import build_release
+
+    with retry_only_transient(f"publish {name}"):
+        result = build_release(context(), name, version=version or None)
+    for note in result.notes:
+        log.info("release %s: %s", name, note)
+    if not result.created:
+        raise AirflowSkipException(
+            f"release {name}: nothing new to publish, {result.version} holds this content"
+        )
+    spec = f"{result.name}@{result.version}"
+    log.info("published %s (previous %s); excluded: %s", spec, result.previous, result.excluded or "none")
+    outlet_events[Asset(RELEASES_ASSET)].extra = {"release": spec}
+    return result.release.prefix
+
+
+def release_to_audit(triggering_asset_events: Mapping[Any, Any] | None, default: str) -> str:
+    """NAME@VERSION from the newest RELEASES_ASSET event that triggered the run, else `default` (a param)."""
+    from airflow.sdk import Asset
+
+    events = list((triggering_asset_events or {}).get(Asset(RELEASES_ASSET), []))
+    specs = [e.extra.get("release") for e in sorted(events, key=lambda e: e.timestamp) if e.extra]
+    specs = [s for s in specs if s]
+    return specs[-1] if specs else default
+
+
+def ensure_pools(pools: Mapping[str, tuple[int, str]] = POOLS) -> list[str]:
+    """Create the pools the DAGs use in Airflow's metadata database; returns the names it created."""
+    from airflow.models.pool import Pool
+
+    created = []
+    for name, (slots, description) in pools.items():
+        if Pool.get_pool(name) is None:
+            Pool.create_or_update_pool(name, slots, description, include_deferred=False)
+            created.append(name)
+    return created
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["pools"]:
+        print("usage: python -m dareforge.orchestration pools", file=sys.stderr)
+        return 2
+    created = ensure_pools()
+    print(f"pools created: {', '.join(created) or 'none (all exist)'}; known: {', '.join(POOLS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,211 @@
+"""The DAGs parse without import errors, and each runs end to end with `dag.test()` on three builtin sources.
+
+Airflow reads its configuration when it is first imported, so the session fixture sets AIRFLOW_* (a temporary
+AIRFLOW_HOME, the repository's airflow.cfg and dags/) before anything imports airflow, then creates the
+SQLite metadata database (`airflow db migrate`) and the pools once. The DAG runs share one store: the refresh
+fills it and publishes `dareforge`; the release and audit DAGs work on what the refresh left.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dareforge.errors import ConfigError, TransientError
+from dareforge.orchestration import DEFAULT_RELEASE, POOLS, RELEASES_ASSET, TASKS_ASSET
+
+REPO = Path(__file__).resolve().parents[1]
+DAGS = REPO / "dags"
+DAG_IDS = {"dare_refresh", "dare_release", "dare_audit"}
+SOURCES = ["sklearn-iris", "vega-cars", "vega-stocks"]
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("airflow_home")
+    env = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),  # airflow.cfg says ${AIRFLOW_HOME}/dags, the repo root's
+    }
+    if "airflow" in sys.modules:
+        from airflow.configuration import conf
+
+        if conf.get("core", "dags_folder") != str(DAGS):
+            pytest.fail("airflow was imported before tests/test_dags.py could configure it")
+    (home / "data" / "airflow").mkdir(parents=True)  # airflow.cfg keeps SQLite and logs there
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        yield home
+
+
+@pytest.fixture(scope="session")
+def airflow_db(airflow_home: Path) -> Path:
+    """The metadata database and the pools, once per session (without them: "no such table: task_instance").
+
+    `upgradedb` is what `airflow db migrate` runs (about 3 s on SQLite); calling it here spares the CLI's own
+    3 s of imports.
+    """
+    from airflow.utils.db import upgradedb
+
+    from dareforge.orchestration import ensure_pools
+
+    upgradedb()
+    assert (airflow_home / "data" / "airflow" / "airflow.db").is_file()  # airflow.cfg's ${AIRFLOW_HOME} path
+    assert sorted(ensure_pools()) == sorted(POOLS)
+    assert ensure_pools() == []  # idempotent
+    return airflow_home
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_home: Path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+@pytest.fixture(scope="module")
+def store_env(tmp_path_factory) -> Path:
+    """One store for all DAG runs of this module, restricted to three small builtin sources."""
+    root = tmp_path_factory.mktemp("dag_store")
+    config = root / "dareforge.yaml"
+    config.write_text("{}\n")  # never a developer's ./dareforge.yaml
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAREFORGE_CONFIG", str(config))
+        mp.setenv("DAREFORGE_STORE__ROOT", str(root / "store"))
+        mp.setenv("DAREFORGE_STORE__WORK_DIR", str(root / "work"))
+        mp.setenv("DAREFORGE_BUILTIN__INCLUDE", f"[{', '.join(SOURCES)}]")
+        yield root / "store"
+
+
+def _ctx():
+    from dareforge.orchestration import context
+
+    return context()
+
+
+def _states(run) -> dict[str, list[str]]:
+    states: dict[str, list[str]] = {}
+    for ti in sorted(run.get_task_instances(), key=lambda t: (t.task_id, t.map_index)):
+        states.setdefault(ti.task_id, []).append(str(ti.state))
+    return states
+
+
+def _events(uri: str) -> list[dict]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetEvent.extra)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.uri.startswith(uri))
+            .order_by(AssetEvent.id)
+        )
+        return [extra for (extra,) in rows]
+
+
+def test_dags_import_without_errors(dagbag):
+    from airflow.sdk import Asset
+
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dag_ids) >= DAG_IDS
+    refresh = dagbag.dags["dare_refresh"]
+    assert refresh.catchup is False
+    assert refresh.params["release"] == DEFAULT_RELEASE
+    crawl, publish = refresh.task_dict["crawl"], refresh.task_dict["publish"]
+    assert crawl.pool == "kaggle_api"
+    assert crawl.retries == publish.retries == 2
+    assert crawl.retry_exponential_backoff == publish.retry_exponential_backoff > 1  # True means 1.0
+    assert all(refresh.task_dict[t].is_mapped for t in ("prepare", "generate"))
+    assert [a.uri.rstrip("/") for a in refresh.task_dict["validate"].outlets] == [TASKS_ASSET]
+    assert [a.uri.rstrip("/") for a in publish.outlets] == [RELEASES_ASSET]
+    assert dagbag.dags["dare_release"].schedule is None
+    assert dagbag.dags["dare_audit"].schedule == [Asset(RELEASES_ASSET)]
+    pools = {t.pool for d in dagbag.dags.values() for t in d.tasks} - {"default_pool"}
+    assert pools <= set(POOLS)  # every pool a task names is one ensure_pools creates
+
+
+def test_audit_takes_the_release_from_the_newest_triggering_event():
+    from airflow.sdk import Asset
+
+    from dareforge.orchestration import release_to_audit
+
+    now = datetime.now(UTC)
+    events = [
+        SimpleNamespace(extra={"release": "dareforge@2"}, timestamp=now),
+        SimpleNamespace(extra={"release": "dareforge@1"}, timestamp=now - timedelta(hours=1)),
+    ]
+    assert release_to_audit({Asset(RELEASES_ASSET): events}, "x") == "dareforge@2"
+    assert release_to_audit({}, "dareforge") == "dareforge"
+    assert release_to_audit(None, "dareforge@1") == "dareforge@1"
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (TransientError("HTTP 503"), True),
+        (ConnectionResetError("peer reset"), True),
+        (ConfigError("bad yaml"), False),
+        (FileNotFoundError("no such file"), False),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_only_transient_errors_reach_airflow_retries(airflow_home, error, retried):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dareforge.orchestration import retry_only_transient
+
+    with pytest.raises(type(error) if retried else AirflowFailException), retry_only_transient("stage"):
+        raise error
+
+
+@pytest.fixture(scope="module")
+def refresh_run(dagbag, airflow_db, store_env):
+    return dagbag.dags["dare_refresh"].test()
+
+
+def test_refresh_runs_end_to_end(refresh_run, store_env):
+    from dareforge.publish.release import list_versions
+
+    states = _states(refresh_run)
+    assert refresh_run.state == "success", states
+    assert states["prepare"] == states["generate"] == ["success"] * len(SOURCES)
+    assert all(s == ["success"] for t, s in states.items() if t not in ("prepare", "generate")), states
+    assert len(list((store_env / "tasks").glob("*/_MANIFEST.json"))) >= len(SOURCES)
+    versions = list_versions(_ctx(), DEFAULT_RELEASE)
+    assert len(versions) == 1
+    assert _events(RELEASES_ASSET)[-1] == {"release": f"{DEFAULT_RELEASE}@{versions[0]}"}
+    assert len(_events(TASKS_ASSET)) == 1
+
+
+def test_release_publishes_a_new_name_and_skips_unchanged_content(dagbag, refresh_run):
+    from dareforge.publish.release import list_versions
+
+    release = dagbag.dags["dare_release"]
+    run = release.test(run_conf={"name": "dareforge-manual"})
+    assert run.state == "success", _states(run)
+    assert _states(run) == {"gate": ["success"], "publish": ["success"]}
+    assert len(list_versions(_ctx(), "dareforge-manual")) == 1
+    events = len(_events(RELEASES_ASSET))
+
+    again = release.test(run_conf={"name": DEFAULT_RELEASE})  # same content as the refresh's release
+    assert again.state == "success", _states(again)
+    assert _states(again)["publish"] == ["skipped"]
+    assert len(list_versions(_ctx(), DEFAULT_RELEASE)) == 1
+    assert len(_events(RELEASES_ASSET)) == events  # nothing published, no event, no audit run
+
+
+def test_audit_passes_on_the_fresh_release(dagbag, refresh_run, store_env):
+    from dareforge.publish.release import list_versions
+
+    run = dagbag.dags["dare_audit"].test(run_conf={"release": DEFAULT_RELEASE})
+    assert run.state == "success", _states(run)
+    (version,) = list_versions(_ctx(), DEFAULT_RELEASE)
+    assert (store_env / "reports" / "audit" / DEFAULT_RELEASE / version / "index.html").is_file()
