@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,7 +231,9 @@ class GXRun:
         return index
 
 
-class _GXCheck:
+class _GXCheck(ABC):
+    """A GX suite run as a check; subclasses say which expectations apply to a task."""
+
     name = ""
 
     def __init__(self, gx: GXRun) -> None:
@@ -243,8 +246,8 @@ class _GXCheck:
             return Finding(str(exc), 0.0, flagged=True, details={"suites_version": SUITES_VERSION})
         return _finding(outcomes, skipped)
 
-    def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
-        raise NotImplementedError
+    @abstractmethod
+    def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]: ...
 
 
 class PreparedExpectations(_GXCheck):
