@@ -275,6 +275,24 @@ def export(
 
 
 @app.command()
+def report(
+    release: Annotated[
+        str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")
+    ] = "dareforge",
+) -> None:
+    """Write an HTML report of a release: the filter funnel, tasks per family, baseline vs strong scores."""
+    from dareforge.publish.report import write_release_report
+    from dareforge.validators.audit import parse_release
+
+    name, version = parse_release(release)
+    try:
+        key = write_release_report(_ctx(), name, version)
+    except DareforgeError as exc:
+        _fail(exc)
+    out.print(f"report: {_ctx().store.path(key)}")
+
+
+@app.command()
 def audit(
     release: Annotated[
         str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")

@@ -1,0 +1,586 @@
+"""The release report: one self-contained HTML page about a finished release version.
+
+`write_release_report(ctx, name, version)` writes `reports/release/<name>/<version>/index.html` with
+
+1. the filter funnel (sources seen -> fetched ok -> kept by the filter -> prepared -> with tasks -> with tasks
+   in the release) and the top reasons sources dropped out along it;
+2. the released tasks per family, stacked by release split;
+3. baseline vs strong reference scores of the released model-making (MM) and time-series (TS) tasks;
+4. the validation outcome per family (from the store's `verdicts`) and the top rejection reasons;
+5. every released task (id, family, source, split, metric, scores).
+
+The release parts (tasks, splits, scores) come from the frozen release; the funnel and the verdicts describe
+the store as it is when the report is written, which the page says. Plots are PNGs (matplotlib, Agg) embedded
+as base64, so the page needs no other file and no network. The bytes depend only on the store: no clock, no
+matplotlib version in the PNGs, fixed figure sizes; re-writing an unchanged report writes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import statistics
+import typing
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from dareforge.context import RunContext
+from dareforge.errors import DareforgeError
+from dareforge.publish.release import Release, load_release
+from dareforge.publish.split import SPLITS
+from dareforge.schema import SourceStatus, Task
+
+REPORTS = "reports/release"
+FAMILIES: tuple[str, ...] = typing.get_args(Task.model_fields["family"].annotation)
+TOP = 15
+EXAMPLE_CHARS = 180
+DPI = 100
+WIDTH = 8.0  # inches; every figure is WIDTH x its fixed height at DPI
+SPLIT_COLORS = {"train": "#4c78a8", "test": "#f58518"}
+ACCEPTED, REJECTED = "#54a24b", "#c44e52"
+BASELINE, STRONG = "#9d9d9d", "#4c78a8"
+STAGES = ("fetch", "filter", "prepare", "generate", "validate", "release")
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 62rem; padding: 0 1rem; color: #222;
+       line-height: 1.4; }
+h1 { margin-bottom: .2rem; }
+h2 { margin-top: 2.5rem; border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
+nav a { margin-right: 1rem; }
+table { border-collapse: collapse; margin: 1rem 0 2rem; font-size: .92rem; }
+th, td { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td code, p code { font-size: .9em; }
+img { display: block; max-width: 100%; height: auto; margin: 1rem 0; }
+.muted { color: #666; }
+.bad { color: #a00; }
+"""
+
+_RC = {
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "axes.edgecolor": "#888888",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "axes.axisbelow": True,
+    "grid.color": "#e6e6e6",
+    "grid.linewidth": 0.8,
+    "xtick.color": "#444444",
+    "ytick.color": "#444444",
+    "legend.frameon": False,
+    "figure.facecolor": "white",
+    "savefig.facecolor": "white",
+    "savefig.transparent": False,
+}
+
+
+def report_key(name: str, version: str) -> str:
+    return f"{REPORTS}/{name}/{version}/index.html"
+
+
+def write_release_report(ctx: RunContext, name: str, version: str | None = None) -> str:
+    """Write the HTML report of a finished release version (the latest when None); returns its store key."""
+    release = load_release(ctx, name, version)
+    key = report_key(release.name, release.version)
+    ctx.store.write_bytes(key, render_release_report(ctx, release).encode())
+    return key
+
+
+# -- data ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Funnel:
+    stages: list[tuple[str, int]]
+    drops: list[tuple[str, str, int, str]]  # stage, reason, sources, example
+
+
+@dataclass
+class StoreState:
+    funnel: Funnel
+    verdicts: list[tuple[str, str, str, bool, list[str]]]  # task id, source id, family, accepted, reasons
+
+
+def _clip(text: str, limit: int = EXAMPLE_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _store_state(ctx: RunContext, release: Release) -> StoreState:
+    con = ctx.store.connect()
+    try:
+        sources = con.sql("select id, status, status_detail from sources order by all").fetchall()
+        decisions = con.sql(
+            "select source_id, rule, kept, reason from filter_decisions order by all"
+        ).fetchall()
+        prepared = {r[0] for r in con.sql("select distinct source_id from prepared").fetchall()}
+        tasks = con.sql("select id, source_id, status, reject_reason from tasks order by all").fetchall()
+        verdicts = con.sql(
+            "select task_id, source_id, family, accepted, reasons from verdicts order by task_id"
+        ).fetchall()
+    finally:
+        con.close()
+    return StoreState(_funnel(sources, decisions, prepared, tasks, verdicts, release), verdicts)
+
+
+def _funnel(
+    sources: list[tuple],
+    decisions: list[tuple],
+    prepared_ids: set[str],
+    tasks: list[tuple],
+    verdicts: list[tuple],
+    release: Release,
+) -> Funnel:
+    status = {sid: (st, detail) for sid, st, detail in sources}
+    seen = sorted(status)
+    fetched = [s for s in seen if status[s][0] == SourceStatus.OK]
+    rules: dict[str, list[tuple[str, bool, str]]] = defaultdict(list)
+    for sid, rule, kept, reason in decisions:
+        rules[sid].append((rule, kept, reason))
+    kept = [s for s in fetched if rules.get(s) and all(k for _, k, _ in rules[s])]
+    prepared = [s for s in kept if s in prepared_ids]
+    candidates: dict[str, list[str]] = defaultdict(list)
+    rejected_by_generator: dict[str, list[str]] = defaultdict(list)
+    for task_id, sid, task_status, reject_reason in tasks:
+        if task_status == "candidate":
+            candidates[sid].append(task_id)
+        else:
+            rejected_by_generator[sid].append(reject_reason or "no reason recorded")
+    with_tasks = [s for s in prepared if candidates.get(s)]
+    released = sorted({s["id"] for s in release.manifest["sources"]})
+
+    counts: Counter = Counter()
+    examples: dict[tuple[str, str], str] = {}
+
+    def drop(stage: str, reason: str, source_id: str, detail: str | None = None) -> None:
+        counts[(stage, reason)] += 1
+        examples.setdefault((stage, reason), f"{source_id}: {detail}" if detail else source_id)
+
+    for s in seen:
+        if status[s][0] != SourceStatus.OK:
+            drop("fetch", f"status {status[s][0]}", s, status[s][1])
+    for s in fetched:
+        if not rules.get(s):
+            drop("filter", "not judged yet (run `dareforge filter`)", s)
+        for rule, ok, reason in rules.get(s, []):
+            if not ok:
+                drop("filter", rule, s, reason)
+    for s in kept:
+        if s not in prepared_ids:
+            drop("prepare", "no prepared record (prepare failed or has not run; see its log)", s)
+    for s in prepared:
+        if not candidates.get(s):
+            if rejected_by_generator.get(s):
+                drop("generate", "every generated task rejected", s, rejected_by_generator[s][0])
+            else:
+                drop("generate", "no tasks generated", s)
+    by_task = {v[0]: v for v in verdicts}
+    released_set = set(released)
+    for s in with_tasks:
+        if s in released_set:
+            continue
+        judged = [by_task[t] for t in candidates[s] if t in by_task]
+        if verdicts and not judged:
+            drop("validate", "not validated yet", s)
+        elif judged and not any(v[3] for v in judged):
+            reasons = sorted(r for v in judged for r in v[4])
+            drop("validate", "every task rejected by the validation gate", s, reasons[0] if reasons else None)
+        else:
+            drop("release", "not in this release version (the store changed after it was built)", s)
+
+    order = {stage: i for i, stage in enumerate(STAGES)}
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], order[kv[0][0]], kv[0][1]))[:TOP]
+    stages = [
+        ("sources seen", len(seen)),
+        ("fetched ok", len(fetched)),
+        ("kept by the filter", len(kept)),
+        ("prepared", len(prepared)),
+        ("with tasks", len(with_tasks)),
+        ("with tasks in the release", len(released)),
+    ]
+    drops = [(stage, reason, n, _clip(examples[(stage, reason)])) for (stage, reason), n in ranked]
+    return Funnel(stages, drops)
+
+
+def _families(names: Iterable[str]) -> list[str]:
+    present = set(names)
+    return [f for f in FAMILIES if f in present] + sorted(present - set(FAMILIES))
+
+
+def _is_scored(family: str) -> bool:
+    return family.endswith("-MM") or family.startswith("TS-")
+
+
+def _scores(release: Release) -> dict[str, dict[str, Any]]:
+    """task id -> {baseline, strong, ...} from the private half (falling back to the store's task manifests)."""
+    try:
+        return {row["id"]: dict(row["scores"] or {}) for row in release.private_rows()}
+    except (DareforgeError, OSError):
+        try:
+            return {t.id: t.scores.model_dump() for t in release.tasks()}
+        except (DareforgeError, OSError):
+            return {}
+
+
+# -- plots --------------------------------------------------------------------------------------------------------
+def _png(fig: Figure) -> str:
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _figure(height: float, **subplots: Any) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(WIDTH, height), dpi=DPI, layout="constrained")
+    return fig, fig.subplots(**subplots)
+
+
+def _funnel_plot(stages: list[tuple[str, int]]) -> str:
+    with matplotlib.rc_context(_RC):
+        fig, ax = _figure(2.9)
+        labels = [label for label, _ in stages]
+        values = [n for _, n in stages]
+        top = max(values) or 1
+        colors = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c"][: len(stages)]
+        bars = ax.barh(range(len(stages)), values, color=colors, height=0.65)
+        ax.set_yticks(range(len(stages)), labels)
+        ax.invert_yaxis()
+        ax.set_xlim(0, top * 1.18)
+        ax.grid(axis="y", visible=False)
+        ax.set_xlabel("sources")
+        for bar, n in zip(bars, values, strict=True):
+            share = f" ({n / values[0]:.0%})" if values[0] else ""
+            ax.text(
+                bar.get_width() + top * 0.01, bar.get_y() + bar.get_height() / 2, f"{n}{share}", va="center"
+            )
+        ax.set_title("Sources through the pipeline", loc="left")
+        return _png(fig)
+
+
+def _family_plot(families: list[str], counts: dict[str, dict[str, int]]) -> str:
+    with matplotlib.rc_context(_RC):
+        fig, ax = _figure(3.0)
+        x = range(len(families))
+        bottom = [0] * len(families)
+        for side in SPLITS:
+            values = [counts[f].get(side, 0) for f in families]
+            ax.bar(x, values, bottom=bottom, color=SPLIT_COLORS.get(side), width=0.6, label=side)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        top = max(bottom) if bottom else 1
+        for i, total in enumerate(bottom):
+            ax.text(i, total + top * 0.02, str(total), ha="center", va="bottom")
+        ax.set_xticks(list(x), families)
+        ax.set_ylim(0, top * 1.15 or 1)
+        ax.grid(axis="x", visible=False)
+        ax.set_ylabel("tasks")
+        ax.legend(loc="lower right", ncols=len(SPLITS), bbox_to_anchor=(1.0, 1.0))
+        ax.set_title("Released tasks per family and split", loc="left")
+        return _png(fig)
+
+
+def _jitter(i: int) -> float:
+    return ((i * 0.6180339887) % 1.0 - 0.5) * 0.16
+
+
+def _score_plot(groups: list[tuple[str, str, list[tuple[float, float]]]]) -> str:
+    with matplotlib.rc_context(_RC):
+        fig, axes = _figure(3.2, ncols=len(groups), squeeze=False)
+        for ax, (family, metric, pairs) in zip(axes[0], groups, strict=True):
+            baseline = [b for b, _ in pairs]
+            strong = [s for _, s in pairs]
+            for i, (b, s) in enumerate(pairs):
+                ax.plot([_jitter(i), 1 + _jitter(i)], [b, s], color="#bbbbbb", linewidth=0.8, zorder=1)
+            ax.boxplot(
+                [baseline, strong],
+                positions=[0, 1],
+                widths=0.45,
+                showfliers=False,
+                medianprops={"color": "#222222"},
+                boxprops={"color": "#666666"},
+                whiskerprops={"color": "#666666"},
+                capprops={"color": "#666666"},
+                zorder=2,
+            )
+            for x0, values, color in ((0, baseline, BASELINE), (1, strong, STRONG)):
+                xs = [x0 + _jitter(i) for i in range(len(values))]
+                ax.scatter(xs, values, s=18, color=color, edgecolors="white", linewidths=0.5, zorder=3)
+            ax.set_xticks([0, 1], ["baseline", "strong"])
+            ax.set_xlim(-0.6, 1.6)
+            ax.grid(axis="x", visible=False)
+            ax.set_title(f"{family} (n={len(pairs)})")
+            ax.set_ylabel(metric)
+        return _png(fig)
+
+
+def _validation_plot(families: list[str], counts: Counter) -> str:
+    with matplotlib.rc_context(_RC):
+        fig, ax = _figure(0.9 + 0.38 * len(families))
+        y = range(len(families))
+        accepted = [counts[(f, True)] for f in families]
+        rejected = [counts[(f, False)] for f in families]
+        ax.barh(y, accepted, color=ACCEPTED, height=0.6, label="accepted")
+        ax.barh(y, rejected, left=accepted, color=REJECTED, height=0.6, label="rejected")
+        for i, (a, r) in enumerate(zip(accepted, rejected, strict=True)):
+            if a:
+                ax.text(a / 2, i, str(a), ha="center", va="center", color="white", fontweight="bold")
+            if r:
+                ax.text(a + r / 2, i, str(r), ha="center", va="center", color="white", fontweight="bold")
+        ax.set_yticks(list(y), families)
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+        ax.set_xlabel("tasks")
+        ax.set_xlim(0, max((a + r for a, r in zip(accepted, rejected, strict=True)), default=1) * 1.05 or 1)
+        ax.legend(loc="lower right", ncols=2, bbox_to_anchor=(1.0, 1.0))
+        ax.set_title("Validation verdicts per family", loc="left")
+        return _png(fig)
+
+
+# -- html ---------------------------------------------------------------------------------------------------------
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], *, num: Iterable[int] = (), table_id: str = ""
+) -> str:
+    right = set(num)
+
+    def cell(tag: str, i: int, value: object) -> str:
+        cls = " class='num'" if i in right else ""
+        return f"<{tag}{cls}>{_e(value)}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>\n" for row in rows)
+    ident = f" id='{_e(table_id)}'" if table_id else ""
+    return f"<table{ident}>\n<tr>{head}</tr>\n{body}</table>"
+
+
+def _img(png: str, alt: str) -> str:
+    return f"<img src='data:image/png;base64,{png}' alt='{_e(alt)}' width='{int(WIDTH * DPI)}'>"
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _funnel_section(funnel: Funnel) -> list[str]:
+    parts = [
+        "<h2 id='funnel'>1. Filter funnel</h2>",
+        "<p class='muted'>Sources as the store holds them now; each stage counts the sources of the stage "
+        "before it that passed. The last bar counts the sources this release version holds.</p>",
+        _img(_funnel_plot(funnel.stages), "bar chart of the source funnel"),
+        _table(["stage", "sources"], funnel.stages, num=[1], table_id="funnel-counts"),
+        "<h3>Top drop reasons</h3>",
+    ]
+    if funnel.drops:
+        parts += [
+            "<p class='muted'>A source a filter rule drops counts once per rule that dropped it.</p>",
+            _table(["stage", "reason", "sources", "example"], funnel.drops, num=[2], table_id="drop-reasons"),
+        ]
+    else:
+        parts.append("<p>No source was dropped.</p>")
+    return parts
+
+
+def _family_section(release: Release) -> list[str]:
+    counts: dict[str, dict[str, int]] = {}
+    for entry in release.manifest["tasks"]:
+        side = counts.setdefault(entry["family"], dict.fromkeys(SPLITS, 0))
+        side[entry["split"]] = side.get(entry["split"], 0) + 1
+    families = _families(counts)
+    rows = [[f, *(counts[f].get(s, 0) for s in SPLITS), sum(counts[f].values())] for f in families]
+    rows.append(["all", *(sum(counts[f].get(s, 0) for f in families) for s in SPLITS), len(release.task_ids)])
+    parts = ["<h2 id='families'>2. Tasks per family</h2>"]
+    if families:
+        parts.append(_img(_family_plot(families, counts), "stacked bar chart of tasks per family and split"))
+    parts.append(
+        _table(["family", *SPLITS, "total"], rows, num=range(1, len(SPLITS) + 2), table_id="family-counts")
+    )
+    return parts
+
+
+def _score_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[str]:
+    pairs: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    metrics: dict[str, set[str]] = defaultdict(set)
+    missing: Counter = Counter()
+    for entry in release.manifest["tasks"]:
+        family = entry["family"]
+        if not _is_scored(family):
+            continue
+        s = scores.get(entry["id"], {})
+        if s.get("baseline") is None or s.get("strong") is None:
+            missing[family] += 1
+            continue
+        pairs[family].append((float(s["baseline"]), float(s["strong"])))
+        metrics[family].add(entry["metric"]["name"])
+    parts = [
+        "<h2 id='scores'>3. Baseline vs strong reference</h2>",
+        "<p class='muted'>Scores of the released model-making (MM) and time-series (TS) tasks: the best trivial "
+        "predictor (baseline) and a strong default model (strong), each task's pair joined by a line.</p>",
+    ]
+    families = _families(pairs)
+    if not families:
+        parts.append("<p>No released MM or TS task has both scores.</p>")
+        return parts
+    groups = [(f, " / ".join(sorted(metrics[f])), pairs[f]) for f in families]
+    parts.append(_img(_score_plot(groups), "box and strip plots of baseline and strong reference scores"))
+    rows = []
+    for family, metric, ps in groups:
+        b = [x for x, _ in ps]
+        s = [y for _, y in ps]
+        gains = [y - x for x, y in ps]
+        rows.append(
+            [
+                family,
+                metric,
+                len(ps),
+                _fmt(statistics.median(b)),
+                _fmt(statistics.median(s)),
+                _fmt(statistics.median(gains)),
+                sum(g <= 0 for g in gains),
+            ]
+        )
+    parts.append(
+        _table(
+            [
+                "family",
+                "metric",
+                "tasks",
+                "median baseline",
+                "median strong",
+                "median gain",
+                "strong ≤ baseline",
+            ],
+            rows,
+            num=range(2, 7),
+            table_id="score-summary",
+        )
+    )
+    if missing:
+        text = ", ".join(f"{f}: {n}" for f, n in sorted(missing.items()))
+        parts.append(f"<p class='muted'>Tasks without both scores (left out): {_e(text)}.</p>")
+    return parts
+
+
+def _validation_section(release: Release, verdicts: list[tuple]) -> list[str]:
+    parts = ["<h2 id='validation'>4. Validation outcome</h2>"]
+    at_release = release.manifest.get("verdicts") or {}
+    if at_release.get("present"):
+        parts.append(
+            f"<p>When this version was built the gate had accepted {_e(at_release.get('accepted', 0))} and "
+            f"rejected {_e(at_release.get('rejected', 0))} tasks.</p>"
+        )
+    if not verdicts:
+        parts.append(
+            "<p>No verdicts in the store: the validation gate has not run"
+            + (", and every candidate task was released." if not at_release.get("present") else ".")
+            + "</p>"
+        )
+        return parts
+    counts = Counter((family, accepted) for _, _, family, accepted, _ in verdicts)
+    families = _families(f for f, _ in counts)
+    rows = [[f, counts[(f, True)], counts[(f, False)]] for f in families]
+    rows.append(["all", sum(r[1] for r in rows), sum(r[2] for r in rows)])
+    parts += [
+        "<p class='muted'>Verdicts as the store holds them now.</p>",
+        _img(
+            _validation_plot(families, counts), "stacked bar chart of accepted and rejected tasks per family"
+        ),
+        _table(["family", "accepted", "rejected"], rows, num=[1, 2], table_id="verdict-counts"),
+        "<h3>Top rejection reasons</h3>",
+    ]
+    checks: Counter = Counter()
+    examples: dict[str, str] = {}
+    for task_id, _, _, accepted, reasons in verdicts:
+        if accepted:
+            continue
+        for reason in sorted(set(reasons)):
+            check = reason.split(":", 1)[0].strip()
+            checks[check] += 1
+            examples.setdefault(check, f"{task_id}: {reason}")
+    if not checks:
+        parts.append("<p>No task was rejected.</p>")
+        return parts
+    rows = [
+        [c, n, _clip(examples[c])] for c, n in sorted(checks.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
+    ]
+    parts.append(_table(["check", "tasks", "example"], rows, num=[1], table_id="rejection-reasons"))
+    return parts
+
+
+def _task_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[str]:
+    rows = []
+    for entry in release.manifest["tasks"]:
+        s = scores.get(entry["id"], {})
+        rows.append(
+            [
+                entry["id"],
+                entry["family"],
+                entry["source_id"],
+                entry["split"],
+                entry["metric"]["name"],
+                _fmt(s.get("baseline")),
+                _fmt(s.get("strong")),
+            ]
+        )
+    return [
+        f"<h2 id='tasks'>5. Released tasks ({len(rows)})</h2>",
+        _table(
+            ["task", "family", "source", "split", "metric", "baseline", "strong"],
+            rows,
+            num=[5, 6],
+            table_id="released-tasks",
+        ),
+    ]
+
+
+def render_release_report(ctx: RunContext, release: Release) -> str:
+    """The report page of a loaded release (see the module doc)."""
+    manifest = release.manifest
+    state = _store_state(ctx, release)
+    scores = _scores(release)
+    title = f"Release report: {release.name} {release.version}"
+    splits = manifest.get("splits", {})
+    split_text = ", ".join(
+        f"{splits.get(s, {}).get('tasks', 0)} {s} ({len(splits.get(s, {}).get('sources', []))} sources)"
+        for s in SPLITS
+    )
+    selection = manifest.get("selection", {})
+    excluded = ", ".join(f"{n} {why}" for why, n in selection.get("excluded", {}).items()) or "none"
+    summary = [
+        ("tasks", f"{len(release.task_ids)}: {split_text}"),
+        ("sources", len(manifest.get("sources", []))),
+        ("candidate tasks", f"{selection.get('candidates', '?')}; left out: {excluded}"),
+        ("created", manifest.get("created_at", "?")),
+        ("previous version", manifest.get("previous_version") or "none"),
+        ("content fingerprint", str(manifest.get("content_fingerprint", "?"))[:16]),
+        ("generator versions", ", ".join(manifest.get("generator_versions", []))),
+    ]
+    summary_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in summary)
+    parts = [
+        "<!doctype html>",
+        f"<html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f"<p class='muted'>{_e(manifest.get('pretty_name', release.name))}</p>",
+        "<nav><a href='#funnel'>Funnel</a><a href='#families'>Families</a><a href='#scores'>Scores</a>"
+        "<a href='#validation'>Validation</a><a href='#tasks'>Tasks</a></nav>",
+        f"<table id='summary'>{summary_rows}</table>",
+        *_funnel_section(state.funnel),
+        *_family_section(release),
+        *_score_section(release, scores),
+        *_validation_section(release, state.verdicts),
+        *_task_section(release, scores),
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"

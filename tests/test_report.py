@@ -1,0 +1,190 @@
+"""The release report: built from a real, validated store of three builtin sources.
+
+One store (crawl, filter, prepare, generate, validate, release) is built per module; a test that changes it
+works on a copy.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+from collections import Counter
+from datetime import date
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from dareforge.config import Config
+from dareforge.context import RunContext
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.generators.generate import generate
+from dareforge.generators.prepare import prepare
+from dareforge.publish import ReleaseError, build_release
+from dareforge.publish.report import render_release_report, report_key, write_release_report
+from dareforge.schema import FilterDecision, Origin, Source
+from dareforge.validators.validate import validate
+
+SOURCES = ["sklearn-iris", "vega-cars", "vega-stocks"]
+DAY = date(2026, 1, 15)
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _context(root: Path) -> RunContext:
+    cfg = Config()
+    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
+    cfg.builtin.include = SOURCES
+    return RunContext.from_config(cfg, show_progress=False)
+
+
+class Tables(HTMLParser):
+    """Rows of every `<table id=...>` of a page, as lists of cell texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._table: list[list[str]] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self._table = self.tables.setdefault(dict(attrs).get("id") or f"table-{len(self.tables)}", [])
+        elif tag == "tr" and self._table is not None:
+            self._table.append([])
+        elif tag in ("td", "th") and self._table is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self._table is not None:
+            self._table[-1].append("".join(self._cell))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _tables(page: str) -> dict[str, list[list[str]]]:
+    parser = Tables()
+    parser.feed(page)
+    return parser.tables
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    ctx = _context(tmp_path_factory.mktemp("report"))
+    crawl(ctx)
+    filter_sources(ctx)
+    prepare(ctx)
+    generate(ctx)
+    validate(ctx)
+    result = build_release(ctx, "bench", today=DAY)
+    return ctx, result.release
+
+
+@pytest.fixture(scope="module")
+def page(built) -> tuple[str, str]:
+    ctx, _ = built
+    key = write_release_report(ctx, "bench")
+    return key, ctx.store.read_bytes(key).decode()
+
+
+def test_report_has_every_section_and_embedded_pngs(built, page):
+    ctx, release = built
+    key, text = page
+    assert (
+        key == report_key("bench", release.version) == f"reports/release/bench/{release.version}/index.html"
+    )
+    assert ctx.store.local_path(key).is_file()
+    assert text.startswith("<!doctype html>") and text.rstrip().endswith("</html>")
+    for heading in ("Filter funnel", "Top drop reasons", "Tasks per family", "Baseline vs strong reference"):
+        assert heading in text
+    for heading in ("Validation outcome", "Top rejection reasons", "Released tasks"):
+        assert heading in text
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", text)
+    assert len(images) == 4  # funnel, families, scores, verdicts
+    for image in images:
+        data = base64.b64decode(image, validate=True)
+        assert data.startswith(PNG) and len(data) > 5_000
+        assert b"Software" not in data and b"matplotlib" not in data.lower()
+    # Self-contained: nothing is fetched from anywhere.
+    assert not re.search(r"""(src|href)=['"](?!data:|#)""", text)
+
+
+def test_tables_match_the_release(built, page):
+    ctx, release = built
+    tables = _tables(page[1])
+    tasks = tables["released-tasks"]
+    assert tasks[0][:4] == ["task", "family", "source", "split"]
+    rows = tasks[1:]
+    assert sorted(r[0] for r in rows) == sorted(release.task_ids)
+    assert {r[0]: r[3] for r in rows} == release.splits
+    families = {f: sum(sides.values()) for f, sides in release.manifest["families"].items()}
+    assert Counter(r[1] for r in rows) == {f: n for f, n in families.items() if n}
+    counts = {r[0]: r[1:] for r in tables["family-counts"][1:]}
+    for family, sides in release.manifest["families"].items():
+        if sum(sides.values()):
+            assert counts[family] == [str(sides["train"]), str(sides["test"]), str(sum(sides.values()))]
+    assert counts["all"][-1] == str(len(release.task_ids))
+
+    funnel = dict(tables["funnel-counts"][1:])
+    assert funnel["sources seen"] == str(len(SOURCES))
+    assert funnel["with tasks in the release"] == str(len(release.manifest["sources"]))
+    values = [int(v) for v in funnel.values()]
+    assert values == sorted(values, reverse=True)  # each stage is a subset of the one before
+
+    verdicts = dict(
+        ctx.store.connect().sql("select accepted, count(*) from verdicts group by all").fetchall()
+    )
+    assert tables["verdict-counts"][-1] == ["all", str(verdicts.get(True, 0)), str(verdicts.get(False, 0))]
+    scored = {r[0] for r in tables["score-summary"][1:]}
+    assert scored and all(f.endswith("-MM") or f.startswith("TS-") for f in scored)
+
+
+def test_a_second_report_writes_nothing(built, page):
+    ctx, release = built
+    key, text = page
+    path = ctx.store.local_path(key)
+    before = path.stat().st_mtime_ns
+    assert write_release_report(ctx, "bench", release.version) == key
+    assert path.read_text() == text and path.stat().st_mtime_ns == before
+    assert render_release_report(ctx, release) == text
+    assert ctx.store.write_bytes(key, text.encode()) is False
+
+
+def test_text_is_escaped_and_missing_verdicts_are_said(built, tmp_path):
+    ctx, _ = built
+    shutil.copytree(ctx.config.store.root, tmp_path / "store")
+    copy = _context(tmp_path)
+    copy.store.remove_prefix("tables/verdicts")
+    evil = "<script>alert('x')</script>"
+    copy.store.write_records(
+        "builtin.evil",
+        [Source(id="builtin.evil", origin=Origin.BUILTIN, kind="dataset", ref="x", title=evil, version="1")],
+    )
+    copy.store.write_records(
+        "builtin.evil",
+        [
+            FilterDecision(
+                source_id="builtin.evil",
+                source_version="1",
+                rule="enough-rows",
+                kept=False,
+                reason=evil,
+                rules_fingerprint="f",
+            )
+        ],
+    )
+    text = copy.store.read_bytes(write_release_report(copy, "bench")).decode()
+    assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
+    assert "No verdicts in the store" in text
+    assert dict(_tables(text)["funnel-counts"][1:])["sources seen"] == str(len(SOURCES) + 1)
+
+
+def test_no_release_is_an_error(ctx):
+    with pytest.raises(ReleaseError, match="no finished version"):
+        write_release_report(ctx, "bench")
