@@ -187,6 +187,37 @@ class ValidateConfig(Section):
     data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
 
 
+class EndpointConfig(Section):
+    """One OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp...)."""
+
+    name: str
+    base_url: str
+    model: str
+    api_key_env: str | None = Field(None, description="Env var holding the API key; none for local servers.")
+    max_concurrency: int = 4
+    requests_per_minute: float | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+
+
+class LLMConfig(Section):
+    endpoints: list[EndpointConfig] = Field(default_factory=list)
+    cache: bool = Field(True, description="Cache every request and response (or error) in the store.")
+
+
+class SandboxConfig(Section):
+    memory_mb: int = 4096
+    cpu_seconds: int = 600
+    max_processes: int = 64
+    max_output_bytes: int = 100_000
+    max_traceback_chars: int = 4000
+    pool_size: int = Field(2, description="Kernels started ahead of time.")
+    allow_unsandboxed: bool = Field(
+        False, description="Run agent code without isolation when bubblewrap is unavailable (trusted code only)."
+    )
+
+
 class Config(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     crawl: CrawlConfig = Field(default_factory=CrawlConfig)
@@ -198,6 +229,8 @@ class Config(Section):
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
     generate: GenerateConfig = Field(default_factory=GenerateConfig)
     validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     sources: dict[str, SourceOverride] = Field(default_factory=dict)
 
     def fingerprint(self, *sections: str) -> str:

@@ -263,6 +263,53 @@ class Verdict(Record):
     thresholds_fingerprint: str
 
 
+class Step(BaseModel):
+    """One message of a trajectory; an assistant turn may carry code, and its execution the output."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant", "execution"]
+    content: str
+    code: str | None = None
+    error: str | None = None
+    seconds: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Trajectory(Record):
+    """An agent's attempt at a task: every message, code cell, output and timing, and how it was graded."""
+
+    table: ClassVar[str] = "trajectories"
+
+    id: str = Field(description="Hash of task, endpoint, model, sampling parameters and sample index.")
+    task_id: str
+    family: str
+    endpoint: str
+    model: str
+    sample: int = 0
+    temperature: float = 0.0
+    steps: list[Step]
+    files: list[SourceFile] = Field(
+        default_factory=list, description="Files the agent left in its workspace."
+    )
+    outcome: Literal[
+        "graded",
+        "instruction-non-adherence",
+        "code-error",
+        "execution-limit",
+        "turn-limit",
+        "format-error",
+        "llm-error",
+    ]
+    score: float | None = None
+    passed: bool | None = None
+    detail: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
 @cache
 def _schema_of(cls: type[BaseModel]) -> pa.Schema:
     return pa.schema([pa.field(name, *_arrow_type(f.annotation)) for name, f in cls.model_fields.items()])
@@ -300,5 +347,5 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
 
 
 RECORDS: dict[str, type[Record]] = {
-    cls.table: cls for cls in (Source, FilterDecision, PreparedSource, Task, Validation, Verdict)
+    cls.table: cls for cls in (Source, FilterDecision, PreparedSource, Task, Validation, Verdict, Trajectory)
 }
