@@ -5,9 +5,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench lint format constraints clean airflow
+.PHONY: install sysdeps run test bench lint format constraints clean airflow
 
-install: $(STAMP)
+install: $(STAMP) sysdeps
+
+# System packages: bubblewrap isolates agent code in the sandbox. Installed only when missing.
+sysdeps:
+	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
