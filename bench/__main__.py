@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import sys
 
-from bench import crawl_warm_cold, generate_throughput, llm_throughput, prepare_memory, validate_per_task
+from bench import (
+    crawl_warm_cold,
+    generate_throughput,
+    llm_throughput,
+    prepare_memory,
+    sandbox_kernel,
+    validate_per_task,
+)
 
 BENCHMARKS = {
     "crawl": crawl_warm_cold.main,
     "generate": generate_throughput.main,
     "llm": llm_throughput.main,
     "prepare-memory": prepare_memory.main,
+    "sandbox": sandbox_kernel.main,
     "validate": validate_per_task.main,
 }
 

@@ -317,6 +317,46 @@ def audit(
 
 
 @app.command()
+def evaluate(
+    endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="An endpoint name from llm.endpoints.")],
+    release: Annotated[
+        str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")
+    ] = "dareforge",
+    split: Annotated[str, typer.Option(help="train, test or all.")] = "test",
+    samples: Annotated[int, typer.Option(help="Attempts per task.")] = 1,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.0,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Episodes at once (default: endpoint and CPUs).")
+    ] = None,
+) -> None:
+    """Run an endpoint's agent on a release's tasks in sandboxes, grade by execution, print the table.
+
+    Trajectories are stored in the `trajectories` table (re-runs skip finished attempts), so models can be
+    compared later: dareforge sql "select endpoint, family, avg(score) from trajectories group by all"
+    """
+    from dareforge.agents import evaluate as evaluate_stage
+    from dareforge.agents import render_table
+    from dareforge.validators.audit import parse_release
+
+    name, version = parse_release(release)
+    try:
+        report = evaluate_stage(
+            _ctx(),
+            endpoint,
+            release=name,
+            version=version,
+            split=split,
+            samples=samples,
+            temperature=temperature,
+            concurrency=concurrency,
+        )
+    except DareforgeError as exc:
+        _fail(exc)
+    out.print(render_table(report))
+    out.print(f"{report.ran} attempts run now, {report.reused} taken from the store")
+
+
+@app.command()
 def resimulate(
     task: Annotated[list[str] | None, typer.Option("--task", "-t", help="Only these task ids.")] = None,
 ) -> None:
@@ -397,6 +437,12 @@ def run(
         'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
     )
     out.print('why a task was rejected:  [bold]dareforge sql "select * from verdicts where not accepted"[/]')
+    if not ctx.config.llm.endpoints:
+        out.print(
+            "agents: no LLM endpoint is configured, so no model was evaluated; add one under llm.endpoints in "
+            "dareforge.yaml (name, base_url, model, api_key_env; see dareforge.example.yaml), then run "
+            "[bold]dareforge evaluate --endpoint NAME[/]"
+        )
 
 
 def _run_with_airflow(release: str) -> None:

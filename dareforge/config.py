@@ -214,7 +214,8 @@ class SandboxConfig(Section):
     max_traceback_chars: int = 4000
     pool_size: int = Field(2, description="Kernels started ahead of time.")
     allow_unsandboxed: bool = Field(
-        False, description="Run agent code without isolation when bubblewrap is unavailable (trusted code only)."
+        False,
+        description="Run agent code without isolation when bubblewrap is unavailable (trusted code only).",
     )
 
 

@@ -1,0 +1,44 @@
+"""LLM agents on the benchmark's tasks: the DSGym / DARE-bench loop, grading by execution, evaluation reports.
+
+report = evaluate(ctx, "my-endpoint", release="dareforge", split="test")
+console.print(render_table(report))
+"""
+
+from dareforge.agents.evaluate import (
+    COLUMNS,
+    FAMILY_COLUMNS,
+    OUTCOMES,
+    Cell,
+    EvaluationError,
+    EvaluationReport,
+    evaluate,
+    find_endpoint,
+    partition_name,
+    render_table,
+    stored_trajectories,
+)
+from dareforge.agents.grading import PASS_BARS, answers_file, passed
+from dareforge.agents.loop import classify, run_agent, trajectory_id
+from dareforge.agents.protocol import SYSTEM_PROMPT, parse_reply
+
+__all__ = [
+    "COLUMNS",
+    "FAMILY_COLUMNS",
+    "OUTCOMES",
+    "PASS_BARS",
+    "SYSTEM_PROMPT",
+    "Cell",
+    "EvaluationError",
+    "EvaluationReport",
+    "answers_file",
+    "classify",
+    "evaluate",
+    "find_endpoint",
+    "parse_reply",
+    "partition_name",
+    "passed",
+    "render_table",
+    "run_agent",
+    "stored_trajectories",
+    "trajectory_id",
+]

@@ -1,0 +1,400 @@
+"""The agent loop: a model, a persistent sandboxed kernel, and the task's turn and time limits.
+
+`run_agent` plays one episode and returns the full `Trajectory`: every message (system, user, assistant), every
+code cell with its output, error and timing, token counts, the files left in the workspace and how it ended.
+
+Budgets (from `Task.limits`, as the instruction states them): at most `turns` code executions, each at most
+`seconds_per_execution` seconds; the model gets `turns + 1` replies, so it can still answer after its last run.
+A reply without tags uses a reply (the model is told the protocol again), not an execution.
+
+How an episode ends, in order of precedence (see `classify`):
+
+- `llm-error`: the client returned an error (after its own retries); nothing is graded.
+- a valid `predictions.csv` (the grader accepts it): `graded` with its score, or, for an IF task whose
+  predictions do not all match the reference run, `instruction-non-adherence`. Predictions written before the
+  turns ran out count even without an `<answer>` (the detail says so).
+- otherwise the last thing that went wrong: `execution-limit` (the last execution timed out or the kernel died),
+  `code-error` (the last execution raised), `format-error` (the last reply had no parsable tags), then
+  `turn-limit` (turns ran out without an answer), else `format-error` (answered, but predictions.csv is missing
+  or ill-formed: the grader's message is the detail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dareforge.agents.grading import PASS_BARS, PREDICTIONS, grade_predictions, is_if, passed
+from dareforge.agents.protocol import parse_reply, system_prompt, task_prompt, truncate
+from dareforge.reference_solutions.graders import GradeResult
+from dareforge.schema import SourceFile, Step, Task, Trajectory
+from dareforge.store import sha256_bytes, sha256_file
+
+MAX_LISTED_FILES = 200
+"""Most workspace files a trajectory lists (the rest are counted in the detail)."""
+MAX_WALKED_FILES = 100_000
+MAX_PREDICTIONS_BYTES = 1 << 30
+
+
+class ChatClient(Protocol):
+    """What the loop needs of `dareforge.llm.LLMClient`."""
+
+    endpoint: Any
+
+    async def chat(self, messages: list[dict[str, Any]], **params: Any) -> Any: ...
+
+
+class SandboxLike(Protocol):
+    def start(self) -> Any: ...
+
+    def execute(self, code: str) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+SandboxFactory = Callable[[Path, Path, float], SandboxLike]
+"""`factory(inputs, workspace, seconds_per_execution)` -> a sandbox (`start`, `execute`, `close`), started or not:
+`Sandbox` itself, or `KernelPool.acquire`. Called from a worker thread (it may block)."""
+
+
+def trajectory_id(task_id: str, endpoint: str, model: str, temperature: float, sample: int) -> str:
+    key = f"{task_id}\0{endpoint}\0{model}\0{float(temperature)!r}\0{int(sample)}"
+    return sha256_bytes(key.encode())[:16]
+
+
+@dataclass
+class Episode:
+    """What happened, before grading."""
+
+    steps: list[Step] = field(default_factory=list)
+    ended: str = "turn-limit"  # answer | turn-limit | llm-error
+    last_problem: str | None = None  # execution-limit | code-error | format-error | None (last event fine)
+    llm_error: str | None = None
+    executions: int = 0
+    answer: str | None = None
+
+
+async def run_agent(
+    task: Task,
+    public_dir: Path,
+    client: ChatClient,
+    sandbox_factory: SandboxFactory,
+    *,
+    temperature: float = 0.0,
+    sample: int = 0,
+    answers: Path | None = None,
+    workspace: Path | None = None,
+    pass_bars: Mapping[str, float] = PASS_BARS,
+    max_tokens: int | None = None,
+    executor: Executor | None = None,
+) -> Trajectory:
+    """Play one episode of `task` and grade it (when `answers`, a host path to the private answers, is given).
+
+    `public_dir` holds the task's public files; they are copied into a fresh inputs folder the sandbox sees
+    read-only. `workspace` (default: a temporary folder, removed afterwards) is the kernel's writable working
+    directory. Blocking sandbox calls run in `executor` (default: asyncio's). Without `answers` nothing is
+    scored: valid-looking predictions give outcome `graded` with no score.
+    """
+    endpoint = getattr(client.endpoint, "name", str(client.endpoint))
+    model = getattr(client.endpoint, "model", "")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dareforge-agent-") as tmp:
+        root = Path(tmp)
+        inputs = root / "inputs"
+        inputs.mkdir()
+        for f in task.public_files:
+            shutil.copyfile(public_dir / f.name, inputs / f.name)
+            (inputs / f.name).chmod(0o444)
+        work = workspace if workspace is not None else root / "workspace"
+        work.mkdir(parents=True, exist_ok=True)
+        episode = await play(
+            task, inputs, work, client, sandbox_factory, temperature, sample, max_tokens, executor
+        )
+        files, unlisted = list_files(work, exclude={f.name for f in task.public_files})
+        grade = check_predictions(task, work, answers) if episode.ended != "llm-error" else None
+    outcome, score, ok, detail = classify(task, episode, grade, answers is not None, pass_bars)
+    if unlisted:
+        detail = (
+            f"{detail}; {unlisted} more workspace files not listed" if detail else f"{unlisted} more files"
+        )
+    return Trajectory(
+        id=trajectory_id(task.id, endpoint, model, temperature, sample),
+        task_id=task.id,
+        family=task.family,
+        endpoint=endpoint,
+        model=model,
+        sample=sample,
+        temperature=float(temperature),
+        steps=episode.steps,
+        files=files,
+        outcome=outcome,
+        score=score,
+        passed=ok,
+        detail=detail,
+        prompt_tokens=sum(s.prompt_tokens or 0 for s in episode.steps),
+        completion_tokens=sum(s.completion_tokens or 0 for s in episode.steps),
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+async def play(
+    task: Task,
+    inputs: Path,
+    workspace: Path,
+    client: ChatClient,
+    sandbox_factory: SandboxFactory,
+    temperature: float,
+    sample: int,
+    max_tokens: int | None,
+    executor: Executor | None,
+) -> Episode:
+    """The conversation itself; the sandbox is started lazily, at the first code block."""
+    loop = asyncio.get_running_loop()
+    episode = Episode()
+    limits = task.limits
+    messages: list[dict[str, Any]] = []
+
+    def say(role: str, content: str) -> None:
+        messages.append({"role": role, "content": content})
+        episode.steps.append(Step(role=role, content=content))
+
+    say("system", system_prompt(task))
+    say("user", task_prompt(task))
+    sandbox: Any = None
+    try:
+        for _ in range(limits.turns + 1):
+            asked = time.monotonic()
+            result = await client.chat(
+                messages, temperature=temperature, max_tokens=max_tokens, n_sample=sample
+            )
+            seconds = round(time.monotonic() - asked, 3)
+            if result.error is not None:
+                episode.steps.append(
+                    Step(role="assistant", content=result.text or "", error=result.error, seconds=seconds)
+                )
+                episode.ended, episode.llm_error = "llm-error", result.error
+                return episode
+            text = result.text or ""
+            parsed = parse_reply(text)
+            episode.steps.append(
+                Step(
+                    role="assistant",
+                    content=text,
+                    code=parsed.code,
+                    seconds=seconds,
+                    prompt_tokens=result.prompt_tokens,
+                    completion_tokens=result.completion_tokens,
+                )
+            )
+            messages.append({"role": "assistant", "content": text})
+            if parsed.empty:
+                episode.last_problem = "format-error"
+                say("user", _format_feedback(result.finish_reason))
+                continue
+            if parsed.code is not None:
+                if episode.executions >= limits.turns:
+                    episode.ended = "turn-limit"
+                    return episode
+                if sandbox is None:
+                    # The factory may block (a pool handing over a kernel, or a cold start); `start` is then
+                    # a no-op. The links go in after the hand-over: a pool needs an empty workspace.
+                    sandbox = await loop.run_in_executor(
+                        executor, sandbox_factory, inputs, workspace, float(limits.seconds_per_execution)
+                    )
+                    link_inputs(sandbox, inputs, workspace)
+                    await loop.run_in_executor(executor, sandbox.start)
+                execution = await loop.run_in_executor(executor, sandbox.execute, parsed.code)
+                episode.executions += 1
+                episode.steps.append(_execution_step(parsed.code, execution))
+                episode.last_problem = _problem(execution)
+            if parsed.answer is not None:
+                episode.ended, episode.answer = "answer", parsed.answer
+                return episode
+            say("user", _observation(execution, episode.executions, limits.turns, parsed.extra_code_blocks))
+        episode.ended = "turn-limit"
+        return episode
+    finally:
+        if sandbox is not None:
+            await loop.run_in_executor(executor, sandbox.close)
+
+
+def link_inputs(sandbox: Any, inputs: Path, workspace: Path) -> None:
+    """Make the read-only inputs appear in the kernel's working directory as symlinks to where the sandbox
+    mounts them (`Sandbox.input_path`; the host folder for a sandbox without one)."""
+    target = str(getattr(sandbox, "input_path", inputs))
+    for path in sorted(inputs.iterdir()):
+        link = workspace / path.name
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(f"{target}/{path.name}")
+
+
+def _problem(execution: Any) -> str | None:
+    if execution.timed_out or execution.killed:
+        return "execution-limit"
+    if execution.error is not None:
+        return "code-error"
+    return None
+
+
+def _output_text(execution: Any) -> str:
+    parts = []
+    for name in ("stdout", "stderr", "result"):
+        text = getattr(execution, name, "") or ""
+        if text.strip():
+            parts.append(f"[{name}]\n{text.rstrip()}")
+    if execution.error is not None:
+        parts.append(f"[error]\n{(execution.traceback or execution.error).rstrip()}")
+    written = [f for f in getattr(execution, "files_written", ()) or () if not f.startswith(".")]
+    if written:
+        shown = ", ".join(written[:20]) + (f" and {len(written) - 20} more" if len(written) > 20 else "")
+        parts.append(f"[files written] {shown}")
+    return "\n".join(parts)
+
+
+def _execution_step(code: str, execution: Any) -> Step:
+    error = None
+    if execution.error is not None:
+        error = execution.error if not execution.traceback else f"{execution.error}\n{execution.traceback}"
+    return Step(
+        role="execution", content=_output_text(execution), code=code, error=error, seconds=execution.seconds
+    )
+
+
+def _observation(execution: Any, done: int, turns: int, extra_blocks: int) -> str:
+    if execution.timed_out:
+        head = f"Execution {done} of {turns} was stopped at the time limit after {execution.seconds:.1f} s."
+    elif execution.killed:
+        head = f"Execution {done} of {turns}: the kernel died ({execution.error})."
+    elif execution.error is not None:
+        head = f"Execution {done} of {turns} raised an error after {execution.seconds:.1f} s."
+    else:
+        head = f"Execution {done} of {turns} finished in {execution.seconds:.1f} s."
+    lines = [head]
+    if getattr(execution, "restarted", False):
+        lines.append(
+            "The kernel was restarted: files in the working directory remain, but variables and imports are gone."
+        )
+    if extra_blocks:
+        lines.append(f"Only the first <code> block ran; {extra_blocks} more were ignored (one per reply).")
+    output = _output_text(execution)
+    lines.append(truncate(output) if output else "(no output)")
+    left = turns - done
+    if left > 0:
+        lines.append(f"You have {left} code run{'s' if left != 1 else ''} left.")
+    else:
+        lines.append("You have no code runs left: reply with <answer> now.")
+    return "\n".join(lines)
+
+
+def _format_feedback(finish_reason: str | None) -> str:
+    cut = " Your reply was cut at the token limit; keep replies shorter." if finish_reason == "length" else ""
+    return (
+        "Your reply had no <code>...</code> block and no <answer>...</answer>, so nothing ran."
+        f"{cut} Reply with <reasoning>...</reasoning> followed by either <code>...</code> (Python to run) "
+        "or <answer>...</answer> once predictions.csv is written."
+    )
+
+
+def check_predictions(task: Task, workspace: Path, answers: Path | None) -> GradeResult | None:
+    """Grade the workspace's predictions.csv. It is first copied out with O_NOFOLLOW to a host-only folder, so
+    a symlink (to the answers, say), a FIFO or an oversized file planted by agent code is refused, not read."""
+    try:
+        data = read_regular_file(workspace / PREDICTIONS, MAX_PREDICTIONS_BYTES)
+    except FileNotFoundError:
+        return GradeResult(score=0.0, error=f"{PREDICTIONS} was not written in the working directory")
+    except OSError as exc:
+        return GradeResult(
+            score=0.0, error=f"{PREDICTIONS} could not be read: {exc}; write a regular CSV file"
+        )
+    if answers is None:
+        return GradeResult(score=float("nan"), error=None)
+    with tempfile.TemporaryDirectory(prefix="dareforge-grade-") as tmp:
+        copy = Path(tmp) / PREDICTIONS
+        copy.write_bytes(data)
+        return grade_predictions(task, copy, answers)
+
+
+def read_regular_file(path: Path, max_bytes: int) -> bytes:
+    """The bytes of `path` if it is a regular file (not a symlink, FIFO or device) of at most `max_bytes`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(f"{path.name} is a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        if info.st_size > max_bytes:
+            raise OSError(f"{path.name} has {info.st_size} bytes, more than the {max_bytes} allowed")
+        return fh.read(max_bytes + 1)
+
+
+def classify(
+    task: Task,
+    episode: Episode,
+    grade: GradeResult | None,
+    scored: bool,
+    pass_bars: Mapping[str, float] = PASS_BARS,
+) -> tuple[str, float | None, bool | None, str | None]:
+    """(outcome, score, passed, detail) of an episode; see the module docstring for the precedence."""
+    if episode.ended == "llm-error":
+        return "llm-error", None, False, episode.llm_error
+    unanswered = "" if episode.ended == "answer" else "; no <answer> was given"
+    if grade is not None and grade.ok:
+        if not scored:
+            return "graded", None, None, f"predictions written, not scored (no answers given){unanswered}"
+        ok = passed(task, grade.score, pass_bars)
+        if is_if(task) and grade.score < 1.0:
+            detail = f"{grade.score:.4f} of predictions match the reference run{unanswered}"
+            return "instruction-non-adherence", grade.score, False, detail
+        return "graded", grade.score, ok, f"score {grade.score:.4f} on {grade.rows} rows{unanswered}"
+    why = grade.error if grade is not None else None
+    if episode.last_problem is not None:
+        last = {
+            "execution-limit": "the last execution hit the time limit or the kernel died",
+            "code-error": "the last execution raised an error",
+            "format-error": "the last reply had no <code> or <answer> tag",
+        }[episode.last_problem]
+        return episode.last_problem, None, False, f"{last}; {why}" if why else last
+    if episode.ended == "turn-limit":
+        detail = f"turns ran out after {episode.executions} executions without an answer"
+        return "turn-limit", None, False, f"{detail}; {why}" if why else detail
+    return "format-error", None, False, why or f"{PREDICTIONS} is missing or ill-formed"
+
+
+def list_files(workspace: Path, exclude: set[str] = frozenset()) -> tuple[list[SourceFile], int]:
+    """Regular files under the workspace (not following symlinks), sorted; and how many were left unlisted."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(workspace, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".ipython") and d != "__pycache__")
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            rel = path.relative_to(workspace).as_posix()
+            if rel in exclude:
+                continue
+            info = path.lstat()
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            found.append((rel, path, info.st_size))
+            if len(found) >= MAX_WALKED_FILES:
+                break
+        if len(found) >= MAX_WALKED_FILES:
+            break
+    found.sort()
+    listed = [
+        SourceFile(name=rel, size=size, sha256=sha256_file(path))
+        for rel, path, size in found[:MAX_LISTED_FILES]
+    ]
+    return listed, max(0, len(found) - MAX_LISTED_FILES)

@@ -1,0 +1,559 @@
+"""`Sandbox`: one persistent, isolated Python kernel per trajectory (state survives between executions).
+
+Process tree: bwrap (host) -> the sandbox's pid 1 (bwrap's reaper) -> the launcher, exec'd into ipykernel.
+The host talks to the kernel over ZeroMQ ipc sockets in a per-launch folder bound into the sandbox.
+Per execution: past `seconds_per_execution` the kernel gets SIGINT; if it does not answer within
+`interrupt_grace_s`, or processes it started are still running, the whole sandbox is killed (killing bwrap
+kills its PID namespace) and a fresh kernel is started on the same folders. A kernel that dies (RLIMIT_CPU,
+SIGKILL, a crash) is restarted the same way; `Execution.killed`/`restarted` record it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import weakref
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import zmq
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from dareforge.config import SandboxConfig
+from dareforge.sandbox import isolation, processes
+from dareforge.sandbox.errors import SandboxError
+from dareforge.sandbox.execution import Execution, OutputBudget, cut_traceback, strip_ansi
+
+log = logging.getLogger(__name__)
+
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+UID_RANGE = (1_000_000, 2_000_000)
+"""Each isolated kernel runs as a uid of its own from this range: no host account, its own process budget."""
+KERNEL_ARGS = ("--HistoryManager.hist_file=:memory:", "--IPKernelApp.quiet=True")
+LOG_TAIL = 2000
+STOP_TIMEOUT_S = 10.0
+
+
+def _pick_uid() -> int:
+    return UID_RANGE[0] + secrets.randbelow(UID_RANGE[1] - UID_RANGE[0])
+
+
+class Sandbox:
+    """A Python (ipykernel) kernel confined by bubblewrap, for one trajectory.
+
+    Inside, the task's public files are at `input_path` (read-only) and the kernel's working folder is
+    `work_path` (read-write; `workspace` on the host). Not thread-safe: one caller drives one sandbox.
+    Without isolation (`sandbox.allow_unsandboxed`) the kernel runs on the host with the same resource limits,
+    and `input_path`/`work_path` are the host paths.
+    """
+
+    def __init__(
+        self,
+        inputs: Path | str,
+        workspace: Path | str,
+        config: SandboxConfig,
+        seconds_per_execution: float,
+        *,
+        interrupt_grace_s: float = 2.0,
+        start_timeout_s: float = 60.0,
+    ):
+        self.inputs = Path(inputs).resolve()
+        self.workspace = Path(workspace).resolve()
+        self.config = config
+        self.seconds_per_execution = float(seconds_per_execution)
+        self.interrupt_grace_s = interrupt_grace_s
+        self.start_timeout_s = start_timeout_s
+        self.isolated = isolation.require(config)
+        as_root = os.geteuid() == 0
+        self.uid: int | None = _pick_uid() if self.isolated and as_root else None
+        if not self.isolated and as_root:
+            log.warning("unsandboxed kernel runs as root: the process limit (max_processes) is not enforced")
+        self.restarts = 0
+        self.start_seconds = 0.0
+        self._client: BlockingKernelClient | None = None
+        self._proc: Any = None
+        self._runtime: Path | None = None
+        self._log: Any = None
+        self._reaper_pid: int | None = None
+        self._kernel_pid: int | None = None
+        self._launches = 0
+        self._cleanup: list[Path] = []
+        self._holder: dict[str, Any] = {}
+        self._finalizer = weakref.finalize(self, processes.finalize, self._holder)
+
+    # --- paths as the kernel sees them ---
+
+    @property
+    def input_path(self) -> str:
+        return isolation.INPUT_DIR if self.isolated else str(self.inputs)
+
+    @property
+    def work_path(self) -> str:
+        return isolation.WORK_DIR if self.isolated else str(self.workspace)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # --- lifecycle ---
+
+    def start(self) -> Sandbox:
+        if self._proc is not None:
+            return self
+        if not self.inputs.is_dir():
+            raise SandboxError(f"sandbox inputs {self.inputs} is not a folder; pass the task's public folder")
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        if self.uid is not None:
+            self._chown_tree(self.workspace)
+            self._warn_unreadable_inputs()
+        self._runtime = Path(tempfile.mkdtemp(prefix="dfsbx-"))
+        self._holder["runtime"] = self._runtime
+        started = time.perf_counter()
+        try:
+            self._launch()
+        except BaseException:
+            self.close()
+            raise
+        self.start_seconds = time.perf_counter() - started
+        return self
+
+    def close(self) -> None:
+        self._stop()
+        if self._runtime is not None:
+            shutil.rmtree(self._runtime, ignore_errors=True)
+            self._runtime = self._holder["runtime"] = None
+        for path in self._cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+        self._cleanup.clear()
+
+    def restart(self) -> None:
+        """A fresh kernel on the same inputs and workspace (files stay, Python state is lost)."""
+        self._stop()
+        self.restarts += 1
+        self._launch()
+
+    def __enter__(self) -> Sandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- execution ---
+
+    def execute(self, code: str) -> Execution:
+        """Run `code` in the kernel; never raises for what the code does (errors, timeouts, a dead kernel)."""
+        if self._proc is None:
+            self.start()
+        notes: list[str] = []
+        restarted = False
+        if not self.running:
+            notes.append("[sandbox] the kernel had died since the last execution; a fresh one was started\n")
+            self.restart()
+            restarted = True
+        assert self._client is not None
+        before = processes.snapshot(self.workspace)
+        out = OutputBudget(self.config.max_output_bytes)
+        for note in notes:
+            out.add("stderr", note)
+        state: dict[str, Any] = {"error": None, "traceback": "", "idle": False, "reply": False}
+        started = time.monotonic()
+        msg_id = self._client.execute(
+            code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
+        )
+        outcome = self._collect(msg_id, started + self.seconds_per_execution, out, state)
+        timed_out = killed = must_restart = False
+        error, traceback = state["error"], state["traceback"]
+        lost = "the kernel was restarted (files kept, Python state lost)"
+        if outcome == "timeout":
+            timed_out = True
+            self._interrupt()
+            outcome = self._collect(msg_id, time.monotonic() + self.interrupt_grace_s, out, state)
+            limit = f"ExecutionLimit: the execution ran past the {self.seconds_per_execution:g} s per-execution limit"
+            traceback = state["traceback"]
+            if outcome == "done" and not self._strays():
+                error = f"{limit} and was interrupted"
+            elif outcome == "done":
+                error, must_restart = f"{limit} and left processes running; {lost}", True
+            else:
+                killed = outcome == "died"
+                why = "the kernel died when interrupted" if killed else "did not stop when interrupted"
+                error, must_restart = f"{limit}; {why}; {lost}", True
+        elif outcome == "died":
+            killed = must_restart = True
+            error = f"KernelDied: {self._death_reason(with_log=False)}; {lost}"
+        seconds = time.monotonic() - started
+        if must_restart:
+            self.restart()
+            restarted = True
+        after = processes.snapshot(self.workspace)
+        written = tuple(sorted(path for path, sig in after.items() if before.get(path) != sig))
+        return Execution(
+            stdout=out.text("stdout"),
+            stderr=out.text("stderr"),
+            result=out.text("result", sep="\n") if out.parts["result"] else "",
+            error=error,
+            traceback=cut_traceback(strip_ansi(traceback), self.config.max_traceback_chars),
+            files_written=written,
+            seconds=seconds,
+            timed_out=timed_out,
+            killed=killed,
+            restarted=restarted,
+            truncated=out.truncated,
+        )
+
+    def read_file(self, relpath: str, max_bytes: int | None = None) -> bytes:
+        """Read a workspace file written by agent code, safely: no symlinks, no FIFOs, nothing outside."""
+        parts = PurePosixPath(relpath).parts
+        if not parts or PurePosixPath(relpath).is_absolute() or ".." in parts:
+            raise SandboxError(f"{relpath!r} is not a relative path inside the workspace")
+        nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                try:
+                    nxt = os.open(part, nofollow | os.O_DIRECTORY, dir_fd=fd)
+                except OSError as exc:
+                    raise SandboxError(f"{relpath!r}: {part!r} is not a plain folder ({exc})") from exc
+                os.close(fd)
+                fd = nxt
+            try:
+                ffd = os.open(parts[-1], nofollow | os.O_NONBLOCK, dir_fd=fd)
+            except OSError as exc:
+                raise SandboxError(f"{relpath!r} is missing or not a plain file ({exc})") from exc
+        finally:
+            os.close(fd)
+        with os.fdopen(ffd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise SandboxError(f"{relpath!r} is not a regular file")
+            return f.read() if max_bytes is None else f.read(max_bytes)
+
+    # --- internals ---
+
+    def _chown_tree(self, root: Path) -> None:
+        assert self.uid is not None
+        os.chown(root, self.uid, self.uid)
+        for folder, dirs, files in os.walk(root):
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    os.lchown(os.path.join(folder, name), self.uid, self.uid)
+
+    def _warn_unreadable_inputs(self) -> None:
+        for folder, dirs, files in os.walk(self.inputs):
+            for name in files:
+                mode = os.stat(os.path.join(folder, name)).st_mode
+                if not mode & stat.S_IROTH:
+                    log.warning("%s is not world-readable: the sandboxed kernel cannot read it", name)
+            for name in dirs:
+                mode = os.stat(os.path.join(folder, name)).st_mode
+                if not mode & stat.S_IXOTH:
+                    log.warning(
+                        "folder %s is not world-searchable: the sandboxed kernel cannot list it", name
+                    )
+
+    def _env(self, home: str) -> dict[str, str]:
+        env = {
+            "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "USER": isolation.SANDBOX_USER,
+            "LOGNAME": isolation.SANDBOX_USER,
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp" if self.isolated else str(Path(home).parent / "tmp"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+            # glibc reserves 64 MB of address space per thread arena; under RLIMIT_AS that is memory lost.
+            "MALLOC_ARENA_MAX": "2",
+            "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+            "TASK_INPUT": self.input_path,
+            "TASK_WORK": self.work_path,
+        }
+        if sys.prefix != sys.base_prefix:
+            env["VIRTUAL_ENV"] = sys.prefix
+        return env  # no JPY_PARENT_PID: in a PID namespace ipykernel's parent poller would kill the kernel
+
+    def _launch(self) -> None:
+        assert self._runtime is not None
+        self._launches += 1
+        ipc = self._runtime / f"ipc{self._launches}"
+        ipc.mkdir(mode=0o700)
+        conn = ipc / "kernel.json"
+        info = {
+            "transport": "ipc",
+            "ip": str(ipc / "k"),
+            "key": uuid.uuid4().hex,
+            "signature_scheme": "hmac-sha256",
+            "kernel_name": "",
+            **{f"{name}_port": n for n, name in enumerate(CHANNELS, start=1)},
+        }
+        conn.write_text(json.dumps(info))
+        conn.chmod(0o600)
+        if self.uid is not None:
+            os.chown(ipc, self.uid, self.uid)
+            os.chown(conn, self.uid, self.uid)
+        home = isolation.HOME_DIR if self.isolated else str(self._runtime / "home")
+        if not self.isolated:
+            (self._runtime / "tmp").mkdir(exist_ok=True)
+        spec = {
+            "rlimits": isolation.rlimits(self.config),
+            "uid": self.uid,
+            "mkdirs": [home],
+            "cwd": self.work_path,
+        }
+        kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", str(conn), *KERNEL_ARGS]
+        launcher = [sys.executable, "-I", "-S", "-c", isolation.LAUNCHER, json.dumps(spec)]
+        self._log = open(self._runtime / f"kernel{self._launches}.log", "w+b")  # noqa: SIM115
+        fds: list[int] = []
+        info_r = None
+        try:
+            if self.isolated:
+                prefix, info_r, fds = self._bwrap_prefix(ipc)
+                argv, cwd, group = [*prefix, *launcher, *kernel], "/", False
+            else:
+                argv, cwd, group = [*launcher, *kernel], str(self.workspace), True
+            self._proc = processes.Spawner.popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                cwd=cwd,
+                env=self._env(home),
+                pass_fds=fds,
+                start_new_session=group,
+                close_fds=True,
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._holder.update(proc=self._proc, group=group)
+        deadline = time.monotonic() + self.start_timeout_s
+        try:
+            if info_r is not None:
+                self._reaper_pid = self._read_info(info_r, deadline)
+            self._connect(ipc, info, deadline)
+        finally:
+            if info_r is not None:
+                os.close(info_r)
+        root = self._reaper_pid if self.isolated else None
+        kids = processes.children(root) if root else []
+        self._kernel_pid = kids[0] if kids else self._proc.pid
+
+    def _bwrap_prefix(self, ipc: Path) -> tuple[list[str], int, list[int]]:
+        assert self._runtime is not None
+        etc = self._runtime / "etc"
+        etc.mkdir(exist_ok=True)
+        for name, text in isolation.etc_files(self.uid if self.uid is not None else os.getuid()).items():
+            (etc / name).write_text(text)
+        fds: list[int] = []
+        program = isolation.seccomp_program()
+        seccomp_fd = None
+        if program is not None:
+            path = self._runtime / "seccomp.bpf"
+            path.write_bytes(program)
+            seccomp_fd = os.open(path, os.O_RDONLY)
+            fds.append(seccomp_fd)
+        info_r, info_w = os.pipe()
+        fds.append(info_w)
+        bwrap = isolation.probe().bwrap
+        assert bwrap is not None
+        prefix = isolation.command(
+            bwrap=bwrap,
+            inputs=self.inputs,
+            workspace=self.workspace,
+            ipc_dir=ipc,
+            etc_dir=etc,
+            tmp_bytes=self.config.memory_mb * 1024 * 1024 // 4,
+            seccomp_fd=seccomp_fd,
+            info_fd=info_w,
+        )
+        # Hand bwrap its arguments through a file (--args): the host paths stay out of the sandbox's `ps`.
+        args_path = self._runtime / "bwrap.args"
+        args_path.write_bytes(b"".join(arg.encode() + b"\0" for arg in prefix[1:-1]))
+        args_fd = os.open(args_path, os.O_RDONLY)
+        fds.append(args_fd)
+        return [prefix[0], "--args", str(args_fd), "--"], info_r, fds
+
+    def _read_info(self, fd: int, deadline: float) -> int | None:
+        """bwrap writes the sandbox's first process id (its pid 1, as seen from the host) to --info-fd."""
+        import select
+
+        data = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                data += chunk
+                with contextlib.suppress(ValueError):
+                    return int(json.loads(data)["child-pid"])
+            elif self._proc.poll() is not None:
+                break
+        if self._proc.poll() is not None:
+            raise SandboxError(f"the sandbox did not start: {self._death_reason()}")
+        return None
+
+    def _connect(self, ipc: Path, info: dict[str, Any], deadline: float) -> None:
+        # Connect only once the kernel has bound its sockets: zmq would otherwise retry every 100 ms.
+        sockets = [ipc / f"k-{info[f'{name}_port']}" for name in CHANNELS]
+        while not all(s.exists() for s in sockets):
+            self._check_starting(deadline)
+            time.sleep(0.002)
+        client = BlockingKernelClient()
+        client.load_connection_info(info)
+        client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
+        self._client = client
+        # kernel_info until a reply comes back and iopub is known to be subscribed (a status message arrives).
+        poller = zmq.Poller()
+        poller.register(client.shell_channel.socket, zmq.POLLIN)
+        poller.register(client.iopub_channel.socket, zmq.POLLIN)
+        msg_id, sent, replied, subscribed = client.kernel_info(), time.monotonic(), False, False
+        while not (replied and subscribed):
+            self._check_starting(deadline)
+            events = dict(poller.poll(20))
+            if client.iopub_channel.socket in events:
+                while client.iopub_channel.msg_ready():
+                    client.get_iopub_msg(timeout=0)
+                    subscribed = True
+            if client.shell_channel.socket in events:
+                while client.shell_channel.msg_ready():
+                    reply = client.get_shell_msg(timeout=0)
+                    replied = replied or reply["parent_header"].get("msg_id") == msg_id
+            if replied and not subscribed and time.monotonic() - sent > 0.1:
+                msg_id, sent, replied = client.kernel_info(), time.monotonic(), False
+        time.sleep(0.01)
+        while client.iopub_channel.msg_ready():
+            client.get_iopub_msg(timeout=0)
+
+    def _check_starting(self, deadline: float) -> None:
+        if self._proc.poll() is not None:
+            raise SandboxError(f"the kernel died while starting: {self._death_reason()}")
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"the kernel did not answer within {self.start_timeout_s:g} s of starting; log: {self._log_tail()}"
+            )
+
+    def _collect(self, msg_id: str, deadline: float, out: OutputBudget, state: dict[str, Any]) -> str:
+        """Gather the execution's messages until its reply and idle status ("done"), `deadline` ("timeout") or
+        the kernel's death ("died")."""
+        client = self._client
+        assert client is not None
+        poller = zmq.Poller()
+        poller.register(client.shell_channel.socket, zmq.POLLIN)
+        poller.register(client.iopub_channel.socket, zmq.POLLIN)
+        while not (state["idle"] and state["reply"]):
+            if self._proc.poll() is not None:
+                return "died"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            events = dict(poller.poll(max(1, int(min(remaining, 0.2) * 1000))))
+            if client.iopub_channel.socket in events:
+                while client.iopub_channel.msg_ready():
+                    self._on_iopub(client.get_iopub_msg(timeout=0), msg_id, out, state)
+            if client.shell_channel.socket in events:
+                while client.shell_channel.msg_ready():
+                    reply = client.get_shell_msg(timeout=0)
+                    if reply["parent_header"].get("msg_id") != msg_id:
+                        continue
+                    state["reply"] = True
+                    content = reply["content"]
+                    if content.get("status") == "error" and state["error"] is None:
+                        state["error"] = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+                        state["traceback"] = "\n".join(content.get("traceback", []))
+                    elif content.get("status") == "aborted" and state["error"] is None:
+                        state["error"] = "Aborted: the kernel aborted the execution"
+        return "done"
+
+    @staticmethod
+    def _on_iopub(msg: dict[str, Any], msg_id: str, out: OutputBudget, state: dict[str, Any]) -> None:
+        if msg["parent_header"].get("msg_id") != msg_id:
+            return
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            out.add("stderr" if content.get("name") == "stderr" else "stdout", content.get("text", ""))
+        elif kind in ("execute_result", "display_data"):
+            text = content.get("data", {}).get("text/plain")
+            if text is not None:
+                out.add("result", text)
+        elif kind == "error":
+            state["error"] = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+            state["traceback"] = "\n".join(content.get("traceback", []))
+        elif kind == "status" and content.get("execution_state") == "idle":
+            state["idle"] = True
+
+    def _interrupt(self) -> None:
+        """SIGINT to the kernel: from the host by pid (we know it), else as a control-channel request."""
+        if self._kernel_pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self._kernel_pid, signal.SIGINT)
+                return
+        client = self._client
+        if client is not None:
+            client.control_channel.send(client.session.msg("interrupt_request", {}))
+
+    def _strays(self) -> list[int]:
+        """Processes left in the sandbox besides the kernel (a fork bomb, a background job)."""
+        if self.isolated and self._reaper_pid is not None:
+            return [p for p in processes.descendants(self._reaper_pid) if p != self._kernel_pid]
+        return processes.descendants(self._proc.pid)
+
+    def _death_reason(self, with_log: bool = True) -> str:
+        code = self._proc.poll() if self._proc is not None else None
+        if code is None:
+            return "the kernel stopped answering"
+        signo = -code if code < 0 else code - 128 if code > 128 else 0
+        if signo == signal.SIGXCPU:
+            why = f"the CPU time limit ({self.config.cpu_seconds} s) was reached"
+        elif signo == signal.SIGKILL:
+            why = f"killed by SIGKILL (out of memory, the CPU hard limit, or a kill; limit {self.config.memory_mb} MB)"
+        elif signo:
+            why = f"ended by {processes.signal_name(signo)}"
+        else:
+            why = f"exited with status {code}"
+        tail = self._log_tail() if with_log else ""
+        return f"{why}; log: {tail}" if tail else why
+
+    def _log_tail(self) -> str:
+        if self._log is None:
+            return ""
+        with contextlib.suppress(OSError, ValueError):
+            self._log.flush()
+            size = self._log.seek(0, os.SEEK_END)
+            self._log.seek(max(0, size - LOG_TAIL))
+            return self._log.read().decode("utf-8", "replace").strip()
+        return ""
+
+    def _stop(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.stop_channels()
+            with contextlib.suppress(Exception):
+                self._client.context.destroy(linger=0)
+            self._client = None
+        if self._proc is not None:
+            if not self.isolated:
+                for pid in processes.descendants(self._proc.pid):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+            processes.kill_process(self._holder)
+            self._proc = self._holder["proc"] = None
+            if self._reaper_pid is not None:
+                # The sandbox's pid 1 dies of bwrap's death; once it is gone, so is every process inside
+                # (the PID namespace is emptied first), and none can count against the next kernel's limits.
+                deadline = time.monotonic() + STOP_TIMEOUT_S
+                while not processes.gone(self._reaper_pid) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self._reaper_pid = self._kernel_pid = None

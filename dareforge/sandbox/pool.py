@@ -1,0 +1,211 @@
+"""`KernelPool`: sandboxes started ahead of time, so a trajectory does not wait for a kernel to boot.
+
+Bind mounts are fixed when bwrap starts, and each task has other inputs, so a pooled sandbox is started on two
+folders of its own under the pool's `root`: `sN/input` (bound read-only at /task/input, empty) and `sN/work`
+(bound read-write at /task/work). `acquire(inputs, workspace)` then hands it one task:
+
+- inputs: the task's files are hard-linked into `sN/input` (copied where linking fails, e.g. across file
+  systems). The kernel sees them appear in its read-only /task/input; a hard link through a read-only mount
+  cannot be written either.
+- workspace: `sN/work` is renamed to `workspace`. A bind mount follows the folder, not its name, so the kernel's
+  /task/work is now the caller's workspace. This needs `workspace` absent or empty, and on the file system of
+  `root` (pass a `root` next to the workspaces); otherwise the pool falls back to a cold start.
+
+Each sandbox serves one trajectory and is discarded on `close()`; a background thread keeps `size` of them
+started (one start at a time, to leave the CPU to the running trajectory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from dareforge.config import SandboxConfig
+from dareforge.sandbox import isolation
+from dareforge.sandbox.kernel import Sandbox
+
+log = logging.getLogger(__name__)
+
+FAILURE_BACKOFF_S = 5.0
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
+class KernelPool:
+    def __init__(
+        self,
+        config: SandboxConfig,
+        size: int | None = None,
+        *,
+        seconds_per_execution: float = 60.0,
+        root: Path | str | None = None,
+        start_timeout_s: float = 60.0,
+    ):
+        self.config = config
+        self.size = config.pool_size if size is None else size
+        self.seconds_per_execution = seconds_per_execution
+        self.start_timeout_s = start_timeout_s
+        isolation.require(config)  # fail here, not in the background thread
+        self._own_root = root is None
+        self.root = Path(root or tempfile.mkdtemp(prefix="dareforge-pool-")).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._ready: list[Sandbox] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._starting = False
+        self._error: BaseException | None = None
+        self._serial = 0
+        self.hits = self.misses = 0
+        self._thread = threading.Thread(target=self._fill, name="kernel-pool", daemon=True)
+        if self.size > 0:
+            self._thread.start()
+
+    # --- public ---
+
+    def acquire(
+        self, inputs: Path | str, workspace: Path | str, *, seconds_per_execution: float | None = None
+    ) -> Sandbox:
+        """A started sandbox on `inputs` (read-only) and `workspace`; close it when the trajectory ends."""
+        inputs, workspace = Path(inputs).resolve(), Path(workspace).resolve()
+        seconds = self.seconds_per_execution if seconds_per_execution is None else seconds_per_execution
+        sandbox = self._take() if self._fits(workspace) else None
+        if sandbox is not None:
+            try:
+                self._attach(sandbox, inputs, workspace)
+            except OSError as exc:
+                log.warning("could not hand a pooled kernel to %s (%s); starting one cold", workspace, exc)
+                sandbox.close()
+                sandbox = None
+        if sandbox is None:
+            self.misses += 1
+            sandbox = Sandbox(inputs, workspace, self.config, seconds, start_timeout_s=self.start_timeout_s)
+            return sandbox.start()
+        self.hits += 1
+        sandbox.seconds_per_execution = seconds
+        return sandbox
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Block until `size` sandboxes are started (benchmarks, warm-up); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._ready) < self.size and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (self._error is not None and not self._starting):
+                    return False
+                self._cond.wait(remaining)
+            return len(self._ready) >= self.size
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            ready, self._ready = self._ready, []
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.start_timeout_s)
+        for sandbox in ready:
+            sandbox.close()
+        if self._own_root:
+            with contextlib.suppress(OSError):
+                self.root.rmdir()  # stays while acquired sandboxes still use their input folders
+
+    def __enter__(self) -> KernelPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals ---
+
+    def _fits(self, workspace: Path) -> bool:
+        if self.size <= 0:
+            return False
+        if workspace.exists() and (not workspace.is_dir() or any(workspace.iterdir())):
+            log.debug("workspace %s is not empty; starting its kernel cold", workspace)
+            return False
+        parent = next(p for p in [workspace, *workspace.parents] if p.exists())
+        if os.stat(parent).st_dev != os.stat(self.root).st_dev:
+            log.info(
+                "workspace %s is on another file system than the pool root %s; cold start",
+                workspace,
+                self.root,
+            )
+            return False
+        return True
+
+    def _take(self) -> Sandbox | None:
+        """A ready sandbox; if none, wait for the one being started (it is further along than a cold start)."""
+        deadline = time.monotonic() + self.start_timeout_s
+        with self._cond:
+            while not self._ready:
+                if self._closed or not self._starting or time.monotonic() > deadline:
+                    return None
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+            sandbox = self._ready.pop(0)
+            self._cond.notify_all()
+        if not sandbox.running:  # died while waiting (CPU limit, host OOM killer)
+            sandbox.close()
+            return None
+        return sandbox
+
+    def _attach(self, sandbox: Sandbox, inputs: Path, workspace: Path) -> None:
+        shutil.copytree(
+            inputs, sandbox.inputs, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True
+        )
+        workspace.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(sandbox.workspace, workspace)  # replaces an empty folder; the bind mount follows the folder
+        sandbox.workspace = workspace
+
+    def _fill(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and len(self._ready) >= self.size:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                self._starting = True
+                self._serial += 1
+                stage = self.root / f"s{self._serial}"
+            try:
+                sandbox = self._prestart(stage)
+            except BaseException as exc:
+                log.warning("pool could not start a kernel (%s); retrying in %.0f s", exc, FAILURE_BACKOFF_S)
+                shutil.rmtree(stage, ignore_errors=True)
+                with self._cond:
+                    self._error, self._starting = exc, False
+                    self._cond.notify_all()
+                    self._cond.wait(FAILURE_BACKOFF_S)
+                continue
+            with self._cond:
+                self._starting = False
+                if self._closed:
+                    sandbox.close()
+                    return
+                self._error = None
+                self._ready.append(sandbox)
+                self._cond.notify_all()
+
+    def _prestart(self, stage: Path) -> Sandbox:
+        (stage / "input").mkdir(parents=True)
+        (stage / "input").chmod(0o755)
+        (stage / "work").mkdir()
+        sandbox = Sandbox(
+            stage / "input",
+            stage / "work",
+            self.config,
+            self.seconds_per_execution,
+            start_timeout_s=self.start_timeout_s,
+        )
+        sandbox._cleanup.append(stage)
+        return sandbox.start()

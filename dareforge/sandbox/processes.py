@@ -1,0 +1,131 @@
+"""Host-side process plumbing for sandboxes: spawning from one thread, killing, /proc walks, workspace scans."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+
+class Spawner:
+    """Starts every kernel process from one long-lived thread.
+
+    bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that forked it ends, so a kernel started
+    from a short-lived thread (a pool filler, an executor worker) would be killed with it. This thread lives as
+    long as the process.
+    """
+
+    _lock = threading.Lock()
+    _queue: queue.Queue[tuple[Any, ...]] | None = None
+
+    @classmethod
+    def popen(cls, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with cls._lock:
+            if cls._queue is None:
+                cls._queue = queue.Queue()
+                threading.Thread(target=cls._run, name="sandbox-spawner", daemon=True).start()
+        reply: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+        cls._queue.put((subprocess.Popen, argv, kwargs, reply))
+        ok, value = reply.get()
+        if not ok:
+            raise value
+        return value
+
+    @classmethod
+    def _run(cls) -> None:
+        assert cls._queue is not None
+        while True:
+            popen, argv, kwargs, reply = cls._queue.get()
+            try:
+                reply.put((True, popen(argv, **kwargs)))
+            except BaseException as exc:
+                reply.put((False, exc))
+
+
+def kill_process(holder: dict[str, Any]) -> None:
+    """Kill the kernel process (and with it the sandbox) if it is still there."""
+    proc = holder.get("proc")
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(OSError):
+            if holder.get("group"):
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=10)
+
+
+def finalize(holder: dict[str, Any]) -> None:
+    """A sandbox garbage-collected or left open at exit: kill it, remove its runtime folder (sockets, logs)."""
+    kill_process(holder)
+    if holder.get("runtime"):
+        shutil.rmtree(holder["runtime"], ignore_errors=True)
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as f:
+            found += [int(p) for p in f.read().split()]
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Live (not zombie) descendants of `pid`, from /proc."""
+    seen: list[int] = []
+    todo = children(pid)
+    while todo:
+        child = todo.pop()
+        if child not in seen:
+            seen.append(child)
+            todo += children(child)
+    return [p for p in seen if not gone(p)]
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie counts: it runs nothing and holds nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except (OSError, IndexError):
+        return True
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Files (and symlinks, not followed) under `root`: relative path -> (inode, size, mtime ns)."""
+    found: dict[str, tuple[int, int, int]] = {}
+    todo = [(root, "")]
+    while todo:
+        folder, prefix = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = prefix + entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append((Path(entry.path), rel + "/"))
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            found[rel] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return found
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -1,0 +1,401 @@
+"""The agent loop and evaluator: the real `openai` client over real HTTP (tests/llm_server.py) and the real
+bubblewrap sandbox, on a store holding only the sklearn-iris tasks (two Class-IF, one Class-MM, all in test).
+
+The scripted "model" knows the answers only as a test author does: the IF replies are the task's reference code,
+read on the host from the private store; nothing private is ever put where the sandbox can see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from dareforge.agents import (
+    PASS_BARS,
+    EvaluationReport,
+    evaluate,
+    parse_reply,
+    partition_name,
+    render_table,
+    run_agent,
+    stored_trajectories,
+    trajectory_id,
+)
+from dareforge.agents.protocol import truncate
+from dareforge.config import Config, EndpointConfig, SandboxConfig
+from dareforge.context import RunContext
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.errors import ConfigError
+from dareforge.generators.generate import generate
+from dareforge.generators.prepare import prepare
+from dareforge.llm import LLMClient
+from dareforge.publish.release import build_release
+from dareforge.sandbox import Sandbox, probe
+from dareforge.schema import Task, TaskLimits
+from dareforge.store import Store
+from tests.llm_server import Fault, LLMServer
+
+pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
+
+PRIVATE_NAMES = ("answers.csv", "reference_predictions.csv", "reference.py", "spec.json", "strong_")
+
+
+# -- fixtures -------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Config, Path]:
+    """An iris-only store with a release (no validation run: every candidate task is released)."""
+    root = tmp_path_factory.mktemp("agents")
+    cfg = Config()
+    cfg.store.root = str(root / "store")
+    cfg.store.work_dir = str(root / "work")
+    cfg.builtin.include = ["sklearn-iris"]
+    ctx = RunContext.from_config(cfg, show_progress=False)
+    crawl(ctx)
+    filter_sources(ctx)
+    prepare(ctx)
+    generate(ctx)
+    build_release(ctx, "dareforge")
+    return cfg, root
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LLMServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def scripted(server) -> LLMServer:
+    server.reset()
+    server.latency = 0.0
+    return server
+
+
+def make_ctx(built, server: LLMServer | None = None, **endpoint) -> RunContext:
+    cfg, _ = built
+    cfg = cfg.model_copy(deep=True)
+    if server is not None:
+        fields = {"name": "scripted", "base_url": server.url, "model": "scripted-model", "backoff_s": 0.01}
+        cfg.llm.endpoints = [EndpointConfig(**{**fields, **endpoint})]
+    return RunContext(config=cfg, store=Store(cfg.store.root), show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def tasks(built) -> dict[str, Task]:
+    ctx = make_ctx(built)
+    from dareforge.publish.release import load_release
+
+    return {t.id: t for t in load_release(ctx, "dareforge").tasks()}
+
+
+def by_family(tasks: dict[str, Task], family: str) -> list[Task]:
+    return sorted((t for t in tasks.values() if t.family == family), key=lambda t: t.id)
+
+
+def public_dir(built, task: Task) -> Path:
+    return Path(built[0].store.root) / "tasks" / task.id / "public"
+
+
+def private_file(built, task: Task, name: str) -> Path:
+    return Path(built[0].store.root) / "tasks" / task.id / "private" / name
+
+
+def reply(code: str | None = None, answer: str | None = None, reasoning: str = "Next step.") -> str:
+    text = f"<reasoning>{reasoning}</reasoning>\n"
+    if code is not None:
+        text += f"<code>\n{code}\n</code>\n"
+    if answer is not None:
+        text += f"<answer>{answer}</answer>"
+    return text
+
+
+DONE = reply(answer="predictions.csv is written.", reasoning="The predictions are complete.")
+
+
+def majority_code(task: Task) -> str:
+    (target,), keys = task.metric.target_columns, task.metric.key_columns
+    return (
+        "import pandas as pd\n"
+        "train, test = pd.read_csv('train.csv'), pd.read_csv('test.csv')\n"
+        f"out = test[{keys!r}].copy()\n"
+        f"out[{target!r}] = train[{target!r}].mode()[0]\n"
+        "out.to_csv('predictions.csv', index=False)\n"
+        "print(len(out), 'rows predicted')"
+    )
+
+
+def look_around(store_root: str) -> str:
+    """Code listing what the kernel can see: its folder, the inputs, /task, /tmp, home; and the host store."""
+    return (
+        "import json, os\n"
+        "found = []\n"
+        "for top in ('/task', '/tmp', os.path.expanduser('~')):\n"
+        "    for folder, _, files in os.walk(top):\n"
+        "        found += [os.path.join(folder, f) for f in files]\n"
+        "print('LOOK ' + json.dumps({'cwd': sorted(os.listdir('.')), 'input': sorted(os.listdir('/task/input')),\n"
+        f"    'found': sorted(found), 'store': os.path.exists({store_root!r})}}))"
+    )
+
+
+def conversations(plans: dict[str, list[str]]):
+    """A server script: the task is recognised by its instruction; the reply by how many turns came before."""
+
+    def script(request):
+        task_prompt = request.messages[1]["content"]
+        for instruction, replies in plans.items():
+            if instruction in task_prompt:
+                turn = sum(m["role"] == "assistant" for m in request.messages)
+                return replies[min(turn, len(replies) - 1)]
+        return Fault(status=400, message="no script for this task")
+
+    return script
+
+
+def sandboxes(inputs: Path, workspace: Path, seconds: float) -> Sandbox:
+    return Sandbox(inputs, workspace, SandboxConfig(), seconds)
+
+
+def play(built, server, task: Task, *, turns: int = 2, seconds: int = 30, **endpoint):
+    """run_agent on `task` with smaller limits, an uncached client and a cold sandbox."""
+    fields = {"name": "direct", "base_url": server.url, "model": "scripted-model", "backoff_s": 0.01}
+    client = LLMClient(EndpointConfig(**{**fields, **endpoint}), None)
+    task = task.model_copy(update={"limits": TaskLimits(turns=turns, seconds_per_execution=seconds)})
+    answers = private_file(
+        built, task, "reference_predictions.csv" if task.family.endswith("IF") else "answers.csv"
+    )
+    return asyncio.run(run_agent(task, public_dir(built, task), client, sandboxes, answers=answers))
+
+
+# -- the evaluator ----------------------------------------------------------------------------------------------
+def test_evaluate_grades_stores_and_is_idempotent(built, tasks, scripted):
+    ctx = make_ctx(built, scripted)
+    if_tasks, (mm,) = by_family(tasks, "Class-IF"), by_family(tasks, "Class-MM")
+    assert len(if_tasks) == 2
+    plans = {
+        t.instruction.strip(): [reply(private_file(built, t, "reference.py").read_text()), DONE]
+        for t in if_tasks
+    }
+    plans[mm.instruction.strip()] = [reply(look_around(ctx.store.root) + "\n" + majority_code(mm)), DONE]
+    scripted.script(conversations(plans))
+    scripted.latency = 0.3  # so that concurrent episodes overlap at the server
+
+    report = evaluate(ctx, "scripted", concurrency=3)
+
+    assert (report.ran, report.reused, report.release, report.split) == (3, 0, "dareforge", "test")
+    assert scripted.max_in_flight >= 2  # episodes ran concurrently
+    by_task = {t.task_id: t for t in report.trajectories}
+    for task in if_tasks:  # the reference workflow followed exactly: every prediction matches
+        t = by_task[task.id]
+        assert (t.outcome, t.score, t.passed) == ("graded", 1.0, True), t.detail
+    t = by_task[mm.id]
+    assert (
+        t.outcome == "graded"
+        and t.score is not None
+        and t.score < PASS_BARS["Class-MM"]
+        and t.passed is False
+    )
+    cells = report.cells
+    assert (cells["Class-IF"].attempts, cells["Class-IF"].pass_rate, cells["Class-IF"].mean_score) == (
+        2,
+        1.0,
+        1.0,
+    )
+    assert (cells["Class-MM"].attempts, cells["Class-MM"].pass_rate) == (1, 0.0)
+    assert cells["total"].attempts == 3 and cells["total"].pass_rate == pytest.approx(2 / 3)
+    assert cells["Reg-IF"].attempts == 0 and cells["Reg-IF"].pass_rate is None
+    assert report.outcomes["graded"] == 3 and sum(report.outcomes.values()) == 3
+
+    # every message, code cell and output is recorded, with token counts and the files left behind
+    steps = t.steps
+    assert [s.role for s in steps] == ["system", "user", "assistant", "execution", "user", "assistant"]
+    assert "<code>" in steps[0].content and mm.instruction.strip() in steps[1].content
+    assert (
+        steps[2].code and "mode()" in steps[2].code and steps[2].prompt_tokens and steps[2].completion_tokens
+    )
+    assert "rows predicted" in steps[3].content and steps[3].seconds > 0 and steps[3].error is None
+    assert "rows predicted" in steps[4].content and "4 code runs left" in steps[4].content
+    assert t.prompt_tokens == sum(s.prompt_tokens or 0 for s in steps) > 0
+    assert t.completion_tokens == sum(s.completion_tokens or 0 for s in steps) > 0
+    assert [f.name for f in t.files] == ["predictions.csv"] and t.files[0].size > 0
+    assert re.fullmatch(r"[0-9a-f]{64}", t.files[0].sha256)
+    assert t.id == trajectory_id(mm.id, "scripted", "scripted-model", 0.0, 0)
+
+    # the private answers were never where the agent could see them, nor in any prompt
+    look = json.loads(steps[3].content.split("LOOK ", 1)[1].splitlines()[0])
+    assert look["cwd"] == ["train.csv", "test.csv"] or sorted(look["cwd"]) == ["test.csv", "train.csv"]
+    assert look["input"] == ["test.csv", "train.csv"] and look["store"] is False
+    assert not [p for p in look["found"] if any(n in p for n in PRIVATE_NAMES)]
+    for task in tasks.values():
+        for name in (f.name for f in task.private_files if f.name.endswith(".csv")):
+            secret = private_file(built, task, name).read_text()
+            assert all(secret not in r.prompt for r in scripted.requests)
+    assert all("reference_predictions" not in r.prompt for r in scripted.requests)
+
+    # stored in the trajectories table, one partition per endpoint and release
+    partition = partition_name("scripted", "dareforge")
+    assert {s.id for s in stored_trajectories(ctx.store, partition)} == set(by_task[k].id for k in by_task)
+    rows = ctx.store.connect().sql("select outcome, count(*) from trajectories group by outcome").fetchall()
+    assert rows == [("graded", 3)]
+
+    # a second evaluation re-runs nothing and reports the same
+    requests = scripted.count
+    again = evaluate(ctx, "scripted", concurrency=3)
+    assert (again.ran, again.reused, scripted.count) == (0, 3, requests)
+    assert again.row() == report.row()
+
+    console = Console(record=True, width=250)
+    console.print(render_table([report, again]))
+    text = console.export_text()
+    for column in ("Class-IF", "Class-MM", "Time-XF", "total", "instruction-non-adherence", "llm-error"):
+        assert column in text
+    assert "100% · 1.000 (2)" in text and "scripted-model" in text
+
+
+def test_unknown_or_missing_endpoint_names_the_config_key(built, scripted):
+    with pytest.raises(ConfigError, match=r"llm\.endpoints"):
+        evaluate(make_ctx(built), "anything")
+    with pytest.raises(ConfigError, match=r"no endpoint named 'other' under `llm\.endpoints`.*'scripted'"):
+        evaluate(make_ctx(built, scripted), "other")
+
+
+# -- how episodes end -------------------------------------------------------------------------------------------
+def test_never_answering_hits_the_turn_limit_and_records_every_message(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    replies = [reply("print('step', 1)"), reply("print('step', 2)"), reply("print('step', 3)")]
+    scripted.queue(*replies)
+    t = play(built, scripted, mm, turns=2)
+    assert t.outcome == "turn-limit" and t.passed is False and t.score is None
+    assert "without an answer" in t.detail
+    assert [s.role for s in t.steps] == [
+        "system", "user",
+        "assistant", "execution", "user",
+        "assistant", "execution", "user",
+        "assistant",
+    ]  # fmt: skip
+    assistant = [s for s in t.steps if s.role == "assistant"]
+    assert [s.content for s in assistant] == replies
+    assert [s.content for s in t.steps if s.role == "execution"] == ["[stdout]\nstep 1", "[stdout]\nstep 2"]
+    assert "no code runs left" in t.steps[7].content
+    # token counts are the server's (whitespace words of the whole prompt, and of the reply)
+    assert len(scripted.requests) == 3
+    for step, request, text in zip(assistant, scripted.requests, replies, strict=True):
+        assert step.prompt_tokens == len(request.prompt.split())
+        assert step.completion_tokens == len(text.split())
+    assert t.prompt_tokens == sum(len(r.prompt.split()) for r in scripted.requests)
+    # the model saw the whole conversation so far on each request
+    assert [m["role"] for m in scripted.requests[2].messages] == ["system", "user"] + [
+        "assistant",
+        "user",
+    ] * 2
+    assert t.files == []
+
+
+def test_code_that_raises_is_a_code_error(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.queue(reply("raise ValueError('boom')"), reply("raise ValueError('boom again')"), DONE)
+    t = play(built, scripted, mm, turns=2)
+    assert t.outcome == "code-error" and t.passed is False
+    executions = [s for s in t.steps if s.role == "execution"]
+    assert len(executions) == 2 and executions[-1].error.startswith("ValueError: boom again")
+    assert "ValueError" in t.steps[4].content and "raised an error" in t.steps[4].content
+
+
+def test_an_endless_loop_hits_the_execution_limit(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.queue(reply("while True:\n    pass"), DONE)
+    t = play(built, scripted, mm, turns=1, seconds=1)
+    assert t.outcome == "execution-limit", t.detail
+    (execution,) = [s for s in t.steps if s.role == "execution"]
+    assert execution.error.startswith("ExecutionLimit") and execution.seconds >= 1
+    assert "stopped at the time limit" in t.steps[4].content
+
+
+def test_replies_without_tags_are_a_format_error(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.script("I would train a random forest on the features, then predict.")
+    t = play(built, scripted, mm, turns=1)
+    assert t.outcome == "format-error" and "no <code> or <answer>" in t.detail
+    assert [s.role for s in t.steps] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert "no <code>...</code> block" in t.steps[3].content
+    assert scripted.count == 2  # turns + 1 replies, no sandbox ever started
+    assert not any(s.role == "execution" for s in t.steps)
+
+
+def test_answering_without_predictions_is_a_format_error(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.queue(reply("x = 1"), DONE)
+    t = play(built, scripted, mm, turns=2)
+    assert t.outcome == "format-error" and "predictions.csv was not written" in t.detail
+
+
+def test_server_errors_beyond_retries_are_an_llm_error(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.fail_next(status=500, times=2)
+    t = play(built, scripted, mm, max_retries=1)
+    assert t.outcome == "llm-error" and t.passed is False and "HTTP 500" in t.detail
+    assert [s.role for s in t.steps] == ["system", "user", "assistant"] and t.steps[2].error
+    assert scripted.count == 2
+
+
+def test_if_predictions_off_the_reference_are_instruction_non_adherence(built, tasks, scripted):
+    task = by_family(tasks, "Class-IF")[0]
+    (target,) = task.metric.target_columns
+    code = private_file(built, task, "reference.py").read_text()
+    code += (
+        "\nout = pd.read_csv('predictions.csv')\n"
+        f"out.loc[0, {target!r}] = 'not-a-species'\n"
+        "out.to_csv('predictions.csv', index=False)\n"
+    )
+    scripted.queue(reply(code, answer="predictions.csv is written."))  # code and answer in one reply
+    t = play(built, scripted, task, turns=1)
+    assert t.outcome == "instruction-non-adherence", t.detail
+    assert t.score is not None and 0.5 < t.score < 1.0 and t.passed is False
+    assert [s.role for s in t.steps] == ["system", "user", "assistant", "execution"]
+
+
+def test_a_symlinked_predictions_file_is_not_followed(built, tasks, scripted):
+    """Agent code pointing predictions.csv at the answers' host path must not get them graded as its own."""
+    (mm,) = by_family(tasks, "Class-MM")
+    answers = private_file(built, mm, "answers.csv")
+    scripted.queue(reply(f"import os\nos.symlink({str(answers)!r}, 'predictions.csv')"), DONE)
+    t = play(built, scripted, mm, turns=1)
+    assert t.outcome == "format-error" and "symbolic link" in t.detail
+    assert t.files == []
+
+
+# -- the protocol -----------------------------------------------------------------------------------------------
+def test_parse_reply():
+    p = parse_reply(
+        "<reasoning>I will write <code> next</reasoning>\n<code>\n```python\nprint(1)\n```\n</code>"
+    )
+    assert (p.reasoning, p.code, p.answer) == ("I will write <code> next", "print(1)", None)
+    p = parse_reply("<code>a = 1</code><code>b = 2</code><answer> done </answer>")
+    assert (p.code, p.answer, p.extra_code_blocks) == ("a = 1", "done", 1)
+    assert parse_reply("<reasoning>cut off</reasoning><code>import pandas as pd\npd.rea").code == (
+        "import pandas as pd\npd.rea"
+    )
+    assert parse_reply("just prose").empty and parse_reply("<code>   </code>").empty
+
+
+def test_truncate_keeps_head_and_tail():
+    text = "".join(f"line {i}\n" for i in range(5000))
+    cut = truncate(text, 1000)
+    assert (
+        len(cut) < 1100
+        and cut.startswith("line 0\n")
+        and cut.endswith("line 4999\n")
+        and "characters cut" in cut
+    )
+    assert truncate("short", 1000) == "short"
+
+
+def test_report_counts_missing_scores_as_zero():
+    report = EvaluationReport("e", "m", "r", "v", "test", 1, 0.0, "p", [])
+    assert report.cells["total"].attempts == 0 and report.cells["total"].mean_score is None
+    assert set(report.outcomes) >= {"graded", "llm-error"} and sum(report.outcomes.values()) == 0
