@@ -10,6 +10,7 @@ from bench import (
     llm_throughput,
     prepare_memory,
     sandbox_kernel,
+    trajectory_throughput,
     validate_per_task,
 )
 
@@ -19,6 +20,7 @@ BENCHMARKS = {
     "llm": llm_throughput.main,
     "prepare-memory": prepare_memory.main,
     "sandbox": sandbox_kernel.main,
+    "trajectories": trajectory_throughput.main,
     "validate": validate_per_task.main,
 }
 

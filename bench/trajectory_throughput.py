@@ -1,0 +1,82 @@
+"""Agent trajectories per minute against the local scripted server with a fixed latency.
+
+Baseline from the same run: the concurrency-bound ideal, C episodes at a time, each costing its model calls'
+latency and nothing else. The ratio (ideal time / measured time) shows what sandboxes, the kernel pool,
+grading and bookkeeping cost on top (aim >= 0.9). Every episode is real: a sandboxed kernel runs the code.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+from dareforge.agents import evaluate
+from dareforge.config import Config, EndpointConfig
+from dareforge.context import RunContext
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.generators.generate import generate
+from dareforge.generators.prepare import prepare
+from dareforge.publish.release import build_release
+from tests.llm_server import LLMServer
+
+LATENCY_S = 1.0
+CONCURRENCY = 4
+SAMPLES = 4
+CALLS_PER_EPISODE = 2  # one reply with code, one with the answer
+TARGET = 0.9
+MAJORITY_CODE = """<reasoning>Predict the most frequent training label.</reasoning>
+<code>
+import pandas as pd
+train, test = pd.read_csv("train.csv"), pd.read_csv("test.csv")
+target = [c for c in train.columns if c not in test.columns][0]
+key = test.columns[0]
+pd.DataFrame({key: test[key], target: train[target].mode()[0]}).to_csv("predictions.csv", index=False)
+print(len(test))
+</code>"""
+
+
+def _reply(request) -> str:
+    # After the first execution the transcript holds the kernel's output; then the model answers.
+    seen_output = sum(m.get("role") == "user" for m in request.messages) > 1
+    return "<answer>predictions.csv is written</answer>" if seen_output else MAJORITY_CODE
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp, LLMServer(latency=LATENCY_S) as server:
+        cfg = Config()
+        cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
+        cfg.builtin.include = ["sklearn-iris", "sklearn-wine"]
+        cfg.sandbox.pool_size = CONCURRENCY
+        cfg.llm.endpoints = [
+            EndpointConfig(name="bench", base_url=server.url, model="scripted", max_concurrency=CONCURRENCY)
+        ]
+        ctx = RunContext.from_config(cfg, show_progress=False)
+        crawl(ctx)
+        filter_sources(ctx)
+        prepare(ctx)
+        generate(ctx)
+        build_release(ctx, "bench")
+        server.script(_reply)
+        started = time.perf_counter()
+        report = evaluate(
+            ctx,
+            "bench",
+            release="bench",
+            split="all",
+            samples=SAMPLES,
+            temperature=0.7,
+            concurrency=CONCURRENCY,
+        )
+        wall = time.perf_counter() - started
+    episodes = report.ran
+    ideal = episodes * CALLS_PER_EPISODE * LATENCY_S / CONCURRENCY
+    ratio = ideal / wall
+    print(
+        f"trajectories: {episodes} episodes in {wall:.1f}s = {60 * episodes / wall:.1f}/min at concurrency "
+        f"{CONCURRENCY}, {LATENCY_S:g}s per model call; ideal {ideal:.1f}s"
+    )
+    print(
+        f"  ratio to the concurrency-bound ideal: {ratio:.2f} (target >= {TARGET}) {'OK' if ratio >= TARGET else 'MISSED'}"
+    )
+    print(f"  outcomes: {dict(report.outcomes)}")
