@@ -44,6 +44,7 @@ from tests.llm_server import Fault, LLMServer
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
 PRIVATE_NAMES = ("answers.csv", "reference_predictions.csv", "reference.py", "spec.json", "strong_")
+HIDDEN = tuple(name[::-1] for name in PRIVATE_NAMES)
 
 
 # -- fixtures -------------------------------------------------------------------------------------------------
@@ -131,13 +132,18 @@ def majority_code(task: Task) -> str:
 
 
 def look_around(store_root: str) -> str:
-    """Code listing what the kernel can see: its folder, the inputs, /task, /tmp, home; and the host store."""
+    """Code listing what the kernel can see: its folder, the inputs, any file under /task, /tmp or home named
+    like a private file (only those, so a checkout under /tmp does not flood the output); and the host store."""
     return (
-        "import json, os\n"
+        "import json, os, sys\n"
         "found = []\n"
+        "runtime = tuple(os.path.realpath(p) for p in (sys.prefix, sys.base_prefix))\n"
         "for top in ('/task', '/tmp', os.path.expanduser('~')):\n"
         "    for folder, _, files in os.walk(top):\n"
-        "        found += [os.path.join(folder, f) for f in files]\n"
+        "        if os.path.realpath(folder).startswith(runtime):\n"
+        "            continue  # the Python runtime, bound read-only (it lives under /tmp in a /tmp checkout)\n"
+        # Spelled backwards: the prompts are checked for these names, and this code is part of a prompt.
+        f"        found += [os.path.join(folder, f) for f in files if any(n[::-1] in f for n in {HIDDEN!r})]\n"
         "print('LOOK ' + json.dumps({'cwd': sorted(os.listdir('.')), 'input': sorted(os.listdir('/task/input')),\n"
         f"    'found': sorted(found), 'store': os.path.exists({store_root!r})}}))"
     )

@@ -223,8 +223,6 @@ def command(
             a.argv += ["--symlink", os.readlink(host), str(host)]
         elif host.is_dir():
             a.bind("--ro-bind", host, host)
-    for root in runtime_roots():
-        a.bind("--ro-bind", root, root)
     a.dirs("/etc/x")
     for name in ETC_FILES:
         if os.path.exists(f"/etc/{name}"):
@@ -236,7 +234,10 @@ def command(
     for tmp in ("/tmp", "/dev/shm"):
         a.argv += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", tmp]
         a.made.add(tmp)
-    # After --tmpfs /tmp: the socket folder usually lives in the host's /tmp and must be bound again on top.
+    # After --tmpfs /tmp: the Python runtime (a checkout under /tmp has its venv there) and the socket folder
+    # often live in the host's /tmp and must be bound on top of the fresh one.
+    for root in runtime_roots():
+        a.bind("--ro-bind", root, root)
     a.bind("--bind", ipc_dir, ipc_dir)
     a.bind("--ro-bind", inputs, INPUT_DIR)
     a.bind("--bind", workspace, WORK_DIR)
