@@ -277,6 +277,18 @@ class Step(BaseModel):
     completion_tokens: int | None = None
 
 
+Outcome = Literal[
+    "graded",
+    "instruction-non-adherence",
+    "code-error",
+    "execution-limit",
+    "turn-limit",
+    "format-error",
+    "llm-error",
+]
+"""How an agent's attempt ended; the failure categories of DARE-bench's tables."""
+
+
 class Trajectory(Record):
     """An agent's attempt at a task: every message, code cell, output and timing, and how it was graded."""
 
@@ -293,15 +305,7 @@ class Trajectory(Record):
     files: list[SourceFile] = Field(
         default_factory=list, description="Files the agent left in its workspace."
     )
-    outcome: Literal[
-        "graded",
-        "instruction-non-adherence",
-        "code-error",
-        "execution-limit",
-        "turn-limit",
-        "format-error",
-        "llm-error",
-    ]
+    outcome: Outcome
     score: float | None = None
     passed: bool | None = None
     detail: str | None = None

@@ -174,7 +174,7 @@ class Store:
         return self.write_bytes(key, buffer.getvalue())
 
     def records_digest(self, key: str) -> str | None:
-        metadata = pq.read_schema(pa.BufferReader(self.read_bytes(key))).metadata or {}
+        metadata = pq.read_schema(pa.BufferReader(self._arrow_buffer(key))).metadata or {}
         value = metadata.get(RECORDS_DIGEST.encode())
         return value.decode() if value else None
 
@@ -184,11 +184,31 @@ class Store:
     def iter_records(self, cls: type[R]) -> Iterator[R]:
         for key in self.list(f"{TABLES}/{cls.table}"):
             if key.endswith(".parquet"):
-                # Read from Arrow-owned bytes: pyarrow reading a Python file object in a process that also runs
-                # DuckDB can abort at interpreter exit.
-                table = pq.read_table(pa.BufferReader(self.read_bytes(key)))
-                for row in table.to_pylist():
-                    yield cls.model_validate(row)
+                yield from self._records_at(cls, key)
+
+    def read_partition(self, cls: type[R], partition: str) -> list[R]:
+        """One partition of a record table; empty when it was never written."""
+        key = self.table_key(cls.table, partition)
+        return list(self._records_at(cls, key)) if self.exists(key) else []
+
+    def _arrow_buffer(self, key: str) -> pa.Buffer:
+        """The file's bytes copied into Arrow-owned memory.
+
+        pyarrow reading a Python file object, or a buffer wrapping Python bytes, can release that object from a
+        reader thread while the interpreter shuts down, which aborts the process ("terminate called without an
+        active exception") after an otherwise clean run, in processes that also run DuckDB.
+        """
+        sink = pa.BufferOutputStream()
+        sink.write(self.read_bytes(key))
+        return sink.getvalue()
+
+    def read_rows(self, key: str) -> list[dict[str, Any]]:
+        """The rows of any Parquet file in the store, as dicts."""
+        return pq.read_table(pa.BufferReader(self._arrow_buffer(key))).to_pylist()
+
+    def _records_at(self, cls: type[R], key: str) -> Iterator[R]:
+        for row in self.read_rows(key):
+            yield cls.model_validate(row)
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table (empty tables still have their columns)."""

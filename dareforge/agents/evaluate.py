@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+import typing
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,8 +27,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from rich.table import Table
 
 from dareforge.agents.grading import PASS_BARS, answers_file
@@ -36,7 +35,7 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError, DareforgeError
 from dareforge.publish.release import Release, load_release
-from dareforge.schema import Task, Trajectory
+from dareforge.schema import Outcome, Task, Trajectory
 from dareforge.store import Store
 
 log = logging.getLogger(__name__)
@@ -51,15 +50,7 @@ FAMILY_COLUMNS: Mapping[str, str] = {
 }
 """Task family -> the column DARE-bench's tables call it."""
 COLUMNS = (*FAMILY_COLUMNS.values(), "total")
-OUTCOMES = (
-    "graded",
-    "instruction-non-adherence",
-    "code-error",
-    "execution-limit",
-    "turn-limit",
-    "format-error",
-    "llm-error",
-)
+OUTCOMES = typing.get_args(Outcome)
 SPLIT_CHOICES = ("train", "test", "all")
 
 
@@ -187,13 +178,7 @@ def partition_name(endpoint: str, release: str) -> str:
 
 
 def stored_trajectories(store: Store, partition: str) -> list[Trajectory]:
-    key = store.table_key(Trajectory.table, partition)
-    if not store.exists(key):
-        return []
-    sink = pa.BufferOutputStream()
-    sink.write(store.read_bytes(key))
-    rows = pq.read_table(pa.BufferReader(sink.getvalue())).to_pylist()
-    return [Trajectory.model_validate(r) for r in rows]
+    return store.read_partition(Trajectory, partition)
 
 
 def default_sandbox_factory(ctx: RunContext, workers: int) -> tuple[SandboxFactory, Callable[[], None]]:

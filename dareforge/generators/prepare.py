@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dareforge.context import RunContext
 from dareforge.crawlers.base import fingerprint
@@ -108,23 +106,8 @@ def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareRepo
 
 def load_prepared(ctx: RunContext, source_id: str) -> PreparedSource | None:
     """The latest prepared record of a source, or None when it was never prepared."""
-    key = ctx.store.table_key(PreparedSource.table, source_id)
-    if not ctx.store.exists(key):
-        return None
-    rows = _partition_rows(ctx, key)
-    return PreparedSource.model_validate(rows[-1]) if rows else None
-
-
-def _partition_rows(ctx: RunContext, key: str) -> list[dict[str, Any]]:
-    """Rows of one small record partition.
-
-    The bytes are copied into Arrow-owned memory first: pyarrow reading a Python file object (or a buffer that
-    wraps Python bytes) can release that object from a reader thread while the interpreter shuts down, which
-    aborts the process ("terminate called without an active exception") after an otherwise clean run.
-    """
-    sink = pa.BufferOutputStream()
-    sink.write(ctx.store.read_bytes(key))
-    return pq.read_table(pa.BufferReader(sink.getvalue())).to_pylist()
+    rows = ctx.store.read_partition(PreparedSource, source_id)
+    return rows[-1] if rows else None
 
 
 def prepared_file(ctx: RunContext, prepared: PreparedSource, name: str) -> Path:
@@ -219,7 +202,7 @@ def _load_source(ctx: RunContext, source_id: str) -> Source:
     key = ctx.store.table_key(Source.table, source_id)
     if not ctx.store.exists(key):
         raise PrepareError(f"{source_id}: no such source in the store; crawl it first (`dareforge crawl`)")
-    return Source.model_validate(_partition_rows(ctx, key)[-1])
+    return ctx.store.read_partition(Source, source_id)[-1]
 
 
 def _version(ctx: RunContext, source: Source) -> str:

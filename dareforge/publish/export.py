@@ -46,7 +46,6 @@ from typing import Any
 import pandas as pd
 
 from dareforge.context import RunContext
-from dareforge.publish.files import read_records
 from dareforge.publish.release import Release, ReleaseError, load_release
 from dareforge.schema import Source
 
@@ -183,7 +182,7 @@ def export_dare_bench(
     release = load_release(ctx, name, version)
     private = {r["id"]: r for r in release.private_rows()}
     tasks = [_Task(r, private[r["id"]]) for r in release.rows(split)]
-    sources = {s.id: s for s in read_records(ctx.store, Source)}
+    sources = {s.id: s for s in ctx.store.read_records(Source)}
     dest = Path(dest)
     report = ExportReport(dest)
     groups: dict[tuple[str, str], dict[int, list[_Task]]] = defaultdict(lambda: {1: [], 2: []})

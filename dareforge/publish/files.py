@@ -11,26 +11,14 @@ import pyarrow.parquet as pq
 
 from dareforge.errors import StoreError
 from dareforge.schema import Record
-from dareforge.store import TABLES, Store, sha256_bytes
+from dareforge.store import Store, sha256_bytes
 
 R = TypeVar("R", bound=Record)
 
 
 def read_rows(store: Store, key: str) -> list[dict[str, Any]]:
-    """Rows of a Parquet file in the store.
-
-    The bytes are copied into Arrow-owned memory first (as `prepare` does): pyarrow reading a Python file
-    object can release it from a reader thread at interpreter shutdown and abort an otherwise clean run.
-    """
-    sink = pa.BufferOutputStream()
-    sink.write(store.read_bytes(key))
-    return pq.read_table(pa.BufferReader(sink.getvalue())).to_pylist()
-
-
-def read_records(store: Store, cls: type[R]) -> list[R]:
-    """Every record of a table (all partitions); an absent table is empty."""
-    keys = [k for k in store.list(f"{TABLES}/{cls.table}") if k.endswith(".parquet")]
-    return [cls.model_validate(row) for key in keys for row in read_rows(store, key)]
+    """Rows of a Parquet file in the store (read safely; see `Store.read_rows`)."""
+    return store.read_rows(key)
 
 
 def parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:

@@ -46,7 +46,7 @@ import pyarrow as pa
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.publish import card, changelog
-from dareforge.publish.files import copy, parquet_bytes, read_records, read_rows, sha256_key, write
+from dareforge.publish.files import copy, parquet_bytes, read_rows, sha256_key, write
 from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
 from dareforge.schema import FilterDecision, Source, Task, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
@@ -273,9 +273,9 @@ def select_tasks(ctx: RunContext) -> Selection:
     store = ctx.store
     excluded: Counter = Counter()
     notes: list[str] = []
-    tasks = sorted({t.id: t for t in read_records(store, Task)}.values(), key=lambda t: t.id)
+    tasks = sorted({t.id: t for t in store.read_records(Task)}.values(), key=lambda t: t.id)
     candidates = []
-    decisions = read_records(store, FilterDecision)
+    decisions = store.read_records(FilterDecision)
     kept_sources: set[str] | None = None
     if decisions:
         by_source: dict[str, bool] = {}
@@ -291,7 +291,7 @@ def select_tasks(ctx: RunContext) -> Selection:
             excluded["unfinished (no task manifest)"] += 1
         else:
             candidates.append(task)
-    verdicts = read_records(store, Verdict)
+    verdicts = store.read_records(Verdict)
     if not verdicts:
         note = f"no verdict table: every candidate task is accepted ({len(candidates)} tasks)"
         log.warning("release: %s", note)
@@ -312,7 +312,7 @@ def select_tasks(ctx: RunContext) -> Selection:
         fingerprint = sha256_bytes(
             canonical_json(sorted([v.task_id, v.accepted, v.thresholds_fingerprint] for v in verdicts))
         )[:16]
-    sources = {s.id: s for s in read_records(store, Source)}
+    sources = {s.id: s for s in store.read_records(Source)}
     verdict_info = {
         "present": bool(verdicts),
         "fingerprint": fingerprint,
