@@ -15,7 +15,7 @@ sysdeps:
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
+	test -x $(BIN)/uv || { $(BIN)/python -m ensurepip --upgrade >/dev/null 2>&1; $(BIN)/python -m pip install --quiet --disable-pip-version-check uv; }
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
