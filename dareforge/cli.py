@@ -32,6 +32,7 @@ app = typer.Typer(
 out = Console()
 STATE: dict[str, RunContext] = {}
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")]
+ReleaseOption = Annotated[str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")]
 
 
 @app.callback()
@@ -255,7 +256,7 @@ def release_publish(
 
 @app.command()
 def export(
-    release: Annotated[str, typer.Option("--release", help="NAME or NAME@VERSION.")] = "dareforge",
+    release: ReleaseOption = "dareforge",
     fmt: Annotated[str, typer.Option("--format", help="dare-bench: DARE-bench's own layout.")] = "dare-bench",
     dest: Annotated[Path, typer.Option("--dest", help="Folder to write.")] = Path("data/export/dare-bench"),
 ) -> None:
@@ -276,9 +277,7 @@ def export(
 
 @app.command()
 def report(
-    release: Annotated[
-        str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")
-    ] = "dareforge",
+    release: ReleaseOption = "dareforge",
 ) -> None:
     """Write an HTML report of a release: the filter funnel, tasks per family, baseline vs strong scores."""
     from dareforge.publish.report import write_release_report
@@ -294,9 +293,7 @@ def report(
 
 @app.command()
 def audit(
-    release: Annotated[
-        str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")
-    ] = "dareforge",
+    release: ReleaseOption = "dareforge",
 ) -> None:
     """Re-run every check on a published release's tasks and report what changed since it was cut."""
     from dareforge.validators.audit import audit as audit_stage
@@ -319,9 +316,7 @@ def audit(
 @app.command()
 def evaluate(
     endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="An endpoint name from llm.endpoints.")],
-    release: Annotated[
-        str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")
-    ] = "dareforge",
+    release: ReleaseOption = "dareforge",
     split: Annotated[str, typer.Option(help="train, test or all.")] = "test",
     samples: Annotated[int, typer.Option(help="Attempts per task.")] = 1,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.0,

@@ -39,6 +39,33 @@ def copy_prepared(
     shutil.copyfile(prepared_file(ctx, prepared, "answers.csv"), draft.private / "answers.csv")
 
 
+def goal_task_fields(
+    ctx: RunContext,
+    runners: Runners,
+    draft: Draft,
+    metric: MetricSpec,
+    strong: StrongSpec,
+    train: pd.DataFrame,
+    *,
+    task_words: str,
+    test_note: str,
+    group: str | None = None,
+) -> dict:
+    """Record fields of a goal-only (MM or time-series) task: the prompt, metric, limits and reference scores."""
+    return {
+        "instruction": render_mm(
+            target=metric.target_columns,
+            task_words=task_words,
+            metric=metric,
+            limits=limits_of(ctx),
+            test_note=test_note,
+        ),
+        "metric": metric,
+        "limits": limits_of(ctx),
+        "scores": score_references(runners, strong, draft, metric, train, group=group),
+    }
+
+
 def if_task(
     ctx: RunContext, prepared: PreparedSource, frames: Frames, writer: TaskWriter, runners: Runners, seed: int
 ) -> Task | None:
@@ -98,18 +125,16 @@ def mm_task(
 
     def fill(draft: Draft) -> None:
         copy_prepared(ctx, prepared, draft)
-        draft.fields = {
-            "instruction": render_mm(
-                target=prepared.target_columns,
-                task_words=prepared.task_type.value,
-                metric=metric,
-                limits=limits_of(ctx),
-                test_note="`test.csv` holds the rows to predict, without the target.",
-            ),
-            "metric": metric,
-            "limits": limits_of(ctx),
-            "scores": score_references(runners, strong, draft, metric, frames[0], group=None),
-        }
+        draft.fields = goal_task_fields(
+            ctx,
+            runners,
+            draft,
+            metric,
+            strong,
+            frames[0],
+            task_words=prepared.task_type.value,
+            test_note="`test.csv` holds the rows to predict, without the target.",
+        )
 
     family = "Class-MM" if classification else "Reg-MM"
     return writer.build(family, ctx.config.generate.seed, "mm", fill)

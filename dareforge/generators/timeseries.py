@@ -9,10 +9,8 @@ from __future__ import annotations
 import pandas as pd
 
 from dareforge.context import RunContext
-from dareforge.generators.instructions import render_mm
-from dareforge.generators.references import score_references
 from dareforge.generators.spec import usable_features
-from dareforge.generators.tabular import Frames, copy_prepared, limits_of
+from dareforge.generators.tabular import Frames, copy_prepared, goal_task_fields
 from dareforge.generators.taskio import Draft, Runners, TaskWriter
 from dareforge.reference_solutions.pipeline import StrongSpec
 from dareforge.schema import ColumnKind, MetricSpec, PreparedSource, Task
@@ -78,18 +76,16 @@ def ts_task(
         if family == "TS-CF":
             visible = list(dict.fromkeys([*keys, prepared.time_column, *([entity] if entity else [])]))
             test[visible].to_csv(draft.public / "test.csv", index=False)
-        note = NOTES[family].format(entity=f" and `{entity}`" if entity else "")
-        draft.fields = {
-            "instruction": render_mm(
-                target=prepared.target_columns,
-                task_words=f"time series, ordered by `{prepared.time_column}`",
-                metric=metric,
-                limits=limits_of(ctx),
-                test_note=note,
-            ),
-            "metric": metric,
-            "limits": limits_of(ctx),
-            "scores": score_references(runners, strong, draft, metric, train, group=entity),
-        }
+        draft.fields = goal_task_fields(
+            ctx,
+            runners,
+            draft,
+            metric,
+            strong,
+            train,
+            task_words=f"time series, ordered by `{prepared.time_column}`",
+            test_note=NOTES[family].format(entity=f" and `{entity}`" if entity else ""),
+            group=entity,
+        )
 
     return writer.build(family, ctx.config.generate.seed, family, fill)
