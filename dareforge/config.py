@@ -11,7 +11,7 @@ import json
 import os
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -185,6 +185,10 @@ class ValidateConfig(Section):
         0.5, description="The reference must run within this share of the per-execution time limit."
     )
     data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
+    max_shortcut_share: float = Field(
+        0.5,
+        description="Reject a task when more than this share of probed models solve it without its data.",
+    )
 
 
 class EndpointConfig(Section):
@@ -219,6 +223,73 @@ class SandboxConfig(Section):
     )
 
 
+DARE_BENCH_PASS_BARS = {"Class-MM": 0.8, "Reg-MM": 0.7, "TS-XF": 0.6, "TS-CF": 0.3}
+
+
+class ProbeConfig(Section):
+    """Shortcut and memorization probes: models attempt tasks without their data, or on obscured data."""
+
+    endpoints: list[str] = Field(
+        default_factory=list, description="Names from `llm.endpoints` to probe with; empty means all."
+    )
+    samples: int = Field(1, description="Attempts per task and model; a model solves a task if any passes.")
+    temperature: float = 0.0
+    max_tokens: int | None = 2048
+    pass_bars: dict[str, float] = Field(
+        default_factory=lambda: dict(DARE_BENCH_PASS_BARS),
+        description="Score an MM/TS attempt must reach to count as solved (IF: every prediction matches).",
+    )
+
+
+class ObscureConfig(Section):
+    """Obscured variants: the same task on renamed, rescaled and re-keyed data."""
+
+    seed: int = 20260101
+    rename_columns: bool = True
+    rename_categories: bool = True
+    rescale_numeric: bool = Field(True, description="Affine-transform numeric columns (targets included).")
+    rekey_ids: bool = True
+
+
+class SynthesizeConfig(Section):
+    """Sampled trajectories for training data: K attempts per task and endpoint, kept when verified."""
+
+    endpoints: list[str] = Field(
+        default_factory=list, description="Names from `llm.endpoints` to sample; empty means all."
+    )
+    samples: int = Field(8, description="Attempts per task and endpoint (K).")
+    temperature: float = 0.7
+    max_tokens: int | None = 2048
+    split: Literal["train", "test", "all"] = Field(
+        "train", description="Release split to sample on (train keeps training data off the benchmark)."
+    )
+    pass_bars: dict[str, float] = Field(
+        default_factory=lambda: dict(DARE_BENCH_PASS_BARS),
+        description="Validity bars of MM/TS trajectories (DARE-bench's); IF needs an exact match.",
+    )
+    strategy: Literal["fastest-valid", "all-valid", "diverse-valid", "top2-diverse"] = Field(
+        "all-valid", description="DARE-bench's selection of valid trajectories per task."
+    )
+
+
+class JudgeConfig(Section):
+    """The LLM judge (DSGym's six criteria) and how its scores combine with verification by execution."""
+
+    endpoint: str | None = Field(None, description="Name from `llm.endpoints`; none skips judging.")
+    max_attempts: int = Field(3, description="Judge calls per trajectory when replies are malformed.")
+    max_tokens: int | None = 1024
+    min_overall: float = Field(
+        3.0, description="Keep a trajectory whose mean criterion score is at least this."
+    )
+    min_criterion: float = Field(2.0, description="...and whose every criterion scores at least this.")
+    require_judgement: bool = Field(
+        False, description="Drop trajectories without a judgement (else: execution verification suffices)."
+    )
+    max_similarity: float = Field(
+        0.9, description="Diversity filter: drop a trajectory whose code is this similar to a kept one."
+    )
+
+
 class Config(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     crawl: CrawlConfig = Field(default_factory=CrawlConfig)
@@ -232,6 +303,10 @@ class Config(Section):
     validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
     llm: LLMConfig = Field(default_factory=LLMConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    obscure: ObscureConfig = Field(default_factory=ObscureConfig)
+    synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
     sources: dict[str, SourceOverride] = Field(default_factory=dict)
 
     def fingerprint(self, *sections: str) -> str:

@@ -233,6 +233,10 @@ class Task(Record):
     package_versions: list[str] = Field(description="'name==version' of the stack that made the reference.")
     status: Literal["candidate", "rejected"] = "candidate"
     reject_reason: str | None = None
+    variant_of: str | None = Field(
+        None,
+        description="For an obscured variant (renamed, rescaled, re-keyed data): the original task's id.",
+    )
 
 
 class Validation(Record):
@@ -314,6 +318,49 @@ class Trajectory(Record):
     seconds: float = 0.0
 
 
+class ProbeResult(Record):
+    """One model's attempt at a task in a probe: without its data (shortcut), or on the original or obscured
+    data (memorization). The agent's full trajectory is stored under `trajectory_id`."""
+
+    table: ClassVar[str] = "probes"
+
+    task_id: str
+    source_id: str
+    family: str
+    probe: Literal["no-data", "original", "obscured"]
+    endpoint: str
+    model: str
+    sample: int
+    trajectory_id: str
+    outcome: Outcome
+    score: float | None = None
+    passed: bool = False
+    probe_version: str
+
+
+class Judgement(Record):
+    """An LLM judge's scores of one trajectory on the six criteria of the DSGym paper (1 worst to 5 best)."""
+
+    table: ClassVar[str] = "judgements"
+
+    trajectory_id: str
+    task_id: str
+    judge_endpoint: str
+    judge_model: str
+    status: Literal["scored", "malformed", "llm-error"]
+    query_clarity: float | None = Field(None, description="Query clarity and feasibility.")
+    educational_value: float | None = None
+    exploratory_competence: float | None = None
+    execution_robustness: float | None = None
+    task_alignment: float | None = None
+    answer_plausibility: float | None = None
+    overall: float | None = Field(None, description="Mean of the six criteria.")
+    rationale: str = ""
+    attempts: int = Field(1, description="Judge calls made (malformed replies are retried).")
+    detail: str | None = Field(None, description="Why the judgement is malformed or failed.")
+    judge_version: str
+
+
 @cache
 def _schema_of(cls: type[BaseModel]) -> pa.Schema:
     return pa.schema([pa.field(name, *_arrow_type(f.annotation)) for name, f in cls.model_fields.items()])
@@ -351,5 +398,16 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
 
 
 RECORDS: dict[str, type[Record]] = {
-    cls.table: cls for cls in (Source, FilterDecision, PreparedSource, Task, Validation, Verdict, Trajectory)
+    cls.table: cls
+    for cls in (
+        Source,
+        FilterDecision,
+        PreparedSource,
+        Task,
+        Validation,
+        Verdict,
+        Trajectory,
+        ProbeResult,
+        Judgement,
+    )
 }

@@ -12,25 +12,20 @@ is written at once, so an interrupted evaluation resumes where it stopped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import re
-import shutil
-import tempfile
 import typing
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from dareforge.agents.grading import PASS_BARS, answers_file
-from dareforge.agents.loop import SandboxFactory, run_agent, trajectory_id
+from dareforge.agents.grading import PASS_BARS
+from dareforge.agents.loop import SandboxFactory
+from dareforge.agents.runner import attempts_for, make_client, release_task_files, run_attempts
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError, DareforgeError
@@ -181,29 +176,6 @@ def stored_trajectories(store: Store, partition: str) -> list[Trajectory]:
     return store.read_partition(Trajectory, partition)
 
 
-def default_sandbox_factory(ctx: RunContext, workers: int) -> tuple[SandboxFactory, Callable[[], None]]:
-    """Sandboxes from a `KernelPool` of `sandbox.pool_size` kernels (at most `workers`); cold starts when 0.
-
-    Returns the factory and the function that closes the pool.
-    """
-    from dareforge.sandbox import KernelPool, Sandbox
-
-    config = ctx.config.sandbox
-    size = min(config.pool_size, workers)
-    if size <= 0:
-
-        def cold(inputs: Path, workspace: Path, seconds: float) -> Any:
-            return Sandbox(inputs, workspace, config, seconds)
-
-        return cold, lambda: None
-    pool = KernelPool(config, size)
-
-    def pooled(inputs: Path, workspace: Path, seconds: float) -> Any:
-        return pool.acquire(inputs, workspace, seconds_per_execution=seconds)
-
-    return pooled, pool.close
-
-
 def select_tasks(release: Release, split: str) -> list[Task]:
     if split not in SPLIT_CHOICES:
         raise EvaluationError(f"split must be one of {', '.join(SPLIT_CHOICES)}, got {split!r}")
@@ -248,23 +220,37 @@ def evaluate(
     if workers < 1:
         raise EvaluationError(f"concurrency must be at least 1, got {workers}")
     partition = partition_name(endpoint.name, rel.name)
-    report = asyncio.run(
-        _evaluate(
-            ctx,
-            endpoint,
-            rel,
-            tasks,
-            split=split,
-            samples=samples,
-            workers=workers,
-            temperature=temperature,
-            pass_bars=pass_bars,
-            rerun_llm_errors=rerun_llm_errors,
-            max_tokens=max_tokens,
-            partition=partition,
-            sandbox_factory=sandbox_factory,
-            client_factory=client_factory,
-        )
+    client = (
+        client_factory(endpoint) if client_factory is not None else make_client(ctx, endpoint, "evaluate")
+    )
+    played = run_attempts(
+        ctx,
+        client,
+        attempts_for(
+            tasks, samples, lambda t: release_task_files(ctx.store, rel.prefix, rel.private_prefix, t)
+        ),
+        partition=partition,
+        workers=workers,
+        temperature=temperature,
+        pass_bars=pass_bars,
+        rerun_llm_errors=rerun_llm_errors,
+        max_tokens=max_tokens,
+        sandbox_factory=sandbox_factory,
+        label="evaluate",
+    )
+    report = EvaluationReport(
+        endpoint=endpoint.name,
+        model=endpoint.model,
+        release=rel.name,
+        version=rel.version,
+        split=split,
+        samples=samples,
+        temperature=float(temperature),
+        partition=partition,
+        trajectories=played.trajectories,
+        ran=played.ran,
+        reused=played.reused,
+        pass_bars=dict(pass_bars),
     )
     log.info(
         "evaluate %s on %s@%s %s: %d run, %d reused",
@@ -276,137 +262,3 @@ def evaluate(
         report.reused,
     )
     return report
-
-
-async def _evaluate(
-    ctx: RunContext,
-    endpoint: EndpointConfig,
-    release: Release,
-    tasks: list[Task],
-    *,
-    split: str,
-    samples: int,
-    workers: int,
-    temperature: float,
-    pass_bars: Mapping[str, float],
-    rerun_llm_errors: bool,
-    max_tokens: int | None,
-    partition: str,
-    sandbox_factory: SandboxFactory | None,
-    client_factory: Callable[[EndpointConfig], Any] | None,
-) -> EvaluationReport:
-    store = ctx.store
-    stored = {t.id: t for t in await asyncio.to_thread(stored_trajectories, store, partition)}
-    todo: list[tuple[Task, int]] = []
-    results: dict[str, Trajectory] = {}
-    for task in tasks:
-        for sample in range(samples):
-            tid = trajectory_id(task.id, endpoint.name, endpoint.model, temperature, sample)
-            old = stored.get(tid)
-            if old is not None and not (rerun_llm_errors and old.outcome == "llm-error"):
-                results[tid] = old
-            else:
-                todo.append((task, sample))
-    reused = len(results)
-    write_lock = asyncio.Lock()
-    limit = asyncio.Semaphore(workers)
-    if client_factory is not None:
-        client = client_factory(endpoint)
-    else:
-        from dareforge.llm import LLMClient
-
-        run_id = f"evaluate-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{endpoint.name}"
-        client = LLMClient(endpoint, store, run_id, cache=ctx.config.llm.cache)
-
-    async def one(task: Task, sample: int, executor: ThreadPoolExecutor, progress: Any, bar: Any) -> None:
-        async with limit:
-            with tempfile.TemporaryDirectory(prefix="dareforge-eval-") as tmp:
-                public_dir, answers = await asyncio.to_thread(_materialize, store, release, task, Path(tmp))
-                trajectory = await run_agent(
-                    task,
-                    public_dir,
-                    client,
-                    sandbox_factory,
-                    temperature=temperature,
-                    sample=sample,
-                    answers=answers,
-                    pass_bars=pass_bars,
-                    max_tokens=max_tokens,
-                    executor=executor,
-                )
-        async with write_lock:
-            stored[trajectory.id] = trajectory
-            results[trajectory.id] = trajectory
-            records = sorted(stored.values(), key=lambda t: t.id)
-            await asyncio.to_thread(store.write_records, partition, records)
-        progress.update(bar, advance=1, item=f"{task.family} {task.id}: {trajectory.outcome}")
-
-    close_pool: Callable[[], None] | None = None
-    if sandbox_factory is None and todo:
-        sandbox_factory, close_pool = default_sandbox_factory(ctx, workers)
-    with (
-        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dareforge-sandbox") as executor,
-        ctx.progress() as progress,
-    ):
-        bar = progress.add_task(f"evaluate {endpoint.name}", total=len(todo), item="")
-        try:
-            async with asyncio.TaskGroup() as group:
-                for task, sample in todo:
-                    group.create_task(one(task, sample, executor, progress, bar))
-        except ExceptionGroup as errors:
-            # Finished trajectories are stored; the first failure (a sandbox that cannot start, a damaged
-            # release...) is what the caller needs to see, not a group of them.
-            raise _first(errors) from None
-        finally:
-            if hasattr(client, "__aexit__"):
-                await client.__aexit__(None, None, None)
-            if close_pool is not None:
-                await asyncio.to_thread(close_pool)
-    order = {t.id: i for i, t in enumerate(tasks)}
-    trajectories = sorted(results.values(), key=lambda t: (order.get(t.task_id, 0), t.sample))
-    return EvaluationReport(
-        endpoint=endpoint.name,
-        model=endpoint.model,
-        release=release.name,
-        version=release.version,
-        split=split,
-        samples=samples,
-        temperature=float(temperature),
-        partition=partition,
-        trajectories=trajectories,
-        ran=len(todo),
-        reused=reused,
-        pass_bars=dict(pass_bars),
-    )
-
-
-def _first(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error
-
-
-def _materialize(store: Store, release: Release, task: Task, tmp: Path) -> tuple[Path, Path]:
-    """Host paths of the task's public files and of its private answers file (never under the sandbox's dirs).
-
-    A local store's files are used in place; a remote store's are downloaded into `tmp` (public/ and private/).
-    """
-    public_prefix = f"{release.prefix}/files/{task.id}"
-    answers_key = f"{release.private_prefix}/answers/{task.id}/{answers_file(task)}"
-    if not store.exists(answers_key):
-        raise EvaluationError(
-            f"{answers_key} is missing: the private half of {release.name}@{release.version} lacks the answers "
-            f"of task {task.id}; rebuild the release or copy its private half into this store"
-        )
-    if store.is_local:
-        return store.local_path(public_prefix), store.local_path(answers_key)
-    public_dir = tmp / "public"
-    public_dir.mkdir()
-    for f in task.public_files:
-        with store.open(f"{public_prefix}/{f.name}") as src, open(public_dir / f.name, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    private_dir = tmp / "private"
-    private_dir.mkdir(mode=0o700)
-    answers = private_dir / answers_file(task)
-    answers.write_bytes(store.read_bytes(answers_key))
-    return public_dir, answers

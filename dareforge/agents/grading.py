@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from dareforge.config import DARE_BENCH_PASS_BARS
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.schema import Task
 
 PREDICTIONS = "predictions.csv"
 
-PASS_BARS: Mapping[str, float] = {"Class-MM": 0.8, "Reg-MM": 0.7, "TS-XF": 0.6, "TS-CF": 0.3}
+PASS_BARS: Mapping[str, float] = DARE_BENCH_PASS_BARS
 """DARE-bench's bars: an MM/TS attempt passes when its score reaches its family's bar. IF tasks pass only with
 a score of exactly 1.0 (every prediction matches the reference run)."""
 

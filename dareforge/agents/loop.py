@@ -67,8 +67,12 @@ SandboxFactory = Callable[[Path, Path, float], SandboxLike]
 `Sandbox` itself, or `KernelPool.acquire`. Called from a worker thread (it may block)."""
 
 
-def trajectory_id(task_id: str, endpoint: str, model: str, temperature: float, sample: int) -> str:
+def trajectory_id(
+    task_id: str, endpoint: str, model: str, temperature: float, sample: int, kind: str = ""
+) -> str:
     key = f"{task_id}\0{endpoint}\0{model}\0{float(temperature)!r}\0{int(sample)}"
+    if kind:  # plain evaluation keeps the ids it always had
+        key += f"\0{kind}"
     return sha256_bytes(key.encode())[:16]
 
 
@@ -97,12 +101,14 @@ async def run_agent(
     pass_bars: Mapping[str, float] = PASS_BARS,
     max_tokens: int | None = None,
     executor: Executor | None = None,
+    kind: str = "",
 ) -> Trajectory:
     """Play one episode of `task` and grade it (when `answers`, a host path to the private answers, is given).
 
     `public_dir` holds the task's public files; they are copied into a fresh inputs folder the sandbox sees
     read-only. `workspace` (default: a temporary folder, removed afterwards) is the kernel's writable working
-    directory. Blocking sandbox calls run in `executor` (default: asyncio's). Without `answers` nothing is
+    directory. Blocking sandbox calls run in `executor` (default: asyncio's). `kind` tells ways of playing the same
+    task apart in the trajectory id (see `dareforge.agents.runner`). Without `answers` nothing is
     scored: valid-looking predictions give outcome `graded` with no score.
     """
     endpoint = getattr(client.endpoint, "name", str(client.endpoint))
@@ -128,7 +134,7 @@ async def run_agent(
             f"{detail}; {unlisted} more workspace files not listed" if detail else f"{unlisted} more files"
         )
     return Trajectory(
-        id=trajectory_id(task.id, endpoint, model, temperature, sample),
+        id=trajectory_id(task.id, endpoint, model, temperature, sample, kind),
         task_id=task.id,
         family=task.family,
         endpoint=endpoint,

@@ -38,6 +38,7 @@ THRESHOLDS: dict[str, Threshold] = {
     "duplicate-task": Threshold(*GE, None, 1.0),
     "learnable": Threshold(*LT, "min_learnable_margin"),
     "runtime": Threshold(*GT, "max_reference_share_of_limit"),
+    "shortcut": Threshold(*GT, "max_shortcut_share"),
 }
 
 

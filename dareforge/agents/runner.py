@@ -1,0 +1,242 @@
+"""Play many agent episodes at once and store them: the engine under evaluation, probes and synthesis.
+
+An `Attempt` is one (task, sample) with a way to find its files: the public folder the agent gets and the
+host-only answers it is graded against. `run_attempts` plays every attempt that is not already stored in the
+`trajectories` partition, `workers` at a time, writes each finished trajectory at once (an interrupted run
+resumes where it stopped) and returns them in attempt order.
+
+Trajectory ids hash task, endpoint, model, temperature, sample and the attempt's `kind` (empty for plain
+evaluation, e.g. "no-data" for a shortcut probe), so the same task played in another way is another record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dareforge.agents.grading import PASS_BARS, answers_file
+from dareforge.agents.loop import SandboxFactory, run_agent, trajectory_id
+from dareforge.config import EndpointConfig
+from dareforge.context import RunContext
+from dareforge.errors import DareforgeError
+from dareforge.schema import Task, Trajectory
+from dareforge.store import Store
+
+log = logging.getLogger(__name__)
+
+Materializer = Callable[[Path], tuple[Path, Path | None]]
+"""`materialize(tmp)` -> (public folder, answers file or None); may download into `tmp` (removed afterwards)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    task: Task
+    sample: int
+    materialize: Materializer
+    kind: str = ""
+
+    def trajectory_id(self, endpoint: str, model: str, temperature: float) -> str:
+        return trajectory_id(self.task.id, endpoint, model, temperature, self.sample, self.kind)
+
+
+@dataclass
+class Played:
+    trajectories: list[Trajectory]
+    ran: int
+    reused: int
+
+
+def store_task_files(store: Store, task: Task) -> Materializer:
+    """Files of a generated task in the store (`tasks/<id>/public/`, `tasks/<id>/private/`)."""
+    return _files_under(
+        store, task, f"tasks/{task.id}/public", f"tasks/{task.id}/private/{answers_file(task)}"
+    )
+
+
+def release_task_files(store: Store, public_prefix: str, private_prefix: str, task: Task) -> Materializer:
+    """Files of a task in a release: public under `<public_prefix>/files/<id>/`, answers in the private half."""
+    answers = f"{private_prefix}/answers/{task.id}/{answers_file(task)}"
+    return _files_under(store, task, f"{public_prefix}/files/{task.id}", answers)
+
+
+def _files_under(store: Store, task: Task, public_prefix: str, answers_key: str) -> Materializer:
+    def materialize(tmp: Path) -> tuple[Path, Path]:
+        if not store.exists(answers_key):
+            raise DareforgeError(
+                f"{answers_key} is missing: task {task.id} has no private answers in this store; rebuild it "
+                "(dareforge generate, or release build) or copy its private files here"
+            )
+        if store.is_local:
+            return store.local_path(public_prefix), store.local_path(answers_key)
+        public_dir = tmp / "public"
+        public_dir.mkdir()
+        for f in task.public_files:
+            with store.open(f"{public_prefix}/{f.name}") as src, open(public_dir / f.name, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        private_dir = tmp / "private"
+        private_dir.mkdir(mode=0o700)
+        answers = private_dir / Path(answers_key).name
+        answers.write_bytes(store.read_bytes(answers_key))
+        return public_dir, answers
+
+    return materialize
+
+
+def make_client(ctx: RunContext, endpoint: EndpointConfig, purpose: str) -> Any:
+    """The LLM client of one run, with usage written under `runs/<purpose>-<time>-<endpoint>/`."""
+    from dareforge.llm import LLMClient
+
+    run_id = f"{purpose}-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{endpoint.name}"
+    return LLMClient(endpoint, ctx.store, run_id, cache=ctx.config.llm.cache)
+
+
+def default_sandbox_factory(ctx: RunContext, workers: int) -> tuple[SandboxFactory, Callable[[], None]]:
+    """Sandboxes from a `KernelPool` of `sandbox.pool_size` kernels (at most `workers`); cold starts when 0.
+
+    Returns the factory and the function that closes the pool.
+    """
+    from dareforge.sandbox import KernelPool, Sandbox
+
+    config = ctx.config.sandbox
+    size = min(config.pool_size, workers)
+    if size <= 0:
+
+        def cold(inputs: Path, workspace: Path, seconds: float) -> Any:
+            return Sandbox(inputs, workspace, config, seconds)
+
+        return cold, lambda: None
+    pool = KernelPool(config, size)
+
+    def pooled(inputs: Path, workspace: Path, seconds: float) -> Any:
+        return pool.acquire(inputs, workspace, seconds_per_execution=seconds)
+
+    return pooled, pool.close
+
+
+def run_attempts(
+    ctx: RunContext,
+    client: Any,
+    attempts: Sequence[Attempt],
+    *,
+    partition: str,
+    workers: int,
+    temperature: float = 0.0,
+    pass_bars: Mapping[str, float] = PASS_BARS,
+    rerun_llm_errors: bool = False,
+    max_tokens: int | None = None,
+    sandbox_factory: SandboxFactory | None = None,
+    label: str = "agent",
+) -> Played:
+    """Play `attempts` with `client` (closed afterwards when it is an async context manager); see the module doc."""
+    if workers < 1:
+        raise DareforgeError(f"concurrency must be at least 1, got {workers}")
+    return asyncio.run(
+        _run(
+            ctx,
+            client,
+            list(attempts),
+            partition=partition,
+            workers=workers,
+            temperature=temperature,
+            pass_bars=pass_bars,
+            rerun_llm_errors=rerun_llm_errors,
+            max_tokens=max_tokens,
+            sandbox_factory=sandbox_factory,
+            label=label,
+        )
+    )
+
+
+async def _run(
+    ctx: RunContext,
+    client: Any,
+    attempts: list[Attempt],
+    *,
+    partition: str,
+    workers: int,
+    temperature: float,
+    pass_bars: Mapping[str, float],
+    rerun_llm_errors: bool,
+    max_tokens: int | None,
+    sandbox_factory: SandboxFactory | None,
+    label: str,
+) -> Played:
+    store = ctx.store
+    endpoint = getattr(client.endpoint, "name", str(client.endpoint))
+    model = getattr(client.endpoint, "model", "")
+    stored = {t.id: t for t in await asyncio.to_thread(store.read_partition, Trajectory, partition)}
+    todo: list[Attempt] = []
+    for attempt in attempts:
+        old = stored.get(attempt.trajectory_id(endpoint, model, temperature))
+        if old is None or (rerun_llm_errors and old.outcome == "llm-error"):
+            todo.append(attempt)
+    write_lock = asyncio.Lock()
+    limit = asyncio.Semaphore(workers)
+
+    async def one(attempt: Attempt, executor: ThreadPoolExecutor, progress: Any, bar: Any) -> None:
+        async with limit:
+            with tempfile.TemporaryDirectory(prefix="dareforge-attempt-") as tmp:
+                public_dir, answers = await asyncio.to_thread(attempt.materialize, Path(tmp))
+                trajectory = await run_agent(
+                    attempt.task,
+                    public_dir,
+                    client,
+                    sandbox_factory,
+                    temperature=temperature,
+                    sample=attempt.sample,
+                    answers=answers,
+                    pass_bars=pass_bars,
+                    max_tokens=max_tokens,
+                    executor=executor,
+                    kind=attempt.kind,
+                )
+        async with write_lock:
+            stored[trajectory.id] = trajectory
+            records = sorted(stored.values(), key=lambda t: t.id)
+            await asyncio.to_thread(store.write_records, partition, records)
+        progress.update(bar, advance=1, item=f"{attempt.task.family} {attempt.task.id}: {trajectory.outcome}")
+
+    close_pool: Callable[[], None] | None = None
+    if sandbox_factory is None and todo:
+        sandbox_factory, close_pool = default_sandbox_factory(ctx, workers)
+    with (
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dareforge-sandbox") as executor,
+        ctx.progress() as progress,
+    ):
+        bar = progress.add_task(f"{label} {endpoint}", total=len(todo), item="")
+        try:
+            async with asyncio.TaskGroup() as group:
+                for attempt in todo:
+                    group.create_task(one(attempt, executor, progress, bar))
+        except ExceptionGroup as errors:
+            # Finished trajectories are stored; the first failure (a sandbox that cannot start, missing
+            # files...) is what the caller needs to see, not a group of them.
+            raise _first(errors) from None
+        finally:
+            if hasattr(client, "__aexit__"):
+                await client.__aexit__(None, None, None)
+            if close_pool is not None:
+                await asyncio.to_thread(close_pool)
+    ordered = [stored[a.trajectory_id(endpoint, model, temperature)] for a in attempts]
+    return Played(ordered, ran=len(todo), reused=len(attempts) - len(todo))
+
+
+def _first(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+def attempts_for(tasks: Iterable[Task], samples: int, files: Callable[[Task], Materializer], kind: str = ""):
+    """`samples` attempts (sample 0..samples-1) at each task, in task order."""
+    if samples < 1:
+        raise DareforgeError(f"samples must be at least 1, got {samples}")
+    return [Attempt(task, sample, files(task), kind) for task in tasks for sample in range(samples)]
