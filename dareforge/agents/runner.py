@@ -219,7 +219,7 @@ async def _run(
         except ExceptionGroup as errors:
             # Finished trajectories are stored; the first failure (a sandbox that cannot start, missing
             # files...) is what the caller needs to see, not a group of them.
-            raise _first(errors) from None
+            raise first_error(errors) from None
         finally:
             if hasattr(client, "__aexit__"):
                 await client.__aexit__(None, None, None)
@@ -229,7 +229,7 @@ async def _run(
     return Played(ordered, ran=len(todo), reused=len(attempts) - len(todo))
 
 
-def _first(error: BaseException) -> BaseException:
+def first_error(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup):
         error = error.exceptions[0]
     return error
