@@ -9,6 +9,7 @@ lists every source's license in a table in the body.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData
@@ -51,12 +52,19 @@ def size_category(n: int) -> str:
     return next((label for bound, label in SIZE_CATEGORIES if n < bound), "n>10M")
 
 
-def _cell(value: Any) -> str:
+def family_order(families: Iterable[str]) -> list[str]:
+    """Distinct families in the paper's order (unknown ones last, by name)."""
+    return sorted(set(families), key=lambda f: (FAMILIES.index(f) if f in FAMILIES else len(FAMILIES), f))
+
+
+def cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell."""
     text = "" if value is None else str(value)
     return text.replace("|", "\\|").replace("\n", " ").strip()
 
 
-def _front_matter(data: DatasetCardData, body: str) -> str:
+def front_matter(data: DatasetCardData, body: str) -> str:
+    """A card: `data` as YAML front matter (what the Hub and `datasets` read), then the Markdown body."""
     card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
     return str(card).rstrip("\n") + "\n"
 
@@ -69,9 +77,7 @@ def _graded(family: str, metric: dict[str, Any]) -> str:
 
 def public_card(meta: dict[str, Any]) -> str:
     tasks = meta["tasks"]
-    families = sorted(
-        {t["family"] for t in tasks}, key=lambda f: (FAMILIES.index(f) if f in FAMILIES else len(FAMILIES), f)
-    )
+    families = family_order(t["family"] for t in tasks)
     splits = [s for s in SPLITS if meta["splits"][s]["tasks"]]
     data = DatasetCardData(
         pretty_name=meta["pretty_name"],
@@ -143,7 +149,7 @@ def public_card(meta: dict[str, Any]) -> str:
             if t["family"] == family
         }
         graded = "; ".join(_graded(family, m) for _, m in sorted(metrics.items(), key=lambda kv: str(kv[0])))
-        lines.append(f"| {family} | {FAMILY_TEXT.get(family, ('', ''))[1]} | {_cell(graded)} |")
+        lines.append(f"| {family} | {FAMILY_TEXT.get(family, ('', ''))[1]} | {cell(graded)} |")
     lines += [
         "",
         "## Sources and licenses",
@@ -154,10 +160,10 @@ def public_card(meta: dict[str, Any]) -> str:
         "|---|---|---|---:|---|---|",
     ]
     for s in meta["sources"]:
-        title = f"[{_cell(s['title'])}]({s['url']})" if s.get("url") else _cell(s.get("title"))
+        title = f"[{cell(s['title'])}]({s['url']})" if s.get("url") else cell(s.get("title"))
         lines.append(
             f"| `{s['id']}` | {title} | {s['split']} | {s['tasks']} | {(s.get('date') or 'unknown')[:10]} "
-            f"| {_cell(s.get('license') or 'not stated')} |"
+            f"| {cell(s.get('license') or 'not stated')} |"
         )
     verdicts = meta["verdicts"]
     gate = (
@@ -176,7 +182,7 @@ def public_card(meta: dict[str, Any]) -> str:
         "- `manifest.json` lists every file with its size and sha256, the task ids, and source ids and versions.",
         "",
     ]
-    return _front_matter(data, "\n".join(lines))
+    return front_matter(data, "\n".join(lines))
 
 
 def private_card(meta: dict[str, Any]) -> str:
@@ -204,4 +210,4 @@ def private_card(meta: dict[str, Any]) -> str:
             "",
         ]
     )
-    return _front_matter(data, body)
+    return front_matter(data, body)

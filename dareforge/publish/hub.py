@@ -10,6 +10,9 @@ this one does not list are deleted in the same commit, so the tree at the tag is
 `dareforge release <name>@<version>` with the manifest's sha256 in the description, then tagged `v<version>`.
 The private half goes first, so a public version never exists without its answers.
 
+An SFT or RL export (`dareforge.exports`) has one public part and goes to `<namespace>/<name>` the same way,
+titled `dareforge sft export <name>@<version>` (or `rl export`).
+
 Idempotent: a repo whose tag `v<version>` exists is left alone ("already published"), after checking that the
 tagged commit carries this manifest's sha256 (another build of the same version is an error: versions are
 immutable). A commit made by a run that died before tagging is found by its title and sha and tagged, not
@@ -37,8 +40,8 @@ from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, Reposit
 
 from dareforge import __version__
 from dareforge.errors import DareforgeError
-from dareforge.publish.release import MANIFEST, Release
-from dareforge.publish.targets import _copy_version
+from dareforge.publish.release import MANIFEST, Part
+from dareforge.publish.targets import Publishable, _copy_version
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +171,11 @@ class HubTarget:
     def repo_url(self, repo_id: str) -> str:
         return f"{self.api.endpoint.rstrip('/')}/datasets/{repo_id}"
 
-    def publish(self, release: Release) -> str:
-        """Push `release` (both halves); returns the public repo's URL (`push` returns both and what happened)."""
+    def publish(self, release: Publishable) -> str:
+        """Push `release` (every part); returns the public repo's URL (`push` returns all and what happened)."""
         return self.push(release).urls["public"]
 
-    def push(self, release: Release) -> HubPush:
+    def push(self, release: Publishable) -> HubPush:
         if self.token is None and not get_token():
             raise HubPublishError(
                 f"no Hugging Face token: set HF_TOKEN to a token with write access to {self.namespace!r} "
@@ -181,18 +184,10 @@ class HubTarget:
         tag = f"v{release.version}"
         result = HubPush(release.name, release.version, tag)
         with tempfile.TemporaryDirectory(prefix="dareforge-hub-") as tmp:
-            # Stage (and checksum) both halves before talking to the Hub: a damaged release sends nothing.
+            # Stage (and checksum) every part before talking to the Hub: a damaged release sends nothing.
             root = Path(tmp)
             halves = [
-                self._stage(
-                    release,
-                    release.private_prefix,
-                    release.private_manifest,
-                    release.private_name,
-                    root / "private",
-                    private=True,
-                ),
-                self._stage(release, release.prefix, release.manifest, release.name, root / "public", False),
+                self._stage(release, part, root / f"part-{i}") for i, part in enumerate(release.parts())
             ]
             for half in halves:
                 result.repos.append(self._push_half(release, half, tag))
@@ -202,14 +197,14 @@ class HubTarget:
 
     # -- internals --------------------------------------------------------------------------------------------
     @staticmethod
-    def _stage(release: Release, prefix: str, manifest: dict, name: str, dest: Path, private: bool) -> _Half:
-        manifest_sha = hashlib.sha256(release.store.read_bytes(f"{prefix}/{MANIFEST}")).hexdigest()
-        _copy_version(release.store, prefix, manifest, dest)
-        return _Half(name, private, dest, manifest, manifest_sha)
+    def _stage(release: Publishable, part: Part, dest: Path) -> _Half:
+        manifest_sha = hashlib.sha256(release.store.read_bytes(f"{part.prefix}/{MANIFEST}")).hexdigest()
+        _copy_version(release.store, part.prefix, part.manifest, dest)
+        return _Half(part.name, part.private, dest, part.manifest, manifest_sha)
 
-    def _push_half(self, release: Release, half: _Half, tag: str) -> RepoPush:
+    def _push_half(self, release: Publishable, half: _Half, tag: str) -> RepoPush:
         repo_id = self.repo_id(half.name)
-        title = f"dareforge release {release.name}@{release.version}"
+        title = f"dareforge {release.kind} {release.name}@{release.version}"
         description = (
             f"manifest.json sha256: {half.manifest_sha}\n"
             f"{len(half.manifest['files'])} files; content fingerprint {half.manifest.get('content_fingerprint')}\n"

@@ -101,10 +101,10 @@ PRIVATE_SCHEMA = pa.schema(
 )
 
 
-def check_name(name: str) -> None:
+def check_name(name: str, what: str = "release") -> None:
     if not NAME_RE.match(name) or name.endswith(PRIVATE_SUFFIX):
         raise ReleaseError(
-            f"release name {name!r} must be letters, digits, '.', '_' or '-' (starting with a letter or digit) "
+            f"{what} name {name!r} must be letters, digits, '.', '_' or '-' (starting with a letter or digit) "
             f"and must not end in {PRIVATE_SUFFIX!r}, which names the private half"
         )
 
@@ -122,6 +122,16 @@ def version_key(version: str) -> tuple[tuple[int, int, str], ...]:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.split("."))
 
 
+@dataclass(frozen=True)
+class Part:
+    """One folder of a finished version that a target publishes as a unit (a Hub repo, a local folder)."""
+
+    name: str  # the repo or folder name: the release name, or `<name>-private`
+    prefix: str  # where it lives in the store
+    manifest: dict[str, Any]
+    private: bool
+
+
 @dataclass
 class Release:
     """A finished release version, as consumers (audit, targets, exporters) read it."""
@@ -130,6 +140,7 @@ class Release:
     name: str
     version: str
     manifest: dict[str, Any]
+    kind = "release"
 
     @property
     def prefix(self) -> str:
@@ -168,6 +179,13 @@ class Release:
                 rows += read_rows(self.store, f"{self.prefix}/data/{side}.parquet")
         return rows
 
+    def parts(self) -> list[Part]:
+        """Private half first: a target that stops midway never shows a public version without its answers."""
+        return [
+            Part(self.private_name, self.private_prefix, self.private_manifest, private=True),
+            Part(self.name, self.prefix, self.manifest, private=False),
+        ]
+
     def private_rows(self) -> list[dict[str, Any]]:
         return read_rows(self.store, f"{self.private_prefix}/data/private.parquet")
 
@@ -202,9 +220,10 @@ class ReleaseResult:
         return self.release.version
 
 
-# -- reading ----------------------------------------------------------------------------------------------------
-def _version_dirs(store: Store, name: str) -> list[str]:
-    base = store.path(f"{RELEASES}/{name}")
+# -- versions (shared with dareforge.exports: any folder of `<root>/<version>/` with a manifest written last) ----
+def version_dirs(store: Store, root: str) -> list[str]:
+    """Every version folder under `root`, finished or not."""
+    base = store.path(root)
     if not store.fs.exists(base):
         return []
     out = []
@@ -215,13 +234,87 @@ def _version_dirs(store: Store, name: str) -> list[str]:
     return out
 
 
+def finished_versions(store: Store, root: str) -> list[str]:
+    """Versions under `root` whose `manifest.json` is written, oldest first."""
+    finished = [v for v in version_dirs(store, root) if store.exists(f"{root}/{v}/{MANIFEST}")]
+    return sorted(finished, key=version_key)
+
+
+@dataclass(frozen=True)
+class VersionPlan:
+    """What a build under `root` does: write `version`, or (`existing`) find its content already there."""
+
+    version: str
+    existing: bool
+    previous: str | None  # the newest finished version other than `version`
+    note: str | None = None
+
+
+def check_version(version: str | None) -> None:
+    if version is not None and not NAME_RE.match(version):
+        raise ReleaseError(f"version {version!r} must be letters, digits, '.', '_' or '-'")
+
+
+def plan_version(
+    store: Store, root: str, content_fp: str, version: str | None = None, today: date | None = None
+) -> VersionPlan:
+    """Pick the version a build of content `content_fp` writes. Versions are immutable: the latest version with
+    the same `content_fingerprint` is reused, and an explicit `version` that exists with other content is an
+    error. A half-written version newer than the latest finished one is completed rather than named anew."""
+    check_version(version)
+    versions = finished_versions(store, root)
+    latest = versions[-1] if versions else None
+
+    def fingerprint(v: str) -> str | None:
+        return store.read_json(f"{root}/{v}/{MANIFEST}").get("content_fingerprint")
+
+    if version is None:
+        if latest is not None and fingerprint(latest) == content_fp:
+            return VersionPlan(latest, True, latest, f"content equals {latest}; no new version")
+        version = next_version(store, root, latest, today or datetime.now(UTC).date())
+    elif version in versions:
+        if fingerprint(version) != content_fp:
+            raise ReleaseError(
+                f"{root} {version} already exists with other content and versions are immutable; build a new "
+                "version (omit version= for the date-based name)"
+            )
+        return VersionPlan(version, True, latest, f"{version} already holds this content")
+    previous = next((v for v in reversed(versions) if v != version), None)
+    return VersionPlan(version, False, previous)
+
+
+def next_version(store: Store, root: str, latest: str | None, today: date) -> str:
+    """Today's version name, or the newest half-written version newer than the latest finished one."""
+    dirs = version_dirs(store, root)
+    newer = [v for v in dirs if latest is None or version_key(v) > version_key(latest)]
+    unfinished = [v for v in newer if not store.exists(f"{root}/{v}/{MANIFEST}")]
+    if unfinished:
+        return max(unfinished, key=version_key)
+    base = today.strftime("%Y.%m.%d")
+    if latest is not None and version_key(base) < version_key(latest)[:3]:
+        raise ReleaseError(
+            f"the latest version of {root} is {latest}, dated after today ({base}); pass version= explicitly"
+        )
+    candidate, n = base, 0
+    while candidate in dirs or (latest is not None and version_key(candidate) <= version_key(latest)):
+        n += 1
+        candidate = f"{base}.{n}"
+    return candidate
+
+
+def remove_unlisted(store: Store, prefix: str, keep: set[str]) -> None:
+    """Delete what a half-written earlier attempt left under `prefix` that the manifest will not list."""
+    for key in store.list(prefix):
+        rel = key[len(prefix) + 1 :]
+        if rel not in keep and rel != MANIFEST:
+            store.fs.rm(store.path(key))
+
+
+# -- reading ----------------------------------------------------------------------------------------------------
 def list_versions(ctx: RunContext, name: str) -> list[str]:
     """Finished versions of a release, oldest first; a version without `manifest.json` does not exist yet."""
     check_name(name)
-    finished = [
-        v for v in _version_dirs(ctx.store, name) if ctx.store.exists(f"{public_prefix(name, v)}/{MANIFEST}")
-    ]
-    return sorted(finished, key=version_key)
+    return finished_versions(ctx.store, f"{RELEASES}/{name}")
 
 
 def load_release(ctx: RunContext, name: str, version: str | None = None) -> Release:
@@ -243,17 +336,18 @@ def load_release(ctx: RunContext, name: str, version: str | None = None) -> Rele
 
 def verify_release(ctx: RunContext, name: str, version: str | None = None) -> list[str]:
     """Re-hash every file both manifests list; one line per problem (empty when the release is intact)."""
-    release = load_release(ctx, name, version)
+    return verify_parts(ctx.store, load_release(ctx, name, version).parts())
+
+
+def verify_parts(store: Store, parts: list[Part]) -> list[str]:
+    """Re-hash every file the parts' manifests list; one line per problem."""
     problems = []
-    for prefix, manifest in (
-        (release.prefix, release.manifest),
-        (release.private_prefix, release.private_manifest),
-    ):
-        for entry in manifest["files"]:
-            key = f"{prefix}/{entry['name']}"
-            if not ctx.store.exists(key):
+    for part in parts:
+        for entry in part.manifest["files"]:
+            key = f"{part.prefix}/{entry['name']}"
+            if not store.exists(key):
                 problems.append(f"{key}: missing")
-            elif (digest := sha256_key(ctx.store, key)) != entry["sha256"]:
+            elif (digest := sha256_key(store, key)) != entry["sha256"]:
                 problems.append(f"{key}: sha256 {digest} != manifest {entry['sha256']}")
     return problems
 
@@ -283,7 +377,9 @@ def select_tasks(ctx: RunContext) -> Selection:
             by_source[d.source_id] = by_source.get(d.source_id, True) and d.kept
         kept_sources = {s for s, kept in by_source.items() if kept}
     for task in tasks:
-        if task.status != "candidate":
+        if task.variant_of is not None:
+            excluded["obscured variant (for the memorization probe, never released)"] += 1
+        elif task.status != "candidate":
             excluded["rejected by the generator"] += 1
         elif kept_sources is not None and task.source_id not in kept_sources:
             excluded["source no longer kept by the filter"] += 1
@@ -324,6 +420,11 @@ def select_tasks(ctx: RunContext) -> Selection:
 
 
 # -- building ---------------------------------------------------------------------------------------------------
+def public_file_entries(task: Task) -> list[dict[str, Any]]:
+    """The task's public files as release rows list them: the path in the release's public folder first."""
+    return [{"path": f"files/{task.id}/{f.name}", **f.model_dump()} for f in task.public_files]
+
+
 def _public_row(task: Task, split: str) -> dict[str, Any]:
     return {
         "id": task.id,
@@ -334,7 +435,7 @@ def _public_row(task: Task, split: str) -> dict[str, Any]:
         "instruction": task.instruction,
         "metric": task.metric.model_dump(),
         "limits": task.limits.model_dump(),
-        "files": [{"path": f"files/{task.id}/{f.name}", **f.model_dump()} for f in task.public_files],
+        "files": public_file_entries(task),
         "generator_version": task.generator_version,
         "seed": task.seed,
         "package_versions": list(task.package_versions),
@@ -374,32 +475,6 @@ def _fingerprint(obj: Any) -> str:
     return sha256_bytes(canonical_json(obj))
 
 
-def _next_version(store: Store, name: str, latest: str | None, today: date) -> str:
-    """Today's version name, or the newest half-written version newer than the latest finished one."""
-    dirs = _version_dirs(store, name)
-    newer = [v for v in dirs if latest is None or version_key(v) > version_key(latest)]
-    unfinished = [v for v in newer if not store.exists(f"{public_prefix(name, v)}/{MANIFEST}")]
-    if unfinished:
-        return max(unfinished, key=version_key)
-    base = today.strftime("%Y.%m.%d")
-    if latest is not None and version_key(base) < version_key(latest)[:3]:
-        raise ReleaseError(
-            f"the latest version of {name!r} is {latest}, dated after today ({base}); pass version= explicitly"
-        )
-    candidate, n = base, 0
-    while candidate in dirs or (latest is not None and version_key(candidate) <= version_key(latest)):
-        n += 1
-        candidate = f"{base}.{n}"
-    return candidate
-
-
-def _remove_unlisted(store: Store, prefix: str, keep: set[str]) -> None:
-    for key in store.list(prefix):
-        rel = key[len(prefix) + 1 :]
-        if rel not in keep and rel != MANIFEST:
-            store.fs.rm(store.path(key))
-
-
 def build_release(
     ctx: RunContext,
     name: str,
@@ -413,8 +488,7 @@ def build_release(
 ) -> ReleaseResult:
     """Build (or find) the release version holding the store's released tasks; see the module doc."""
     check_name(name)
-    if version is not None and not NAME_RE.match(version):
-        raise ReleaseError(f"version {version!r} must be letters, digits, '.', '_' or '-'")
+    check_version(version)
     store = ctx.store
     selection = select_tasks(ctx)
     if not selection.tasks:
@@ -449,22 +523,12 @@ def build_release(
             excluded=dict(selection.excluded),
         )
 
-    if version is None:
-        if latest is not None and latest.manifest["content_fingerprint"] == content_fp:
-            log.info("release %s: content equals %s; no new version", name, latest.version)
-            return existing(latest, [*selection.notes, f"content equals {latest.version}; no new version"])
-        version = _next_version(
-            store, name, latest.version if latest else None, today or datetime.now(UTC).date()
-        )
-    elif version in versions:
-        found = load_release(ctx, name, version)
-        if found.manifest["content_fingerprint"] != content_fp:
-            raise ReleaseError(
-                f"{name} {version} already exists with other content and versions are immutable; build a new "
-                "version (omit version= for the date-based name)"
-            )
-        return existing(found, [*selection.notes, f"{version} already holds this content"])
-    previous = next((load_release(ctx, name, v) for v in reversed(versions) if v != version), None)
+    plan = plan_version(store, f"{RELEASES}/{name}", content_fp, version, today)
+    if plan.existing:
+        log.info("release %s: %s", name, plan.note)
+        return existing(load_release(ctx, name, plan.version), [*selection.notes, str(plan.note)])
+    version = plan.version
+    previous = load_release(ctx, name, plan.previous) if plan.previous else None
 
     pub, priv = public_prefix(name, version), private_prefix(name, version)
     created_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -594,8 +658,8 @@ def build_release(
 
     public_files.sort(key=lambda e: e["name"])
     private_files.sort(key=lambda e: e["name"])
-    _remove_unlisted(store, priv, {e["name"] for e in private_files})
-    _remove_unlisted(store, pub, {e["name"] for e in public_files})
+    remove_unlisted(store, priv, {e["name"] for e in private_files})
+    remove_unlisted(store, pub, {e["name"] for e in public_files})
     store.write_json(f"{priv}/{MANIFEST}", {**private_meta, "files": private_files})
     store.write_json(f"{pub}/{MANIFEST}", {**meta, "files": public_files})  # last: now the version exists
     log.info("release %s %s: %d tasks (%s)", name, version, len(tasks), ", ".join(selection.notes) or "gated")

@@ -4,6 +4,9 @@ A target implements `Target.publish(release) -> str` (where it went: a path or U
 publishing a version that is already there with the same manifest does nothing. It copies exactly the files
 the manifests list (never whatever else sits under the prefix), and keeps the private half apart: a Hub
 target pushes `release.prefix` to the public repo and `release.private_prefix` to a private one.
+
+What a target publishes is any `Publishable`: a `Release` (private and public part) or an SFT/RL export
+(`dareforge.exports`, one public part); each part is one folder or repo named `Part.name`.
 """
 
 from __future__ import annotations
@@ -16,13 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from dareforge.publish.release import MANIFEST, Release, ReleaseError
+from dareforge.publish.release import MANIFEST, Part, ReleaseError
 from dareforge.store import Store
+
+
+class Publishable(Protocol):
+    """A finished version in the store: `Release`, or an export (`dareforge.exports.Export`)."""
+
+    store: Store
+    name: str
+    version: str
+    kind: str  # "release", "sft export", ...: names it in commit titles
+
+    def parts(self) -> list[Part]: ...
 
 
 @runtime_checkable
 class Target(Protocol):
-    def publish(self, release: Release) -> str: ...
+    def publish(self, release: Publishable) -> str: ...
 
 
 def _copy_version(store: Store, prefix: str, manifest: dict[str, Any], dest: Path) -> bool:
@@ -75,14 +89,14 @@ class LocalTarget:
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
 
-    def publish(self, release: Release) -> str:
-        if self.include_private:
-            _copy_version(
-                release.store,
-                release.private_prefix,
-                release.private_manifest,
-                self.folder / release.private_name / release.version,
-            )
-        dest = self.folder / release.name / release.version
-        _copy_version(release.store, release.prefix, release.manifest, dest)
-        return str(dest)
+    def publish(self, release: Publishable) -> str:
+        """Copy every part (the private one only with `include_private`); returns the public part's folder."""
+        public = self.folder / release.name / release.version
+        for part in release.parts():
+            if part.private and not self.include_private:
+                continue
+            dest = self.folder / part.name / release.version
+            _copy_version(release.store, part.prefix, part.manifest, dest)
+            if not part.private:
+                public = dest
+        return str(public)

@@ -1,0 +1,190 @@
+"""SFT export: chosen agent trajectories as chat records, loadable with `datasets`.
+
+`build_sft_export(ctx, name, trajectories, tasks, release=...)` writes a versioned export (see `base`) with
+one row per trajectory in two configs:
+
+- `default` (`data/<split>.parquet`): `messages`, a list of `{role, content}` with roles system, user and
+  assistant, the format chat templates and TRL's SFT trainer read;
+- `sharegpt` (`sharegpt/<split>.parquet`): the same turns as `conversations`, `{from, value}` with
+  system, human and gpt.
+
+Both carry `id` (the trajectory id), `task_id`, `family`, `split` (the task's side in the source release),
+`source` (`<kind>:<endpoint>/<model>`, kind `gold` or `sampled`), `outcome`, `score` and `passed`.
+
+The messages are the trajectory's system, user and assistant steps in order: its `execution` steps are left
+out because the user message after each one already tells the model what ran (as the model saw it). Assistant
+steps that carry an LLM error hold no model output and are dropped, and so are messages after the last
+assistant reply, which nothing learns from. The caller chooses the trajectories (selection is a query over
+stored scores); the manifest records that choice (`lineage`) so the export can be traced and rebuilt.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import date
+from typing import Any
+
+import pyarrow as pa
+
+from dareforge.context import RunContext
+from dareforge.exports import card
+from dareforge.exports.base import (
+    ExportError,
+    ExportResult,
+    family_counts,
+    fingerprint,
+    release_ref,
+    split_tables,
+    turns,
+    write_export,
+)
+from dareforge.publish.release import Release
+from dareforge.publish.split import SPLITS
+from dareforge.schema import Task, Trajectory
+
+FORMAT = "dareforge-sft/1"
+SHAREGPT_ROLES = {"system": "system", "user": "human", "assistant": "gpt"}
+KINDS = ("gold", "sampled")
+
+_COMMON = [
+    pa.field("id", pa.string(), False),
+    pa.field("task_id", pa.string(), False),
+    pa.field("family", pa.string(), False),
+    pa.field("split", pa.string(), False),
+    pa.field("source", pa.string(), False),
+    pa.field("outcome", pa.string(), False),
+    pa.field("score", pa.float64()),
+    pa.field("passed", pa.bool_()),
+]
+
+
+MESSAGES_SCHEMA = pa.schema([*_COMMON, turns("messages", "role", "content")])
+SHAREGPT_SCHEMA = pa.schema([*_COMMON, turns("conversations", "from", "value")])
+
+
+def chat_messages(trajectory: Trajectory) -> list[dict[str, str]]:
+    """The chat a model is trained on: see the module doc for what is left out."""
+    messages = [
+        {"role": s.role, "content": s.content}
+        for s in trajectory.steps
+        if s.role in SHAREGPT_ROLES and not (s.role == "assistant" and s.error is not None)
+    ]
+    while messages and messages[-1]["role"] != "assistant":
+        messages.pop()
+    if not messages:
+        raise ExportError(
+            f"trajectory {trajectory.id} has no assistant reply (outcome {trajectory.outcome}); leave it out of "
+            "the SFT export"
+        )
+    return messages
+
+
+def sharegpt(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"from": SHAREGPT_ROLES[m["role"]], "value": m["content"]} for m in messages]
+
+
+def _source(trajectory: Trajectory, kinds: Mapping[str, str]) -> str:
+    kind = kinds.get(trajectory.id, "sampled")
+    if kind not in KINDS:
+        raise ExportError(f"kind {kind!r} of trajectory {trajectory.id} must be one of {', '.join(KINDS)}")
+    return f"{kind}:{trajectory.endpoint}/{trajectory.model}"
+
+
+def _unique(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
+    by_id: dict[str, Trajectory] = {}
+    for t in trajectories:
+        if t.id in by_id and by_id[t.id] != t:
+            raise ExportError(f"two different trajectories share id {t.id}; the trajectory table is damaged")
+        by_id[t.id] = t
+    return list(by_id.values())
+
+
+def build_sft_export(
+    ctx: RunContext,
+    name: str,
+    trajectories: Iterable[Trajectory],
+    tasks: Iterable[Task],
+    *,
+    release: Release,
+    selection: Mapping[str, Any] | None = None,
+    partitions: Iterable[str] = (),
+    kinds: Mapping[str, str] | None = None,
+    pretty_name: str | None = None,
+    version: str | None = None,
+    today: date | None = None,
+) -> ExportResult:
+    """Write (or find) the SFT export version holding `trajectories` of `release`'s `tasks`.
+
+    `selection` (strategy, thresholds, ...) and `partitions` (the trajectory table partitions read) go into
+    the manifest's lineage as given; `kinds` maps trajectory ids to `gold` (default `sampled`).
+    """
+    chosen = _unique(trajectories)
+    if not chosen:
+        raise ExportError(f"no trajectories to export as {name!r}; synthesize and select some first")
+    by_task = {t.id: t for t in tasks}
+    splits = release.splits
+    kinds = kinds or {}
+    rows = []
+    for t in chosen:
+        task = by_task.get(t.task_id)
+        if task is None:
+            raise ExportError(f"trajectory {t.id} is of task {t.task_id}, which is not among the tasks given")
+        if task.id not in splits:
+            raise ExportError(
+                f"task {task.id} (trajectory {t.id}) is not in release {release.name}@{release.version}; "
+                "export trajectories of that release's tasks only"
+            )
+        rows.append(
+            {
+                "id": t.id,
+                "task_id": t.task_id,
+                "family": task.family,
+                "split": splits[task.id],
+                "source": _source(t, kinds),
+                "outcome": t.outcome,
+                "score": t.score,
+                "passed": t.passed,
+                "messages": chat_messages(t),
+            }
+        )
+    rows.sort(key=lambda r: (SPLITS.index(r["split"]), r["task_id"], r["source"], r["id"]))
+    ref = release_ref(release)
+    lineage = {"trajectory_partitions": sorted(set(partitions)), "selection": dict(selection or {})}
+    content_fp = fingerprint({"format": FORMAT, "rows": rows, "release": ref, "lineage": lineage})
+
+    sharegpt_rows = [
+        {**{k: v for k, v in r.items() if k != "messages"}, "conversations": sharegpt(r["messages"])}
+        for r in rows
+    ]
+    tables = {
+        "default": split_tables(rows, MESSAGES_SCHEMA),
+        "sharegpt": split_tables(sharegpt_rows, SHAREGPT_SCHEMA),
+    }
+    meta = {
+        "pretty_name": pretty_name,
+        "content_fingerprint": content_fp,
+        "release": ref,
+        "lineage": lineage,
+        "trajectory_ids": [r["id"] for r in rows],
+        "counts": {
+            "trajectories": len(rows),
+            "tasks": len({r["task_id"] for r in rows}),
+            "passed": sum(bool(r["passed"]) for r in rows),
+            "messages": sum(len(r["messages"]) for r in rows),
+            "splits": dict(Counter(r["split"] for r in rows)),
+            "families": family_counts(rows, "outcome"),
+            "sources": dict(sorted(Counter(r["source"] for r in rows).items())),
+        },
+    }
+    return write_export(
+        ctx,
+        name,
+        kind="sft",
+        format=FORMAT,
+        tables=tables,
+        meta=meta,
+        card=card.sft_card,
+        version=version,
+        today=today,
+    )

@@ -1,0 +1,365 @@
+"""SFT and RL exports and the RL reward, on a real iris-only store and release (two Class-IF tasks, one
+Class-MM, all in the release's test split), with trajectories written by hand (no sandbox needed).
+
+Exports are loaded back with the real `datasets` client from a folder published by `LocalTarget`, and pushed
+with `HubTarget` to the fake Hub of tests/hub_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import datasets
+import pandas as pd
+import pytest
+from sklearn.metrics import f1_score
+
+from dareforge.agents.loop import trajectory_id
+from dareforge.agents.protocol import system_prompt, task_prompt
+from dareforge.config import Config
+from dareforge.context import RunContext
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.exports import (
+    ExportError,
+    RewardSpec,
+    build_rl_export,
+    build_sft_export,
+    list_export_versions,
+    load_export,
+    reward,
+    trajectory_reward,
+    verify_export,
+)
+from dareforge.exports.reward import reward_spec
+from dareforge.exports.sft import chat_messages
+from dareforge.generators.generate import generate
+from dareforge.generators.prepare import prepare
+from dareforge.publish.hub import HubTarget
+from dareforge.publish.release import build_release
+from dareforge.publish.targets import LocalTarget
+from dareforge.schema import Step, Task, Trajectory
+from tests.test_hub import TOKEN, hub  # noqa: F401  (the fake-Hub fixture)
+from tests.test_publish import DAY
+
+SELECTION = {"strategy": "all-valid", "min_overall": 3.0}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("exports")
+    cfg = Config()
+    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
+    cfg.builtin.include = ["sklearn-iris"]
+    ctx = RunContext.from_config(cfg, show_progress=False)
+    for step in (crawl, filter_sources, prepare, generate):
+        step(ctx)
+    release = build_release(ctx, "bench", today=DAY).release
+    tasks = release.tasks()
+    return ctx, release, {t.family: t for t in tasks}, tasks
+
+
+def _trajectory(
+    task: Task, sample: int, *, outcome="graded", score=1.0, passed=True, ending="answer", model="m"
+):
+    code = "import pandas as pd\nprint(pd.read_csv('train.csv').shape)"
+    steps = [
+        Step(role="system", content=system_prompt(task)),
+        Step(role="user", content=task_prompt(task)),
+        Step(
+            role="assistant",
+            content=f"<reasoning>look {sample}</reasoning>\n<code>\n{code}\n</code>",
+            code=code,
+        ),
+        Step(role="execution", content="(120, 6)\n", code=code, seconds=0.2),
+        Step(role="user", content="Output:\n(120, 6)\n\nYou have 4 code runs left."),
+    ]
+    if ending == "answer":
+        steps.append(Step(role="assistant", content="<reasoning>done</reasoning>\n<answer>Written.</answer>"))
+    elif ending == "llm-error":
+        steps.append(Step(role="assistant", content="", error="HTTP 500 from the endpoint"))
+    return Trajectory(
+        id=trajectory_id(task.id, "local", model, 0.7, sample),
+        task_id=task.id,
+        family=task.family,
+        endpoint="local",
+        model=model,
+        sample=sample,
+        temperature=0.7,
+        steps=steps,
+        outcome=outcome,
+        score=score,
+        passed=passed,
+    )
+
+
+@pytest.fixture(scope="module")
+def trajectories(built):
+    _, _, by_family, _ = built
+    if_task, mm_task = by_family["Class-IF"], by_family["Class-MM"]
+    return [
+        _trajectory(if_task, 0),
+        _trajectory(if_task, 1, outcome="instruction-non-adherence", score=0.9, passed=False, ending="user"),
+        _trajectory(mm_task, 0, score=0.93, ending="llm-error"),
+        _trajectory(mm_task, 1, score=0.95, model="gold-replay"),
+    ]
+
+
+def _sft(built, trajectories, name="sft", **kw):
+    ctx, release, _, tasks = built
+    gold = {t.id: "gold" for t in trajectories if t.model == "gold-replay"}
+    return build_sft_export(
+        ctx,
+        name,
+        trajectories,
+        tasks,
+        release=release,
+        selection=SELECTION,
+        partitions=["synth-2026-01-15"],
+        kinds=gold,
+        **{"today": DAY, **kw},
+    )
+
+
+@pytest.fixture(scope="module")
+def sft(built, trajectories):
+    return _sft(built, trajectories)
+
+
+@pytest.fixture(scope="module")
+def published_sft(sft, tmp_path_factory) -> Path:
+    return Path(LocalTarget(tmp_path_factory.mktemp("published")).publish(sft.export))
+
+
+@pytest.fixture(scope="module")
+def rl(built):
+    ctx, release, _, tasks = built
+    return build_rl_export(ctx, "rl", tasks, release=release, today=DAY)
+
+
+# -- SFT ----------------------------------------------------------------------------------------------------------
+def test_chat_messages_keep_the_conversation_the_model_saw(trajectories):
+    first = chat_messages(trajectories[0])
+    assert [m["role"] for m in first] == ["system", "user", "assistant", "user", "assistant"]
+    assert first[3]["content"].startswith("Output:") and "(120, 6)" in first[3]["content"]
+    # trailing observation after the last reply, and a failed LLM call, are not training targets
+    assert [m["role"] for m in chat_messages(trajectories[1])][-1] == "assistant"
+    assert len(chat_messages(trajectories[2])) == 3
+    lonely = trajectories[0].model_copy(update={"steps": trajectories[0].steps[:2]})
+    with pytest.raises(ExportError, match="no assistant reply"):
+        chat_messages(lonely)
+
+
+def test_sft_export_round_trip(built, trajectories, sft):
+    ctx, release, by_family, _ = built
+    assert sft.created and sft.version == "2026.01.15"
+    export = load_export(ctx, "sft")
+    rows = {r["id"]: r for r in export.rows()}
+    assert set(rows) == {t.id for t in trajectories}
+    for t in trajectories:
+        row = rows[t.id]
+        assert row["messages"] == chat_messages(t)
+        assert (row["task_id"], row["family"], row["split"]) == (t.task_id, t.family, "test")
+        assert (row["outcome"], row["score"], row["passed"]) == (t.outcome, t.score, t.passed)
+    assert rows[trajectories[-1].id]["source"] == "gold:local/gold-replay"
+    assert rows[trajectories[0].id]["source"] == "sampled:local/m"
+    sharegpt = {r["id"]: r for r in export.rows("sharegpt")}
+    turn = sharegpt[trajectories[0].id]["conversations"]
+    assert [c["from"] for c in turn] == ["system", "human", "gpt", "human", "gpt"]
+    assert [c["value"] for c in turn] == [m["content"] for m in rows[trajectories[0].id]["messages"]]
+    manifest = export.manifest
+    assert manifest["release"]["name"] == "bench" and manifest["release"]["version"] == release.version
+    assert manifest["lineage"]["selection"] == SELECTION
+    assert manifest["lineage"]["trajectory_partitions"] == ["synth-2026-01-15"]
+    assert manifest["counts"]["families"] == {
+        "Class-IF": {"graded": 1, "instruction-non-adherence": 1},
+        "Class-MM": {"graded": 2},
+    }
+    assert {f["name"] for f in manifest["files"]} == {
+        "README.md",
+        "data/test.parquet",
+        "sharegpt/test.parquet",
+    }
+    assert verify_export(ctx, "sft") == []
+    assert by_family["Class-IF"].id in {r["task_id"] for r in rows.values()}
+
+
+def test_sft_loads_with_datasets_in_both_configs(trajectories, published_sft, tmp_path):
+    chats = datasets.load_dataset(str(published_sft), split="test", cache_dir=str(tmp_path / "hf"))
+    assert chats.num_rows == len(trajectories)
+    by_id = {r["id"]: r for r in chats}
+    assert by_id[trajectories[0].id]["messages"] == chat_messages(trajectories[0])
+    share = datasets.load_dataset(
+        str(published_sft), "sharegpt", split="test", cache_dir=str(tmp_path / "hf")
+    )
+    assert share.num_rows == len(trajectories)
+    assert "conversations" in share.column_names and "messages" not in share.column_names
+    readme = (published_sft / "README.md").read_text()
+    assert readme.startswith("---\n") and "config_name: sharegpt" in readme and "bench@2026.01.15" in readme
+
+
+def test_same_input_writes_no_new_version_and_new_input_does(built, trajectories, sft):
+    again = _sft(built, list(reversed(trajectories)), today=date(2026, 2, 1))
+    assert not again.created and again.version == sft.version
+    changed = _sft(built, trajectories[:2], name="sft-2")
+    assert changed.created
+    more = _sft(built, trajectories, name="sft-2")  # same day: a numbered version
+    assert more.created and more.version == "2026.01.15.1" and more.previous == "2026.01.15"
+    assert list_export_versions(built[0], "sft-2") == ["2026.01.15", "2026.01.15.1"]
+    with pytest.raises(ExportError, match="dareforge-sft/1"):
+        build_rl_export(built[0], "sft-2", built[3], release=built[1], today=DAY)
+
+
+def test_killed_build_leaves_no_visible_version(built, trajectories, monkeypatch):
+    ctx = built[0]
+    store = ctx.store
+
+    def killed(key, obj):
+        raise KeyboardInterrupt(f"killed before {key}")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "write_json", killed)
+        with pytest.raises(KeyboardInterrupt):
+            _sft(built, trajectories, name="crashy")
+    assert store.exists("exports/crashy/2026.01.15/data/test.parquet")  # files were written...
+    assert list_export_versions(ctx, "crashy") == []  # ...but no version exists
+    with pytest.raises(ExportError, match="no finished version"):
+        load_export(ctx, "crashy")
+    store.write_bytes("exports/crashy/2026.01.15/data/stray.parquet", b"left over")
+    done = _sft(built, trajectories, name="crashy", today=date(2026, 1, 16))
+    assert done.created and done.version == "2026.01.15"  # completed, not a new name
+    assert not store.exists("exports/crashy/2026.01.15/data/stray.parquet")
+    assert verify_export(ctx, "crashy") == []
+
+
+def test_trajectories_must_come_from_the_release(built, trajectories):
+    ctx, release, _, tasks = built
+    stranger = trajectories[0].model_copy(update={"id": "x" * 16, "task_id": "not-a-task"})
+    with pytest.raises(ExportError, match="not among the tasks"):
+        build_sft_export(ctx, "bad", [stranger], tasks, release=release)
+    variant = tasks[0].model_copy(update={"id": "variant-task"})
+    with pytest.raises(ExportError, match="not in release"):
+        build_sft_export(
+            ctx, "bad", [stranger.model_copy(update={"task_id": "variant-task"})], [variant], release=release
+        )
+
+
+# -- RL -----------------------------------------------------------------------------------------------------------
+def test_rl_export_loads_with_datasets_and_holds_no_answers(built, rl, tmp_path):
+    ctx, release, _, tasks = built
+    folder = Path(LocalTarget(tmp_path / "out").publish(rl.export))
+    assert not (tmp_path / "out" / "rl-private").exists()
+    ds = datasets.load_dataset(str(folder), split="test", cache_dir=str(tmp_path / "hf"))
+    assert sorted(ds["task_id"]) == sorted(t.id for t in tasks)
+    by_id = {t.id: t for t in tasks}
+    for row in ds:
+        task = by_id[row["task_id"]]
+        assert row["prompt"] == [
+            {"role": "system", "content": system_prompt(task)},
+            {"role": "user", "content": task_prompt(task)},
+        ]
+        assert row["release"] == f"bench@{release.version}"
+        public = {f"files/{task.id}/{f.name}" for f in task.public_files}
+        assert {f["path"] for f in row["files"]} == public
+        assert all(ctx.store.exists(f"{release.prefix}/{p}") for p in public)
+        spec = RewardSpec.model_validate_json(row["reward_spec"])
+        assert spec.format_reward == 0.1 and spec.max_reward == pytest.approx(1.1)
+        assert spec.mode == ("exact-match" if task.family.endswith("-IF") else "metric")
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert {p.relative_to(folder).as_posix() for p in files} == {
+        "README.md",
+        "manifest.json",
+        "data/test.parquet",
+    }
+    assert not set(ds.column_names) & {"answers", "scores", "spec", "private_files", "reference_predictions"}
+    exported = "".join(p.read_bytes().decode("latin-1") for p in files) + json.dumps(list(ds), default=str)
+    secrets = {f.sha256 for t in tasks for f in t.private_files}
+    assert not any(digest in exported for digest in secrets)
+    for task in tasks:
+        # The reference code and the sampled IF spec, which would give the answers away, are nowhere.
+        for name in ("reference.py", "spec.json"):
+            if any(f.name == name for f in task.private_files):
+                secret = ctx.store.read_bytes(f"tasks/{task.id}/private/{name}").decode()
+                assert secret.strip()[:200] not in exported
+    readme = (folder / "README.md").read_text()
+    assert "0.1 for a well-formed" in readme and "bench-private" in readme
+
+
+def test_rl_rebuild_is_idempotent(built, rl):
+    ctx, release, _, tasks = built
+    again = build_rl_export(ctx, "rl", list(reversed(tasks)), release=release, today=date(2026, 3, 1))
+    assert not again.created and again.version == rl.version
+
+
+# -- reward -------------------------------------------------------------------------------------------------------
+def _private(ctx, task, name) -> Path:
+    return ctx.store.local_path(f"tasks/{task.id}/private/{name}")
+
+
+def test_reward_of_an_if_task(built, tmp_path):
+    ctx, _, by_family, _ = built
+    task = by_family["Class-IF"]
+    answers = _private(ctx, task, "reference_predictions.csv")
+    exact = reward(task, answers, answers)
+    assert exact.value == pytest.approx(1.1) and exact.well_formed and exact.score == 1.0
+    frame = pd.read_csv(answers, dtype=str)
+    target = task.metric.target_columns[0]
+    labels = sorted(set(frame[target]))
+    frame[target] = [labels[(labels.index(v) + 1) % len(labels)] for v in frame[target]]
+    wrong = tmp_path / "wrong.csv"
+    frame.to_csv(wrong, index=False)
+    result = reward(task, wrong, answers)
+    assert result.value == pytest.approx(0.1) and result.well_formed and result.score == 0.0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,guess\n1,a\n")
+    malformed = reward(task, bad, answers)
+    assert malformed.value == 0.0 and not malformed.well_formed and "missing column" in malformed.detail
+    assert reward(task, tmp_path / "none.csv", answers).value == 0.0
+    link = tmp_path / "predictions.csv"
+    link.symlink_to(answers)  # an agent pointing its predictions at the answers gets nothing
+    sneaky = reward(task, link, answers)
+    assert sneaky.value == 0.0 and "symbolic link" in sneaky.detail
+
+
+def test_reward_of_an_mm_task(built, tmp_path):
+    ctx, _, by_family, _ = built
+    task = by_family["Class-MM"]
+    answers = _private(ctx, task, "answers.csv")
+    assert reward(task, answers, answers).value == pytest.approx(1.1)
+    frame = pd.read_csv(answers, dtype=str)
+    target = task.metric.target_columns[0]
+    constant = frame.assign(**{target: frame[target].mode()[0]})
+    path = tmp_path / "constant.csv"
+    constant.to_csv(path, index=False)
+    result = reward(task, path, answers)
+    expected = f1_score(frame[target], constant[target], average="macro")
+    assert 0 < expected < 0.5
+    assert result.well_formed and result.value == pytest.approx(0.1 + expected)
+    spec = RewardSpec.model_validate_json(reward_spec(task).model_dump_json())
+    assert reward(spec, path, answers) == result  # a trainer needs only the export's spec
+
+
+def test_trajectory_reward(built, trajectories):
+    _, _, by_family, _ = built
+    if_task, mm_task = by_family["Class-IF"], by_family["Class-MM"]
+    assert trajectory_reward(if_task, trajectories[0]).value == pytest.approx(1.1)
+    assert trajectory_reward(if_task, trajectories[1]).value == pytest.approx(0.1)
+    assert trajectory_reward(mm_task, trajectories[3]).value == pytest.approx(1.05)
+    failed = trajectories[0].model_copy(update={"outcome": "code-error", "score": None, "passed": False})
+    assert trajectory_reward(if_task, failed).value == 0.0
+
+
+# -- publishing to the Hub ----------------------------------------------------------------------------------------
+def test_exports_publish_to_the_hub_like_releases(hub, sft):  # noqa: F811
+    target = HubTarget("acme", token=TOKEN, endpoint=hub.url, backoff_s=0.01)
+    push = target.push(sft.export)
+    assert [r.repo_id for r in push.repos] == ["acme/sft"] and push.urls == {
+        "public": f"{hub.url}/datasets/acme/sft"
+    }
+    [commit] = hub.release_commits("acme/sft")
+    assert commit.title == f"dareforge sft export sft@{sft.version}"
+    files = {e["name"] for e in sft.export.manifest["files"]} | {"manifest.json"}
+    assert set(hub.tree_at("acme/sft", f"v{sft.version}")) - {".gitattributes"} == files
+    assert target.push(sft.export).already_published and len(hub.release_commits("acme/sft")) == 1
