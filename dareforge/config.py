@@ -244,6 +244,11 @@ class SandboxConfig(Section):
     max_output_bytes: int = 100_000
     max_traceback_chars: int = 4000
     pool_size: int = Field(2, description="Kernels started ahead of time.")
+    pool_starters: int = Field(2, description="Kernels the pool starts at once.")
+    preload: list[str] = Field(
+        default_factory=lambda: ["numpy", "pandas"],
+        description="Modules a pooled kernel imports while it waits (agents use them in their first cell).",
+    )
     allow_unsandboxed: bool = Field(
         False,
         description="Run agent code without isolation when bubblewrap is unavailable (trusted code only).",

@@ -241,6 +241,8 @@ def test_pool_hands_out_started_kernels(task, tmp_path):
                 box, "import os\nopen('out.txt', 'w').write('o')\nsorted(os.listdir('/task/input'))"
             )
             assert result.result == "['train.csv']" and result.files_written == ("out.txt",)
+            # The pool imported the preload while the kernel waited.
+            assert run_ok(box, "import sys\n'pandas' in sys.modules").result == "True"
             assert (tmp_path / "ws" / "out.txt").read_text() == "o"
             assert box.execute("open('/task/input/train.csv', 'a').write('x')").error is not None
         finally:

@@ -11,8 +11,10 @@ folders of its own under the pool's `root`: `sN/input` (bound read-only at /task
   /task/work is now the caller's workspace. This needs `workspace` absent or empty, and on the file system of
   `root` (pass a `root` next to the workspaces); otherwise the pool falls back to a cold start.
 
-Each sandbox serves one trajectory and is discarded on `close()`; a background thread keeps `size` of them
-started (one start at a time, to leave the CPU to the running trajectory).
+Each sandbox serves one trajectory and is discarded on `close()`. Background threads keep `size` of them started,
+at most `sandbox.pool_starters` starts at a time, and each pooled kernel imports `sandbox.preload` (pandas,
+numpy) while it waits: a kernel costs about 2 CPU-seconds to boot and import pandas, which otherwise falls in
+the trajectory's first execution.
 """
 
 from __future__ import annotations
@@ -64,13 +66,17 @@ class KernelPool:
         self._ready: list[Sandbox] = []
         self._cond = threading.Condition()
         self._closed = False
-        self._starting = False
+        self._starting = 0
         self._error: BaseException | None = None
         self._serial = 0
         self.hits = self.misses = 0
-        self._thread = threading.Thread(target=self._fill, name="kernel-pool", daemon=True)
+        starters = max(1, min(config.pool_starters, self.size))
+        self._threads = [
+            threading.Thread(target=self._fill, name=f"kernel-pool-{n}", daemon=True) for n in range(starters)
+        ]
         if self.size > 0:
-            self._thread.start()
+            for thread in self._threads:
+                thread.start()
 
     # --- public ---
 
@@ -112,8 +118,9 @@ class KernelPool:
             self._closed = True
             ready, self._ready = self._ready, []
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self.start_timeout_s)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=self.start_timeout_s)
         for sandbox in ready:
             sandbox.close()
         if self._own_root:
@@ -170,11 +177,11 @@ class KernelPool:
     def _fill(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and len(self._ready) >= self.size:
+                while not self._closed and len(self._ready) + self._starting >= self.size:
                     self._cond.wait()
                 if self._closed:
                     return
-                self._starting = True
+                self._starting += 1
                 self._serial += 1
                 stage = self.root / f"s{self._serial}"
             try:
@@ -183,12 +190,13 @@ class KernelPool:
                 log.warning("pool could not start a kernel (%s); retrying in %.0f s", exc, FAILURE_BACKOFF_S)
                 shutil.rmtree(stage, ignore_errors=True)
                 with self._cond:
-                    self._error, self._starting = exc, False
+                    self._error = exc
+                    self._starting -= 1
                     self._cond.notify_all()
                     self._cond.wait(FAILURE_BACKOFF_S)
                 continue
             with self._cond:
-                self._starting = False
+                self._starting -= 1
                 if self._closed:
                     sandbox.close()
                     return
@@ -208,4 +216,12 @@ class KernelPool:
             start_timeout_s=self.start_timeout_s,
         )
         sandbox._cleanup.append(stage)
-        return sandbox.start()
+        sandbox.start()
+        if self.config.preload:
+            # Importing is start-up work: it gets the start-up time limit, not the per-execution one.
+            sandbox.seconds_per_execution = self.start_timeout_s
+            warm = sandbox.execute(f"import {', '.join(self.config.preload)}")
+            sandbox.seconds_per_execution = self.seconds_per_execution
+            if warm.error is not None:
+                log.warning("pooled kernel could not preload %s: %s", self.config.preload, warm.error)
+        return sandbox
