@@ -37,28 +37,65 @@ def _filter_line(f: RangeFilter | CategoryFilter) -> str:
     return f"train = train[train[{column}].isna() | {keep}]"
 
 
-def if_reference_code(spec: IFSpec) -> str:
+@dataclass(frozen=True)
+class Section:
+    """One step of the IF reference script, in order: `kind` names the step (`SECTION_KINDS`), `title` says it
+    in words, `code` is its lines. Gold trajectories run the sections as separate cells of one kernel."""
+
+    kind: str
+    title: str
+    code: str
+
+
+SECTION_KINDS = ("imports", "load", "filter", "dates", "features", "pipeline", "fit", "predict")
+
+
+def if_reference_sections(spec: IFSpec) -> list[Section]:
+    """The IF reference script as ordered sections (one per filter); joined, they are `if_reference_code`."""
     numeric, categorical = spec.numeric_features, spec.categorical
-    steps = [_HEADER, f"from {spec.model.module} import {spec.model.name}", ""]
-    steps.append('train = pd.read_csv("train.csv")')
-    steps.append('test = pd.read_csv("test.csv")')
-    steps += [_filter_line(f) for f in spec.filters]
+    sections: list[Section] = []
+
+    def add(kind: str, title: str, *lines: str) -> None:
+        sections.append(Section(kind, title, "\n".join(lines) + "\n"))
+
+    add(
+        "imports",
+        "import pandas, numpy and scikit-learn",
+        _HEADER,
+        f"from {spec.model.module} import {spec.model.name}",
+        "",
+    )
+    add(
+        "load",
+        "load train.csv and test.csv",
+        'train = pd.read_csv("train.csv")',
+        'test = pd.read_csv("test.csv")',
+    )
+    for f in spec.filters:
+        add("filter", f"filter the training rows on {f.column!r}", _filter_line(f))
     if spec.date_parts:
         column = repr(spec.date_parts.column)
-        steps.append("for frame in (train, test):")
-        steps.append(f"    when = pd.to_datetime(frame[{column}])")
-        for part, derived in zip(spec.date_parts.parts, spec.date_parts.derived, strict=True):
-            steps.append(f"    frame[{derived!r}] = when.dt.{part}")
-    steps.append(f"features = {numeric + categorical!r}")
-    steps.append("X, X_test = train[features].copy(), test[features].copy()")
+        parts = zip(spec.date_parts.parts, spec.date_parts.derived, strict=True)
+        add(
+            "dates",
+            f"derive date parts of {spec.date_parts.column!r}",
+            "for frame in (train, test):",
+            f"    when = pd.to_datetime(frame[{column}])",
+            *(f"    frame[{derived!r}] = when.dt.{part}" for part, derived in parts),
+        )
+    lines = [
+        f"features = {numeric + categorical!r}",
+        "X, X_test = train[features].copy(), test[features].copy()",
+    ]
     if categorical:
         # Strings as plain objects: imputers and encoders treat pandas' string dtype inconsistently.
-        steps.append(
+        lines.append(
             f"for frame in (X, X_test):\n    frame[{categorical!r}] = frame[{categorical!r}].astype(object)"
         )
-        steps.append(
+        lines.append(
             f"    frame[{categorical!r}] = frame[{categorical!r}].where(frame[{categorical!r}].notna(), np.nan)"
         )
+    add("features", "select the features", *lines)
     numeric_steps = [f'("impute", SimpleImputer(strategy={spec.numeric_imputer!r}))']
     if spec.scaler != "none":
         numeric_steps.append(
@@ -82,14 +119,25 @@ def if_reference_code(spec: IFSpec) -> str:
             f'("categorical", Pipeline([("impute", {imputer}), ("encode", {encoder})]), {categorical!r})'
         )
     params = ", ".join(f"{k}={v!r}" for k, v in spec.model.params.items())
-    steps.append(f"preprocess = ColumnTransformer([{', '.join(transformers)}])")
-    steps.append(f'model = Pipeline([("preprocess", preprocess), ("model", {spec.model.name}({params}))])')
-    steps.append(f"model.fit(X, train[{spec.target!r}])")
-    steps.append(
-        f"pd.DataFrame({{{spec.id_column!r}: test[{spec.id_column!r}], {spec.target!r}: model.predict(X_test)}})"
-        f'.to_csv("{PREDICTIONS}", index=False)'
+    add(
+        "pipeline",
+        f"build the preprocessing and {spec.model.name} pipeline",
+        f"preprocess = ColumnTransformer([{', '.join(transformers)}])",
+        f'model = Pipeline([("preprocess", preprocess), ("model", {spec.model.name}({params}))])',
     )
-    return "\n".join(steps) + "\n"
+    add("fit", "fit on the cleaned training rows", f"model.fit(X, train[{spec.target!r}])")
+    add(
+        "predict",
+        f"predict the test rows and write {PREDICTIONS}",
+        f"pd.DataFrame({{{spec.id_column!r}: test[{spec.id_column!r}], {spec.target!r}: model.predict(X_test)}})"
+        f'.to_csv("{PREDICTIONS}", index=False)',
+    )
+    return sections
+
+
+def if_reference_code(spec: IFSpec) -> str:
+    """The standalone IF reference script (byte for byte what certified tasks were generated with)."""
+    return "".join(section.code for section in if_reference_sections(spec))
 
 
 @dataclass(frozen=True)
