@@ -89,8 +89,12 @@ class TaskWriter:
     def __init__(self, ctx: RunContext, prepared: PreparedSource, report: GenerateReport):
         self.ctx, self.prepared, self.report = ctx, prepared, report
 
+    def task_id(self, family: str, seed: int, spec_key: str) -> str:
+        """What a task's id hashes; a writer of derived tasks (obscured variants) hashes what defines those."""
+        return fingerprint(GENERATOR_VERSION, self.prepared.version, family, seed, spec_key)
+
     def build(self, family: str, seed: int, spec_key: str, fill: Callable[[Draft], None]) -> Task | None:
-        task_id = fingerprint(GENERATOR_VERSION, self.prepared.version, family, seed, spec_key)
+        task_id = self.task_id(family, seed, spec_key)
         manifest = self.ctx.store.read_manifest(f"tasks/{task_id}")
         if manifest is not None:
             self.report.reused += 1

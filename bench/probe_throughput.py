@@ -1,0 +1,103 @@
+"""Shortcut-probe throughput against the local scripted server with a fixed latency.
+
+Baseline from the same run: the concurrency-bound ideal, C no-data attempts at a time, each costing its model
+calls' latency and nothing else. The ratio (ideal time / measured time) shows what sandboxes, grading and
+bookkeeping cost on top (aim >= 0.9); on a small machine a fresh sandboxed kernel per attempt is most of it,
+as in bench/trajectory_throughput.py. A second figure isolates the probe's own work outside the agent engine:
+building each task's `test_ids.csv`, computing and storing findings, re-running the gate. Every attempt is
+real: a sandboxed kernel runs the model's code.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+
+from dareforge.config import Config, EndpointConfig
+from dareforge.context import RunContext
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.generators.generate import generate
+from dareforge.generators.prepare import prepare
+from dareforge.probes import shortcut
+from tests.llm_server import LLMServer
+
+LATENCY_S = 1.0
+CONCURRENCY = 4
+SAMPLES = 4
+CALLS_PER_ATTEMPT = 2  # one reply with code, one with the answer
+TARGET = 0.9
+TARGET_NAME = re.compile(r"`([^`]+)`, one row per row of `test\.csv`")  # both prompts end their columns so
+
+
+def _reply(request) -> str:
+    if sum(m.get("role") == "user" for m in request.messages) > 1:
+        return "<answer>predictions.csv is written</answer>"
+    target = TARGET_NAME.search(request.messages[1]["content"]).group(1)
+    return (
+        "<reasoning>No data: predict one constant for every test id.</reasoning>\n<code>\n"
+        "import pandas as pd\n"
+        f"rows = pd.read_csv('test_ids.csv')\nrows[{target!r}] = 0\n"
+        "rows.to_csv('predictions.csv', index=False)\nprint(len(rows))\n</code>"
+    )
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp, LLMServer(latency=LATENCY_S) as server:
+        cfg = Config()
+        cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
+        cfg.builtin.include = ["sklearn-iris", "sklearn-wine"]
+        cfg.sandbox.pool_size = CONCURRENCY
+        cfg.probe.samples, cfg.probe.temperature = SAMPLES, 0.7
+        cfg.llm.endpoints = [
+            EndpointConfig(name="bench", base_url=server.url, model="scripted", max_concurrency=CONCURRENCY)
+        ]
+        ctx = RunContext.from_config(cfg, show_progress=False)
+        crawl(ctx)
+        filter_sources(ctx)
+        prepare(ctx)
+        generate(ctx)
+        server.script(_reply)
+        engine = _timed(shortcut, "run_probe")
+        started = time.perf_counter()
+        report = shortcut.probe_shortcuts(ctx, concurrency=CONCURRENCY)
+        wall = time.perf_counter() - started
+    attempts = report.ran
+    ideal = attempts * CALLS_PER_ATTEMPT * LATENCY_S / CONCURRENCY
+    ratio = ideal / wall
+    outcomes: dict[str, int] = {}
+    for r in report.results["bench"]:
+        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    print(
+        f"probe: {attempts} no-data attempts on {len(report.findings)} tasks in {wall:.1f}s at concurrency "
+        f"{CONCURRENCY}, {LATENCY_S:g}s per model call; ideal {ideal:.1f}s"
+    )
+    print(
+        f"  ratio to the concurrency-bound ideal: {ratio:.2f} (target >= {TARGET}) "
+        f"{'OK' if ratio >= TARGET else 'MISSED'}"
+    )
+    print(f"  outcomes: {outcomes}; solvable without their data: {len(report.flagged)}")
+    outside = wall - sum(engine)
+    print(
+        f"  the probe's own work outside the agent engine: {outside:.2f}s ({outside / wall:.1%} of the run)"
+    )
+
+
+def _timed(module, name: str) -> list[float]:
+    """Wrap `module.name` to record the seconds of each call (to tell the engine's time from the probe's)."""
+    inner, spent = getattr(module, name), []
+
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - started)
+
+    setattr(module, name, wrapper)
+    return spent
+
+
+if __name__ == "__main__":
+    main()

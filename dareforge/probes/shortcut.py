@@ -1,0 +1,314 @@
+"""Shortcut-solvability probe (the DSGym idea): can a model solve a task without its data?
+
+Every probed model (`probe.endpoints`, else every `llm.endpoints` entry) attempts every task the gate accepted
+(every candidate when no gate has run) `probe.samples` times with the data withheld: the agent gets the
+instruction with a note saying so, and one file, `test_ids.csv`, the key columns of the rows to predict. A
+model solves the task when any attempt passes `probe.pass_bars` (IF: every prediction matches). A task that
+models solve this way measures recall or a trivial rule, not data science.
+
+Stored: each trajectory (partition `probe-no-data--<endpoint>`), one `ProbeResult` per task, endpoint and sample
+(`probes` partition `no-data--<endpoint>`), and per task a `shortcut` finding in `validations` (partition
+`shortcut--<source>`, apart from the validate stage's own) whose score is the share of probed models that
+solved it, counting every configured probe model with stored results. The gate then runs again, so a task whose
+share exceeds `validate.max_shortcut_share` is rejected and left out of releases. Played attempts are reused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dareforge.agents.evaluate import find_endpoint, partition_name
+from dareforge.agents.loop import SandboxFactory
+from dareforge.agents.runner import Attempt, make_client, run_attempts, store_task_files
+from dareforge.config import EndpointConfig
+from dareforge.context import RunContext
+from dareforge.crawlers.inspect import describe_file
+from dareforge.errors import ConfigError
+from dareforge.probes.obscure import originals
+from dareforge.schema import ProbeResult, Record, SourceFile, Task, Validation, Verdict
+from dareforge.store import Store
+from dareforge.validators.gate import gate
+
+log = logging.getLogger(__name__)
+
+PROBE_VERSION = "1"
+CHECKS_VERSION = f"probe-{PROBE_VERSION}"
+CHECK = "shortcut"
+NO_DATA = "no-data"
+TEST_IDS = "test_ids.csv"
+ClientFactory = Callable[[EndpointConfig], Any]
+
+
+# -- shared by the probes ----------------------------------------------------------------------------------------
+def probe_endpoints(ctx: RunContext, names: Iterable[str] | None = None) -> list[EndpointConfig]:
+    """`names`, else `probe.endpoints`, else every `llm.endpoints` entry; an unknown name is a ConfigError."""
+    chosen = list(names) if names is not None else list(ctx.config.probe.endpoints)
+    if not chosen:
+        chosen = [e.name for e in ctx.config.llm.endpoints]
+    if not chosen:
+        raise ConfigError(
+            "no models to probe with: `llm.endpoints` is empty; add one in dareforge.yaml (name, base_url, "
+            "model; api_key_env for hosted APIs), and optionally pick some of them with `probe.endpoints`"
+        )
+    return [find_endpoint(ctx, name) for name in dict.fromkeys(chosen)]
+
+
+@dataclass
+class ProbeRun:
+    """What a probe played: each endpoint's results (in attempt order), counts, and the store keys written."""
+
+    results: dict[str, list[ProbeResult]] = field(default_factory=dict)
+    ran: int = 0
+    reused: int = 0
+    written: list[str] = field(default_factory=list)
+
+
+def run_probe(
+    ctx: RunContext,
+    run: ProbeRun,
+    endpoints: Sequence[EndpointConfig],
+    attempts: Sequence[Attempt],
+    name: str,
+    *,
+    client_factory: ClientFactory | None,
+    sandbox_factory: SandboxFactory | None,
+    concurrency: int | None,
+) -> None:
+    """Play `attempts` with each endpoint under the `probe:` settings, into `run`. Trajectories go to partition
+    `probe-<name>--<endpoint>`; one ProbeResult per attempt (its kind names the probe) to `<name>--<endpoint>`,
+    in place of the stored results about the same tasks."""
+    config = ctx.config.probe
+    probed = {a.task.id for a in attempts}
+    for endpoint in endpoints:
+        client = (
+            client_factory(endpoint) if client_factory is not None else make_client(ctx, endpoint, "probe")
+        )
+        played = run_attempts(
+            ctx,
+            client,
+            attempts,
+            partition=partition_name(f"probe-{name}", endpoint.name),
+            workers=concurrency or max(1, min(endpoint.max_concurrency, os.cpu_count() or 1)),
+            temperature=config.temperature,
+            pass_bars=config.pass_bars,
+            max_tokens=config.max_tokens,
+            sandbox_factory=sandbox_factory,
+            label=f"probe {name}",
+        )
+        run.ran, run.reused = run.ran + played.ran, run.reused + played.reused
+        results = [
+            ProbeResult(
+                task_id=attempt.task.id,
+                source_id=attempt.task.source_id,
+                family=attempt.task.family,
+                probe=attempt.kind,
+                endpoint=trajectory.endpoint,
+                model=trajectory.model,
+                sample=attempt.sample,
+                trajectory_id=trajectory.id,
+                outcome=trajectory.outcome,
+                score=trajectory.score,
+                passed=bool(trajectory.passed),
+                probe_version=PROBE_VERSION,
+            )
+            for attempt, trajectory in zip(attempts, played.trajectories, strict=True)
+        ]
+        run.results[endpoint.name] = results
+        partition = partition_name(name, endpoint.name)
+        if replace_rows(ctx.store, partition, results, probed):
+            run.written.append(ctx.store.table_key(ProbeResult.table, partition))
+
+
+def replace_rows(store: Store, partition: str, rows: Sequence[Record], task_ids: set[str]) -> bool:
+    """Write `rows` into `partition` in place of its stored rows about `task_ids`; other rows stay."""
+    cls = type(rows[0])
+    kept = [r for r in store.read_partition(cls, partition) if r.task_id not in task_ids]
+    merged = sorted([*kept, *rows], key=lambda r: r.model_dump_json())
+    return store.write_records(partition, merged)
+
+
+def score_of(result: ProbeResult) -> float:
+    """A result's score with failures (no score, NaN) counted as 0."""
+    score = result.score
+    return score if score is not None and score == score else 0.0
+
+
+# -- the no-data probe -------------------------------------------------------------------------------------------
+def withheld_note(task: Task) -> str:
+    keys = ", ".join(f"`{c}`" for c in task.metric.key_columns)
+    return (
+        "Note: the data of this task is withheld. There is no `train.csv` and no `test.csv`; the working "
+        f"directory holds only `{TEST_IDS}`, the key columns ({keys}) of the rows to predict. Write "
+        "`predictions.csv` as described above, one row per row of that file, from what you know."
+    )
+
+
+def no_data_task(store: Store, task: Task) -> tuple[Task, bytes]:
+    """The task as the probe shows it (instruction with the note, `test_ids.csv` as its only file) and that
+    file's bytes (the key columns of the public test.csv, exactly as written there)."""
+    with store.open(f"tasks/{task.id}/public/test.csv") as fh:
+        test = pd.read_csv(fh, dtype=str, keep_default_na=False)
+    data = test[task.metric.key_columns].to_csv(index=False).encode()
+    probe_task = task.model_copy(
+        update={
+            "instruction": f"{task.instruction.rstrip()}\n\n{withheld_note(task)}",
+            "public_files": [_describe(data)],
+        }
+    )
+    return probe_task, data
+
+
+def _describe(data: bytes) -> SourceFile:
+    with tempfile.TemporaryDirectory(prefix="dareforge-probe-") as tmp:
+        path = Path(tmp) / TEST_IDS
+        path.write_bytes(data)
+        return describe_file(path, TEST_IDS)
+
+
+def no_data_attempts(store: Store, tasks: Sequence[Task], samples: int) -> list[Attempt]:
+    attempts = []
+    for task in tasks:
+        probe_task, data = no_data_task(store, task)
+        answers_only = store_task_files(store, task.model_copy(update={"public_files": []}))
+
+        def materialize(tmp: Path, data: bytes = data, answers_only=answers_only) -> tuple[Path, Path | None]:
+            public = tmp / NO_DATA
+            public.mkdir()
+            (public / TEST_IDS).write_bytes(data)
+            return public, answers_only(tmp)[1]
+
+        attempts += [Attempt(probe_task, sample, materialize, NO_DATA) for sample in range(samples)]
+    return attempts
+
+
+def shortcut_candidates(ctx: RunContext, task_ids: Iterable[str] | None = None) -> list[Task]:
+    """Candidate tasks (not variants) the gate accepted, or rejected only for a shortcut (so a new probe model
+    can still clear them); every candidate when no gate has run."""
+    tasks = originals(ctx, task_ids)
+    verdicts = {v.task_id: v for v in ctx.store.iter_records(Verdict)}
+    if not verdicts:
+        return tasks
+    return [
+        t
+        for t in tasks
+        if (v := verdicts.get(t.id)) is not None and all(r.startswith(f"{CHECK}:") for r in v.reasons)
+    ]
+
+
+@dataclass
+class ShortcutReport(ProbeRun):
+    endpoints: list[str] = field(default_factory=list)
+    max_share: float = 0.5
+    findings: list[Validation] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> list[str]:
+        """Tasks more than `validate.max_shortcut_share` of the probed models solved without the data."""
+        return [f.task_id for f in self.findings if f.score is not None and f.score > self.max_share]
+
+
+def probe_shortcuts(
+    ctx: RunContext,
+    endpoints: Iterable[str] | None = None,
+    task_ids: Iterable[str] | None = None,
+    client_factory: ClientFactory | None = None,
+    sandbox_factory: SandboxFactory | None = None,
+    concurrency: int | None = None,
+) -> ShortcutReport:
+    """Probe the tasks (see `shortcut_candidates`) with the endpoints; see the module doc."""
+    chosen = probe_endpoints(ctx, endpoints)
+    report = ShortcutReport(
+        endpoints=[e.name for e in chosen], max_share=ctx.config.validate_.max_shortcut_share
+    )
+    tasks = shortcut_candidates(ctx, task_ids)
+    if not tasks:
+        log.warning("probe: no tasks to probe (none accepted by the gate, or none generated)")
+        return report
+    run_probe(
+        ctx,
+        report,
+        chosen,
+        no_data_attempts(ctx.store, tasks, ctx.config.probe.samples),
+        NO_DATA,
+        client_factory=client_factory,
+        sandbox_factory=sandbox_factory,
+        concurrency=concurrency,
+    )
+    # Every configured probe model counts, not only the ones played now: probing one new model later must
+    # not erase what the others showed.
+    counted = probe_endpoints(ctx, [*report.endpoints, *(e.name for e in _configured(ctx))])
+    report.findings = findings(ctx.store, tasks, counted)
+    by_source: dict[str, list[Validation]] = defaultdict(list)
+    for finding in report.findings:
+        by_source[finding.source_id].append(finding)
+    for source_id, rows in sorted(by_source.items()):
+        partition = f"{CHECK}--{source_id}"
+        if replace_rows(ctx.store, partition, rows, {t.id for t in tasks}):
+            report.written.append(ctx.store.table_key(Validation.table, partition))
+    report.verdicts, written = gate(ctx)
+    report.written += written
+    log.info(
+        "probe %s: %d tasks, %d played, %d reused, %d solvable without their data",
+        NO_DATA,
+        len(tasks),
+        report.ran,
+        report.reused,
+        len(report.flagged),
+    )
+    return report
+
+
+def _configured(ctx: RunContext) -> list[EndpointConfig]:
+    try:
+        return probe_endpoints(ctx)
+    except ConfigError:
+        return []
+
+
+def findings(store: Store, tasks: Sequence[Task], endpoints: Sequence[EndpointConfig]) -> list[Validation]:
+    """One `shortcut` finding per task from the stored results of `endpoints` (their current model only)."""
+    results: dict[str, dict[str, list[ProbeResult]]] = defaultdict(lambda: defaultdict(list))
+    for endpoint in endpoints:
+        for r in store.read_partition(ProbeResult, partition_name(NO_DATA, endpoint.name)):
+            if r.model == endpoint.model and r.probe_version == PROBE_VERSION:
+                results[r.task_id][endpoint.name].append(r)
+    out = []
+    for task in tasks:
+        per_model = results.get(task.id, {})
+        if not per_model:
+            continue
+        solved = sorted(name for name, rows in per_model.items() if any(r.passed for r in rows))
+        details = {
+            name: {
+                "model": rows[0].model,
+                "solved": name in solved,
+                "best_score": max(score_of(r) for r in rows),
+                "outcomes": sorted(r.outcome for r in rows),
+                "samples": len(rows),
+            }
+            for name, rows in sorted(per_model.items())
+        }
+        reason = f"{len(solved)} of {len(per_model)} models solved it without the data"
+        out.append(
+            Validation(
+                task_id=task.id,
+                source_id=task.source_id,
+                check=CHECK,
+                score=len(solved) / len(per_model),
+                reason=f"{reason}: {', '.join(solved)}" if solved else reason,
+                details=json.dumps(details, sort_keys=True),
+                checks_version=CHECKS_VERSION,
+            )
+        )
+    return out
