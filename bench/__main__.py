@@ -7,8 +7,10 @@ import sys
 from bench import (
     crawl_warm_cold,
     generate_throughput,
+    gold_trajectories,
     llm_throughput,
     prepare_memory,
+    probe_throughput,
     sandbox_kernel,
     trajectory_throughput,
     validate_per_task,
@@ -17,8 +19,10 @@ from bench import (
 BENCHMARKS = {
     "crawl": crawl_warm_cold.main,
     "generate": generate_throughput.main,
+    "gold": gold_trajectories.main,
     "llm": llm_throughput.main,
     "prepare-memory": prepare_memory.main,
+    "probe": probe_throughput.main,
     "sandbox": sandbox_kernel.main,
     "trajectories": trajectory_throughput.main,
     "validate": validate_per_task.main,

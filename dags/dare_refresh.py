@@ -1,4 +1,7 @@
-"""Weekly refresh: crawl -> filter -> prepare (per source) -> generate (per source) -> validate -> publish.
+"""Weekly refresh: crawl -> filter -> prepare (per source) -> generate (per source) -> validate -> probe -> publish.
+
+The shortcut probe runs when LLM endpoints are configured (models attempt each accepted task without its data;
+tasks most of them still solve are rejected by the gate before publishing); without endpoints it is skipped.
 
 Every task calls one `dareforge` stage on the store named by `dareforge.yaml` / DAREFORGE_* env vars and returns
 store keys or ids, never data. Stages skip work whose outputs exist, so a re-run (or a retry) is cheap, and a
@@ -106,7 +109,23 @@ def dare_refresh():
         )
         return report.written
 
-    @task(outlets=[Asset(RELEASES_ASSET)], **NETWORK_RETRIES)
+    @task(pool="llm")
+    def probe() -> int:
+        """Tasks the gate now rejects as shortcut-solvable."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from dareforge.orchestration import context, retry_only_transient
+        from dareforge.probes import probe_shortcuts
+
+        ctx = context()
+        if not ctx.config.llm.endpoints:
+            raise AirflowSkipException("no llm.endpoints configured: no shortcut probe")
+        with retry_only_transient("probe"):
+            report = probe_shortcuts(ctx)
+        log.info("probe: %s", report.summary())
+        return len(report.flagged)
+
+    @task(outlets=[Asset(RELEASES_ASSET)], trigger_rule="none_failed", **NETWORK_RETRIES)
     def publish(params=None, outlet_events=None) -> str:
         from dareforge.orchestration import publish_release
 
@@ -116,7 +135,7 @@ def dare_refresh():
     prepared = prepare.expand(source_id=sources)
     generated = generate.expand(source_id=prepared)
     chain(crawl(), filter_sources(), sources)
-    chain(generated, validate(), publish())
+    chain(generated, validate(), probe(), publish())
 
 
 dare_refresh()

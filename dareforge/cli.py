@@ -255,27 +255,6 @@ def release_publish(
 
 
 @app.command()
-def export(
-    release: ReleaseOption = "dareforge",
-    fmt: Annotated[str, typer.Option("--format", help="dare-bench: DARE-bench's own layout.")] = "dare-bench",
-    dest: Annotated[Path, typer.Option("--dest", help="Folder to write.")] = Path("data/export/dare-bench"),
-) -> None:
-    """Export a release in another benchmark's layout, so its tools run and score our tasks unchanged."""
-    from dareforge.publish.export import export_dare_bench
-    from dareforge.publish.release import load_release
-    from dareforge.validators.audit import parse_release
-
-    if fmt != "dare-bench":
-        _fail(DareforgeError(f"unknown --format {fmt!r}; supported: dare-bench"))
-    name, version = parse_release(release)
-    loaded = load_release(_ctx(), name, version)
-    report = export_dare_bench(_ctx(), name, loaded.version, dest)
-    out.print(f"exported {name}@{loaded.version} to {report.dest}: {len(report.folders)} folders")
-    for key, why in sorted(report.skipped.items()):
-        out.print(f"  skipped {key}: {why}")
-
-
-@app.command()
 def report(
     release: ReleaseOption = "dareforge",
 ) -> None:
@@ -382,7 +361,11 @@ def run(
         bool, typer.Option("--airflow", help="Run the dare_refresh DAG through `airflow dags test` instead.")
     ] = False,
 ) -> None:
-    """The main job on the configured sources: crawl, filter, prepare, generate, validate, release, summary."""
+    """The main job: crawl, filter, prepare, generate, validate, probe, release, gold and sampled trajectories,
+    SFT/RL exports, summary.
+
+    Models: llm.endpoints when configured, else the embedded local model when installed (make local-llm),
+    else none (probe and sampling are skipped; gold trajectories need no model)."""
     if airflow:
         _run_with_airflow(release)
         return
@@ -392,6 +375,8 @@ def run(
     from dareforge.generators.prepare import prepare as prepare_stage
     from dareforge.publish.release import build_release
     from dareforge.publish.targets import LocalTarget
+    from dareforge.trajectories.corpus import build_corpus
+    from dareforge.trajectories.models import run_models
     from dareforge.validators.validate import validate as validate_stage
 
     ctx = _ctx()
@@ -403,10 +388,21 @@ def run(
     prepared = prepare_stage(ctx)
     generated = generate_stage(ctx)
     validated = validate_stage(ctx)
-    released = build_release(ctx, release)
+    try:
+        with run_models(ctx, Path(ctx.config.store.work_dir)) as models:
+            probed = cli_training.probe_for_run(ctx, models)
+            released = build_release(ctx, release)
+            trained = cli_training.trajectories_for_run(ctx, models, release)
+        corpus = build_corpus(ctx, release)
+    except DareforgeError as exc:
+        _fail(exc)
     folder = None
     if ctx.store.is_local:
-        folder = LocalTarget(Path(ctx.store.root) / "published").publish(released.release)
+        published = Path(ctx.store.root) / "published"
+        folder = LocalTarget(published).publish(released.release)
+        for built in (corpus.sft, corpus.rl):
+            if built is not None:
+                LocalTarget(published).publish(built.export)
     out.rule("dareforge run")
     out.print(f"store: {ctx.store.url}")
     out.print(_crawl_line(crawled))
@@ -432,12 +428,7 @@ def run(
         'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
     )
     out.print('why a task was rejected:  [bold]dareforge sql "select * from verdicts where not accepted"[/]')
-    if not ctx.config.llm.endpoints:
-        out.print(
-            "agents: no LLM endpoint is configured, so no model was evaluated; add one under llm.endpoints in "
-            "dareforge.yaml (name, base_url, model, api_key_env; see dareforge.example.yaml), then run "
-            "[bold]dareforge evaluate --endpoint NAME[/]"
-        )
+    cli_training.print_run_training(models, probed, trained, corpus)
 
 
 def _run_with_airflow(release: str) -> None:
@@ -596,6 +587,9 @@ def _crawl_line(report) -> str:
 def _filter_line(report) -> str:
     return f"filter: {len(report.kept)} kept, {len(report.dropped)} dropped; {len(report.written)} decision files written"
 
+
+# Probe and training-data commands live in their own module; importing it registers them on `app`.
+from dareforge import cli_training  # noqa: E402
 
 if __name__ == "__main__":
     app()

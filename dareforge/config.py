@@ -227,7 +227,8 @@ class LocalModelConfig(Section):
     max_tokens: int = Field(512, description="Longest reply the pipeline asks of the local model.")
     start_timeout_s: float = 60.0
     tasks_per_run: int = Field(
-        4, description="Tasks `dareforge run` gives the local model (it generates ~80 tokens/s on 2 cores)."
+        2,
+        description="Tasks `dareforge run` probes and samples (once each) with the local model: ~30 s each.",
     )
 
 

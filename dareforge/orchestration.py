@@ -30,6 +30,8 @@ TASKS_ASSET = "dareforge://store/tasks"
 """Updated when validation has re-decided the store's tasks (the verified set may have changed)."""
 RELEASES_ASSET = "dareforge://releases"
 """Updated when a new release version is published; the event's extra names it: {"release": "NAME@VERSION"}."""
+CORPORA_ASSET = "dareforge://corpora"
+"""Updated when the training-data exports (SFT, RL) of a release were (re)built."""
 DEFAULT_RELEASE = "dareforge"
 
 POOLS: dict[str, tuple[int, str]] = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -15,7 +16,12 @@ COMMANDS = ["crawl", "filter", "run", "sources", "sql"]
 @pytest.fixture
 def cli(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DAREFORGE_BUILTIN__INCLUDE", "[sklearn-iris, statsmodels-longley, vega-airports]")
+    monkeypatch.setenv(
+        "DAREFORGE_BUILTIN__INCLUDE", "[sklearn-iris, sklearn-wine, statsmodels-longley, vega-airports]"
+    )
+    monkeypatch.setenv(
+        "DAREFORGE_LLM__LOCAL__ENABLED", "false"
+    )  # the same run whether or not it is installed
     runner = CliRunner()
 
     def invoke(*args: str):
@@ -35,13 +41,21 @@ def test_every_command_teaches_with_help(command):
 def test_run_summarises_and_sql_answers_why(cli):
     result = cli("run")
     assert result.exit_code == 0, result.output
-    assert "crawl: 3 sources seen (3 downloaded)" in result.output
-    assert "filter: 1 kept, 2 dropped" in result.output
+    assert "crawl: 4 sources seen (4 downloaded)" in result.output
+    assert "filter: 2 kept, 2 dropped" in result.output
     assert "enough-rows" in result.output and "target-identifiable" in result.output
 
+    assert "models: none (the local model is disabled" in result.output
+    assert re.search(
+        r"gold on dareforge@\S+ train: (\d+) IF tasks, \1 verified, 0 not verified", result.output
+    )
+    assert re.search(r"sft export: dareforge-sft@\S+ \(new version\)", result.output)
+    assert re.search(r"rl export: dareforge-rl@\S+ \(new version\)", result.output)
+
     again = cli("run")
-    assert "crawl: 3 sources seen (3 unchanged); 0 records written" in again.output
+    assert "crawl: 4 sources seen (4 unchanged); 0 records written" in again.output
     assert "0 decision files written" in again.output
+    assert re.search(r"sft export: dareforge-sft@\S+ \(unchanged\)", again.output)
 
     answer = cli(
         "sql",

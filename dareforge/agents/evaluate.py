@@ -167,6 +167,20 @@ def find_endpoint(ctx: RunContext, name: str) -> EndpointConfig:
     raise ConfigError(f"no endpoint named {name!r} under `llm.endpoints` (configured: {known})")
 
 
+def endpoints_for(ctx: RunContext, names: Iterable[str] | None, section: str) -> list[EndpointConfig]:
+    """`names`, else `<section>.endpoints` (probe, synthesize), else every `llm.endpoints` entry, without
+    repeats; an unknown name or no endpoint at all is a ConfigError saying what to set."""
+    chosen = list(names) if names is not None else list(getattr(ctx.config, section).endpoints)
+    if not chosen:
+        chosen = [e.name for e in ctx.config.llm.endpoints]
+    if not chosen:
+        raise ConfigError(
+            f"no models for {section}: `llm.endpoints` is empty; add one in dareforge.yaml (name, base_url, "
+            f"model; api_key_env for hosted APIs), and optionally pick some of them with `{section}.endpoints`"
+        )
+    return [find_endpoint(ctx, name) for name in dict.fromkeys(chosen)]
+
+
 def partition_name(endpoint: str, release: str) -> str:
     """The `trajectories` partition of one endpoint on one release (a safe file name)."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{endpoint}--{release}")

@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from dareforge.agents.evaluate import find_endpoint, partition_name
+from dareforge.agents.evaluate import endpoints_for, partition_name
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import Attempt, make_client, run_attempts, store_task_files
 from dareforge.config import EndpointConfig
@@ -51,16 +51,7 @@ ClientFactory = Callable[[EndpointConfig], Any]
 
 # -- shared by the probes ----------------------------------------------------------------------------------------
 def probe_endpoints(ctx: RunContext, names: Iterable[str] | None = None) -> list[EndpointConfig]:
-    """`names`, else `probe.endpoints`, else every `llm.endpoints` entry; an unknown name is a ConfigError."""
-    chosen = list(names) if names is not None else list(ctx.config.probe.endpoints)
-    if not chosen:
-        chosen = [e.name for e in ctx.config.llm.endpoints]
-    if not chosen:
-        raise ConfigError(
-            "no models to probe with: `llm.endpoints` is empty; add one in dareforge.yaml (name, base_url, "
-            "model; api_key_env for hosted APIs), and optionally pick some of them with `probe.endpoints`"
-        )
-    return [find_endpoint(ctx, name) for name in dict.fromkeys(chosen)]
+    return endpoints_for(ctx, names, "probe")
 
 
 @dataclass
@@ -216,6 +207,13 @@ class ShortcutReport(ProbeRun):
     def flagged(self) -> list[str]:
         """Tasks more than `validate.max_shortcut_share` of the probed models solved without the data."""
         return [f.task_id for f in self.findings if f.score is not None and f.score > self.max_share]
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.findings)} tasks probed without their data by {', '.join(self.endpoints)}: "
+            f"{len(self.flagged)} shortcut-solvable (share > validate.max_shortcut_share={self.max_share:g}); "
+            f"{self.ran} attempts played, {self.reused} reused"
+        )
 
 
 def probe_shortcuts(

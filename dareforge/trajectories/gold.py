@@ -331,6 +331,13 @@ class GoldReport:
     def per_minute(self) -> float | None:
         return 60 * self.ran / self.seconds if self.ran and self.seconds > 0 else None
 
+    def summary(self) -> str:
+        return (
+            f"gold on {self.source}: {self.tasks} IF tasks, {len(self.verified)} verified, {len(self.failed)} "
+            f"not verified, {len(self.skipped)} skipped; {self.ran} played, {self.reused} reused in "
+            f"{self.seconds:.1f}s"
+        )
+
 
 def gold_trajectories(
     ctx: RunContext,

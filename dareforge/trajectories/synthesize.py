@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.table import Table
 
-from dareforge.agents.evaluate import OUTCOMES, find_endpoint, partition_name, select_tasks
+from dareforge.agents.evaluate import OUTCOMES, endpoints_for, partition_name, select_tasks
 from dareforge.agents.grading import IF_FAMILIES
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
@@ -76,7 +76,9 @@ def task_set(
     when `release` is None; only `task_ids` when given (an id that is not there is an error)."""
     store = ctx.store
     if release is None:
-        stored = {t.id: t for t in store.iter_records(Task) if t.status == "candidate"}
+        stored = {
+            t.id: t for t in store.iter_records(Task) if t.status == "candidate" and t.variant_of is None
+        }
         tasks = sorted(stored.values(), key=lambda t: (t.family, t.id))
         found = TaskSet("store", None, "all", tasks, lambda t: store_task_files(store, t))
     else:
@@ -173,6 +175,14 @@ class SynthesisReport:
     def reused(self) -> int:
         return sum(e.reused for e in self.endpoints)
 
+    def summary(self) -> str:
+        total = sum(len(e.trajectories) for e in self.endpoints)
+        names = ", ".join(e.endpoint for e in self.endpoints)
+        return (
+            f"sampled {total} trajectories ({names}; K={self.samples}): {len(self.valid())} valid; "
+            f"{self.ran} played, {self.reused} reused"
+        )
+
 
 def render_table(report: SynthesisReport) -> Table:
     """One row per endpoint and family: attempts, valid, and every outcome's count."""
@@ -195,16 +205,7 @@ def render_table(report: SynthesisReport) -> Table:
 
 
 def endpoints_to_sample(ctx: RunContext, names: Iterable[str] | None) -> list[EndpointConfig]:
-    """`names`, else `synthesize.endpoints`, else every `llm.endpoints` entry; an unknown name is a ConfigError."""
-    chosen = list(names) if names is not None else list(ctx.config.synthesize.endpoints)
-    if not chosen:
-        chosen = [e.name for e in ctx.config.llm.endpoints]
-    if not chosen:
-        raise ConfigError(
-            "no endpoints to sample: `llm.endpoints` is empty; add one in dareforge.yaml "
-            "(name, base_url, model; api_key_env for hosted APIs)"
-        )
-    return [find_endpoint(ctx, name) for name in dict.fromkeys(chosen)]
+    return endpoints_for(ctx, names, "synthesize")
 
 
 def synthesize(

@@ -1,0 +1,153 @@
+"""Training corpora of a release: select verified (and judged) trajectories, then write the SFT and RL exports.
+
+Reads the `gold--<release>` and `sampled--<endpoint>--<release>` trajectory partitions, keeps trajectories of
+the release's tasks on the `synthesize.split` side (train by default, so no benchmark test task leaks into
+training data), applies `select` with `synthesize.strategy` and the `judge:` thresholds (with the judgements
+of `judge.endpoint`, when one is set) and writes `<release>-sft` (chosen trajectories as chat messages) and
+`<release>-rl` (the same tasks as prompts with DARE-bench's reward). Both are versioned like releases: the
+same selection gives the same version, and nothing new is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dareforge.agents.evaluate import partition_name
+from dareforge.context import RunContext
+from dareforge.exports import ExportResult, build_rl_export, build_sft_export
+from dareforge.judge.judge import judgement_partition, trajectory_partitions
+from dareforge.publish.release import Release, load_release
+from dareforge.schema import Judgement, Task, Trajectory
+from dareforge.trajectories.select import Selection, select
+from dareforge.trajectories.synthesize import is_valid
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("sft", "rl")
+
+
+@dataclass
+class CorpusResult:
+    release: str
+    version: str
+    partitions: list[str]
+    tasks: int
+    sft: ExportResult | None = None
+    rl: ExportResult | None = None
+    selection: Selection | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def corpus_partitions(ctx: RunContext, release: str) -> tuple[list[str], list[str]]:
+    """(gold partitions, sampled partitions) of `release` in the `trajectories` table."""
+    suffix = partition_name("", release)  # "--<release>", made safe the way partitions are named
+    names = [p for p in trajectory_partitions(ctx.store) if p.endswith(suffix)]
+    gold = [p for p in names if p == partition_name("gold", release)]
+    sampled = [p for p in names if p.startswith("sampled--")]
+    return gold, sampled
+
+
+def corpus_tasks(ctx: RunContext, rel: Release) -> list[Task]:
+    side = ctx.config.synthesize.split
+    splits = rel.splits
+    return [t for t in rel.tasks() if side == "all" or splits.get(t.id) == side]
+
+
+def build_corpus(
+    ctx: RunContext,
+    release: str = "dareforge",
+    version: str | None = None,
+    *,
+    formats: Sequence[str] = FORMATS,
+    strategy: str | None = None,
+    judge_endpoint: str | None = None,
+) -> CorpusResult:
+    """Select and export; see the module doc. `strategy` and `judge_endpoint` override the config."""
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise ValueError(f"unknown corpus format(s) {unknown}; choose from {', '.join(FORMATS)}")
+    rel = load_release(ctx, release, version)
+    tasks = corpus_tasks(ctx, rel)
+    result = CorpusResult(rel.name, rel.version, [], len(tasks))
+    if not tasks:
+        result.notes.append(f"release {rel.name}@{rel.version} has no {ctx.config.synthesize.split} tasks")
+        return result
+    if "rl" in formats:
+        result.rl = build_rl_export(ctx, f"{rel.name}-rl", tasks, release=rel)
+    if "sft" in formats:
+        _sft(ctx, rel, tasks, result, strategy or ctx.config.synthesize.strategy, judge_endpoint)
+    return result
+
+
+def _sft(
+    ctx: RunContext,
+    rel: Release,
+    tasks: list[Task],
+    result: CorpusResult,
+    strategy: str,
+    judge_endpoint: str | None,
+) -> None:
+    gold_parts, sampled_parts = corpus_partitions(ctx, rel.name)
+    result.partitions = gold_parts + sampled_parts
+    wanted = {t.id for t in tasks}
+
+    def read(partitions: list[str]) -> list[Trajectory]:
+        rows = [t for p in partitions for t in ctx.store.read_partition(Trajectory, p)]
+        return [t for t in rows if t.task_id in wanted]
+
+    gold, sampled = read(gold_parts), read(sampled_parts)
+    if not gold and not sampled:
+        result.notes.append(
+            f"no trajectories of {rel.name}'s {ctx.config.synthesize.split} tasks yet: run "
+            "`dareforge synthesize` (gold trajectories need no model)"
+        )
+        return
+    judge = judge_endpoint or ctx.config.judge.endpoint
+    judgements: list[Judgement] = []
+    if judge:
+        for p in result.partitions:
+            judgements += ctx.store.read_partition(Judgement, judgement_partition(judge, p))
+    bars = ctx.config.synthesize.pass_bars
+    selection = select(
+        gold + sampled,
+        judgements,
+        strategy=strategy,
+        judge_config=ctx.config.judge,
+        attempts=sampled,
+        valid=lambda t: is_valid(t, bars),
+    )
+    result.selection = selection
+    if not selection.kept:
+        result.notes.append(f"no trajectory survived selection ({dict(selection.counts())} dropped by stage)")
+        return
+    lineage: dict[str, Any] = {
+        "strategy": strategy,
+        "judge_endpoint": judge,
+        "judge": ctx.config.judge.model_dump(mode="json"),
+        "pass_bars": ctx.config.synthesize.pass_bars,
+        "considered": len(gold) + len(sampled),
+        "dropped_by_stage": dict(sorted(selection.counts().items())),
+        "dropped_reasons": dict(Counter(d.reason.split(" (")[0] for d in selection.dropped).most_common(10)),
+    }
+    result.sft = build_sft_export(
+        ctx,
+        f"{rel.name}-sft",
+        selection.kept,
+        tasks,
+        release=rel,
+        selection=lineage,
+        partitions=result.partitions,
+        kinds={t.id: "gold" for t in gold},
+    )
+    log.info(
+        "corpus %s@%s: %d of %d trajectories kept (%s)",
+        rel.name,
+        rel.version,
+        len(selection.kept),
+        len(gold) + len(sampled),
+        strategy,
+    )
