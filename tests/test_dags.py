@@ -20,7 +20,7 @@ from dareforge.orchestration import DEFAULT_RELEASE, POOLS, RELEASES_ASSET, TASK
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "dags"
-DAG_IDS = {"dare_refresh", "dare_release", "dare_audit"}
+DAG_IDS = {"dare_refresh", "dare_release", "dare_audit", "dare_sft"}
 SOURCES = ["sklearn-iris", "vega-cars", "vega-stocks"]
 
 
@@ -128,6 +128,8 @@ def test_dags_import_without_errors(dagbag):
     assert [a.uri.rstrip("/") for a in publish.outlets] == [RELEASES_ASSET]
     assert dagbag.dags["dare_release"].schedule is None
     assert dagbag.dags["dare_audit"].schedule == [Asset(RELEASES_ASSET)]
+    assert dagbag.dags["dare_sft"].schedule == [Asset(RELEASES_ASSET)]
+    assert refresh.task_dict["probe"].downstream_task_ids == {"publish"}
     pools = {t.pool for d in dagbag.dags.values() for t in d.tasks} - {"default_pool"}
     assert pools <= set(POOLS)  # every pool a task names is one ensure_pools creates
 
@@ -177,7 +179,9 @@ def test_refresh_runs_end_to_end(refresh_run, store_env):
     states = _states(refresh_run)
     assert refresh_run.state == "success", states
     assert states["prepare"] == states["generate"] == ["success"] * len(SOURCES)
-    assert all(s == ["success"] for t, s in states.items() if t not in ("prepare", "generate")), states
+    assert states["probe"] == ["skipped"]  # no llm.endpoints: nothing to probe with, publish goes on
+    others = {t: s for t, s in states.items() if t not in ("prepare", "generate", "probe")}
+    assert all(s == ["success"] for s in others.values()), states
     assert len(list((store_env / "tasks").glob("*/_MANIFEST.json"))) >= len(SOURCES)
     versions = list_versions(_ctx(), DEFAULT_RELEASE)
     assert len(versions) == 1
@@ -209,3 +213,18 @@ def test_audit_passes_on_the_fresh_release(dagbag, refresh_run, store_env):
     assert run.state == "success", _states(run)
     (version,) = list_versions(_ctx(), DEFAULT_RELEASE)
     assert (store_env / "reports" / "audit" / DEFAULT_RELEASE / version / "index.html").is_file()
+
+
+def test_sft_builds_gold_trajectories_and_exports_without_a_model(dagbag, refresh_run, store_env):
+    from dareforge.exports import list_export_versions
+
+    run = dagbag.dags["dare_sft"].test(run_conf={"release": DEFAULT_RELEASE})
+    assert run.state == "success", _states(run)
+    assert _states(run) == {
+        "gold": ["success"],
+        "sample": ["skipped"],
+        "judge": ["skipped"],
+        "export": ["success"],
+    }
+    assert len(list_export_versions(_ctx(), f"{DEFAULT_RELEASE}-sft")) == 1
+    assert len(list_export_versions(_ctx(), f"{DEFAULT_RELEASE}-rl")) == 1
