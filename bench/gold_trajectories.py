@@ -13,15 +13,11 @@ import sys
 import tempfile
 import time
 
+from bench.common import bench_config, generated
 from dareforge.agents.grading import is_if
 from dareforge.agents.protocol import task_prompt
 from dareforge.agents.runner import attempts_for, run_attempts
-from dareforge.config import Config
 from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
 from dareforge.publish.release import build_release
 from dareforge.reference_solutions.pipeline import if_reference_code
 from dareforge.trajectories.gold import (
@@ -68,15 +64,9 @@ def _play_plain(ctx: RunContext, tasks, files, partition: str, workers: int) -> 
 def main(sources: tuple[str, ...] = SOURCES) -> None:
     workers = max(1, min(4, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Config()
-        cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
-        cfg.builtin.include = list(sources)
+        cfg = bench_config(tmp, sources)
         cfg.sandbox.pool_size = workers
-        ctx = RunContext.from_config(cfg, show_progress=False)
-        crawl(ctx)
-        filter_sources(ctx)
-        prepare(ctx)
-        generate(ctx)
+        ctx = generated(cfg)
         build_release(ctx, "bench")
         found = task_set(ctx, "bench", "all")
         tasks = [t for t in found.tasks if is_if(t)]

@@ -14,12 +14,8 @@ import re
 import tempfile
 import time
 
-from dareforge.config import Config, EndpointConfig
-from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
+from bench.common import bench_config, generated
+from dareforge.config import EndpointConfig
 from dareforge.probes import shortcut
 from tests.llm_server import LLMServer
 
@@ -45,19 +41,13 @@ def _reply(request) -> str:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, LLMServer(latency=LATENCY_S) as server:
-        cfg = Config()
-        cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
-        cfg.builtin.include = ["sklearn-iris", "sklearn-wine"]
+        cfg = bench_config(tmp, ["sklearn-iris", "sklearn-wine"])
         cfg.sandbox.pool_size = CONCURRENCY
         cfg.probe.samples, cfg.probe.temperature = SAMPLES, 0.7
         cfg.llm.endpoints = [
             EndpointConfig(name="bench", base_url=server.url, model="scripted", max_concurrency=CONCURRENCY)
         ]
-        ctx = RunContext.from_config(cfg, show_progress=False)
-        crawl(ctx)
-        filter_sources(ctx)
-        prepare(ctx)
-        generate(ctx)
+        ctx = generated(cfg)
         server.script(_reply)
         engine = _timed(shortcut, "run_probe")
         started = time.perf_counter()

@@ -10,13 +10,9 @@ from __future__ import annotations
 import tempfile
 import time
 
+from bench.common import bench_config, generated
 from dareforge.agents import evaluate
-from dareforge.config import Config, EndpointConfig
-from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
+from dareforge.config import EndpointConfig
 from dareforge.publish.release import build_release
 from tests.llm_server import LLMServer
 
@@ -44,18 +40,12 @@ def _reply(request) -> str:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, LLMServer(latency=LATENCY_S) as server:
-        cfg = Config()
-        cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
-        cfg.builtin.include = ["sklearn-iris", "sklearn-wine"]
+        cfg = bench_config(tmp, ["sklearn-iris", "sklearn-wine"])
         cfg.sandbox.pool_size = CONCURRENCY
         cfg.llm.endpoints = [
             EndpointConfig(name="bench", base_url=server.url, model="scripted", max_concurrency=CONCURRENCY)
         ]
-        ctx = RunContext.from_config(cfg, show_progress=False)
-        crawl(ctx)
-        filter_sources(ctx)
-        prepare(ctx)
-        generate(ctx)
+        ctx = generated(cfg)
         build_release(ctx, "bench")
         server.script(_reply)
         started = time.perf_counter()

@@ -9,26 +9,16 @@ from __future__ import annotations
 import tempfile
 import time
 
-from dareforge.config import Config
-from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
+from bench.common import bench_config, generated
 from dareforge.validators.expectations import GXRun
 from dareforge.validators.validate import validate
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Config()
-        cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
+        cfg = bench_config(tmp)
         cfg.validate_.data_docs = False
-        ctx = RunContext.from_config(cfg, show_progress=False)
-        crawl(ctx)
-        filter_sources(ctx)
-        prepare(ctx)
-        generate(ctx)
+        ctx = generated(cfg)
         report = validate(ctx)
     per_task = (report.seconds - report.context_seconds) / max(report.checked, 1)
     started = time.perf_counter()

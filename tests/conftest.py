@@ -17,3 +17,12 @@ def config(tmp_path) -> Config:
 @pytest.fixture
 def ctx(config) -> RunContext:
     return RunContext.from_config(config, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A scripted OpenAI-compatible server over real HTTP (tests/llm_server.py), one per test module."""
+    from tests.llm_server import LLMServer
+
+    with LLMServer() as srv:
+        yield srv

@@ -29,17 +29,14 @@ from dareforge.agents import (
 from dareforge.agents.protocol import truncate
 from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
 from dareforge.errors import ConfigError
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
 from dareforge.llm import LLMClient
 from dareforge.publish.release import build_release
 from dareforge.sandbox import Sandbox, probe
 from dareforge.schema import Task, TaskLimits
 from dareforge.store import Store
 from tests.llm_server import Fault, LLMServer
+from tests.stores import generate_tasks, store_config
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
@@ -52,23 +49,9 @@ HIDDEN = tuple(name[::-1] for name in PRIVATE_NAMES)
 def built(tmp_path_factory) -> tuple[Config, Path]:
     """An iris-only store with a release (no validation run: every candidate task is released)."""
     root = tmp_path_factory.mktemp("agents")
-    cfg = Config()
-    cfg.store.root = str(root / "store")
-    cfg.store.work_dir = str(root / "work")
-    cfg.builtin.include = ["sklearn-iris"]
-    ctx = RunContext.from_config(cfg, show_progress=False)
-    crawl(ctx)
-    filter_sources(ctx)
-    prepare(ctx)
-    generate(ctx)
-    build_release(ctx, "dareforge")
+    cfg = store_config(root, ["sklearn-iris"])
+    build_release(generate_tasks(RunContext.from_config(cfg, show_progress=False)), "dareforge")
     return cfg, root
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -102,12 +102,6 @@ def make_trajectory(task: Task, tag: str, outcome: str = "graded", passed: bool 
     )
 
 
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as srv:
-        yield srv
-
-
 @pytest.fixture
 def scripted(server) -> LLMServer:
     server.reset().script(verdict())

@@ -19,11 +19,7 @@ import pytest
 from dareforge.agents import PASS_BARS, answers_file
 from dareforge.config import Config, EndpointConfig, ObscureConfig
 from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
 from dareforge.errors import ConfigError
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
 from dareforge.generators.spec import IFSpec
 from dareforge.probes.memorization import probe_memorization
 from dareforge.probes.obscure import (
@@ -55,6 +51,7 @@ from dareforge.schema import (
 from dareforge.store import Store
 from dareforge.validators.gate import gate
 from tests.llm_server import LLMServer
+from tests.stores import generate_tasks, store_config
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
@@ -66,22 +63,10 @@ DONE = "<reasoning>The predictions are written.</reasoning>\n<answer>predictions
 def built(tmp_path_factory) -> Path:
     """An iris-only store with its tasks generated (no validation: the gate has never run)."""
     root = tmp_path_factory.mktemp("probes")
-    cfg = Config()
-    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
-    cfg.builtin.include = ["sklearn-iris"]
+    cfg = store_config(root, ["sklearn-iris"])
     cfg.generate.if_variants = 1
-    ctx = RunContext.from_config(cfg, show_progress=False)
-    crawl(ctx)
-    filter_sources(ctx)
-    prepare(ctx)
-    generate(ctx)
+    generate_tasks(RunContext.from_config(cfg, show_progress=False))
     return root
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

@@ -17,18 +17,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from dareforge.config import Config
 from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
 from dareforge.generators.taskio import GENERATOR_VERSION
 from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release
 from dareforge.publish.export import export_dare_bench
 from dareforge.publish.split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.schema import Task, Verdict
+from tests.stores import generate_tasks, store_config
 
 SOURCES = ["sklearn-iris", "vega-cars", "vega-stocks"]
 DAY = date(2026, 1, 15)
@@ -43,17 +39,10 @@ SECRET_NAMES = {
 
 
 def _context(root: Path, include: list[str]) -> RunContext:
-    cfg = Config()
-    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
-    cfg.builtin.include = include
-    return RunContext.from_config(cfg, show_progress=False)
+    return RunContext.from_config(store_config(root, include), show_progress=False)
 
 
-def _pipeline(ctx: RunContext) -> None:
-    crawl(ctx)
-    filter_sources(ctx)
-    prepare(ctx)
-    generate(ctx)
+_pipeline = generate_tasks
 
 
 def _clone(ctx: RunContext, root: Path, include: list[str] | None = None) -> RunContext:

@@ -18,14 +18,11 @@ import pytest
 
 from dareforge.config import Config
 from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
 from dareforge.publish import ReleaseError, build_release
 from dareforge.publish.report import render_release_report, report_key, write_release_report
 from dareforge.schema import FilterDecision, Origin, Source
 from dareforge.validators.validate import validate
+from tests.stores import generate_tasks
 
 SOURCES = ["sklearn-iris", "vega-cars", "vega-stocks"]
 DAY = date(2026, 1, 15)
@@ -76,11 +73,7 @@ def _tables(page: str) -> dict[str, list[list[str]]]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    ctx = _context(tmp_path_factory.mktemp("report"))
-    crawl(ctx)
-    filter_sources(ctx)
-    prepare(ctx)
-    generate(ctx)
+    ctx = generate_tasks(_context(tmp_path_factory.mktemp("report")))
     validate(ctx)
     result = build_release(ctx, "bench", today=DAY)
     return ctx, result.release

@@ -25,11 +25,7 @@ from dareforge.agents.loop import run_agent
 from dareforge.agents.protocol import parse_reply, truncate
 from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
 from dareforge.errors import ConfigError
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
 from dareforge.generators.spec import IFSpec, RangeFilter
 from dareforge.publish.release import build_release, load_release
 from dareforge.reference_solutions.pipeline import (
@@ -52,7 +48,8 @@ from dareforge.trajectories import (
     synthesize,
 )
 from dareforge.trajectories.synthesize import task_set
-from tests.llm_server import Fault, LLMServer
+from tests.llm_server import Fault
+from tests.stores import generate_tasks, store_config
 
 needs_sandbox = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
@@ -114,16 +111,8 @@ CERTIFIED = {
 def built(tmp_path_factory) -> Config:
     """An iris + diabetes store with a release (no validation run: every candidate task is released)."""
     root = tmp_path_factory.mktemp("trajectories")
-    cfg = Config()
-    cfg.store.root = str(root / "store")
-    cfg.store.work_dir = str(root / "work")
-    cfg.builtin.include = ["sklearn-iris", "sklearn-diabetes"]
-    ctx = RunContext.from_config(cfg, show_progress=False)
-    crawl(ctx)
-    filter_sources(ctx)
-    prepare(ctx)
-    generate(ctx)
-    build_release(ctx, "dareforge")
+    cfg = store_config(root, ["sklearn-iris", "sklearn-diabetes"])
+    build_release(generate_tasks(RunContext.from_config(cfg, show_progress=False)), "dareforge")
     return cfg
 
 
@@ -325,12 +314,6 @@ def test_gold_client_never_makes_up_a_reply():
 
 
 # -- sampled trajectories -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as srv:
-        yield srv
-
-
 def reply(code: str | None = None, answer: str | None = None) -> str:
     text = "<reasoning>Next step.</reasoning>\n"
     if code is not None:

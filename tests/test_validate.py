@@ -10,13 +10,10 @@ import pytest
 
 from dareforge.config import Config
 from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
-from dareforge.generators.prepare import prepare
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators.gate import gate
 from dareforge.validators.validate import validate
+from tests.stores import generate_tasks
 
 ROWS = 400
 
@@ -62,11 +59,7 @@ def validated(tmp_path_factory):
     cfg.builtin.enabled = False
     cfg.mirror.paths = [str(root / "mirror")]
     cfg.generate.if_variants = 1
-    ctx = RunContext.from_config(cfg, show_progress=False)
-    crawl(ctx)
-    filter_sources(ctx)
-    prepare(ctx)
-    generate(ctx)
+    ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
     report = validate(ctx)
     return ctx, report
 

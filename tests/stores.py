@@ -1,0 +1,30 @@
+"""Building the small stores task-level tests start from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dareforge.config import Config
+from dareforge.context import RunContext
+
+
+def store_config(root: Path, sources: list[str]) -> Config:
+    """Defaults with the store under `root` and only these builtin sources."""
+    cfg = Config()
+    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
+    cfg.builtin.include = sources
+    return cfg
+
+
+def generate_tasks(ctx: RunContext) -> RunContext:
+    """Crawl, filter, prepare and generate: the store a task-level test starts from."""
+    from dareforge.crawlers.crawl import crawl
+    from dareforge.crawlers.filter import filter_sources
+    from dareforge.generators.generate import generate
+    from dareforge.generators.prepare import prepare
+
+    crawl(ctx)
+    filter_sources(ctx)
+    prepare(ctx)
+    generate(ctx)
+    return ctx
