@@ -1,4 +1,5 @@
-"""Agent trajectories per minute against the local scripted server with a fixed latency.
+"""Agent trajectories per minute against the local scripted server with a fixed latency: evaluation, then
+synthesis (K samples per task for training data), the two users of the episode engine.
 
 Baseline from the same run: the concurrency-bound ideal, C episodes at a time, each costing its model calls'
 latency and nothing else. The ratio (ideal time / measured time) shows what sandboxes, the kernel pool,
@@ -14,6 +15,7 @@ from bench.common import bench_config, generated
 from dareforge.agents import evaluate
 from dareforge.config import EndpointConfig
 from dareforge.publish.release import build_release
+from dareforge.trajectories import synthesize
 from tests.llm_server import LLMServer
 
 LATENCY_S = 1.0
@@ -58,15 +60,21 @@ def main() -> None:
             temperature=0.7,
             concurrency=CONCURRENCY,
         )
-        wall = time.perf_counter() - started
-    episodes = report.ran
+        _print("evaluate", report.ran, time.perf_counter() - started)
+        print(f"  outcomes: {dict(report.outcomes)}")
+        started = time.perf_counter()
+        sampled = synthesize(ctx, "bench", samples=SAMPLES, temperature=0.7, split="all")
+        _print("synthesize", sampled.ran, time.perf_counter() - started)
+        print(f"  {sampled.summary()}")
+
+
+def _print(what: str, episodes: int, wall: float) -> None:
     ideal = episodes * CALLS_PER_EPISODE * LATENCY_S / CONCURRENCY
     ratio = ideal / wall
     print(
-        f"trajectories: {episodes} episodes in {wall:.1f}s = {60 * episodes / wall:.1f}/min at concurrency "
+        f"{what}: {episodes} episodes in {wall:.1f}s = {60 * episodes / wall:.1f}/min at concurrency "
         f"{CONCURRENCY}, {LATENCY_S:g}s per model call; ideal {ideal:.1f}s"
     )
     print(
         f"  ratio to the concurrency-bound ideal: {ratio:.2f} (target >= {TARGET}) {'OK' if ratio >= TARGET else 'MISSED'}"
     )
-    print(f"  outcomes: {dict(report.outcomes)}")

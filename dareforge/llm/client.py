@@ -316,7 +316,8 @@ class LLMClient:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
-        if self.store is not None and self.run_id:
+        # A run that asked nothing (every episode reused) leaves no usage file behind: re-runs write nothing.
+        if self.store is not None and self.run_id and self.usage.calls:
             await asyncio.to_thread(self.write_usage)
 
     # -- internals ------------------------------------------------------------------------------------------
