@@ -300,7 +300,7 @@ def evaluate(
     samples: Annotated[int, typer.Option(help="Attempts per task.")] = 1,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.0,
     concurrency: Annotated[
-        int | None, typer.Option(help="Episodes at once (default: endpoint and CPUs).")
+        int | None, typer.Option(help="Episodes at once (default: the endpoint's max_concurrency).")
     ] = None,
 ) -> None:
     """Run an endpoint's agent on a release's tasks in sandboxes, grade by execution, print the table.

@@ -169,6 +169,9 @@ def synthesize(
     split: Annotated[str | None, typer.Option(help="train, test or all (default synthesize.split).")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", help="Only these task ids (repeat).")] = None,
     rerun_llm_errors: Annotated[bool, typer.Option(help="Replay attempts the endpoint failed.")] = False,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Episodes at once (default: the endpoint's max_concurrency).")
+    ] = None,
 ) -> None:
     """Sample K agent trajectories per task and endpoint in the sandbox; valid ones are verified by execution.
 
@@ -191,6 +194,7 @@ def synthesize(
             version,
             task,
             rerun_llm_errors=rerun_llm_errors,
+            concurrency=concurrency,
         )
     except DareforgeError as exc:
         _fail(exc)

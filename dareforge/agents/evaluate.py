@@ -13,7 +13,6 @@ is written at once, so an interrupted evaluation resumes where it stopped.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import typing
 from collections import Counter
@@ -25,7 +24,13 @@ from rich.table import Table
 
 from dareforge.agents.grading import PASS_BARS
 from dareforge.agents.loop import SandboxFactory
-from dareforge.agents.runner import attempts_for, make_client, release_task_files, run_attempts
+from dareforge.agents.runner import (
+    attempts_for,
+    episode_workers,
+    make_client,
+    release_task_files,
+    run_attempts,
+)
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError, DareforgeError
@@ -230,9 +235,9 @@ def evaluate(
         tasks = [t for t in tasks if t.id in wanted]
     if not tasks:
         raise EvaluationError(f"release {rel.name}@{rel.version} has no {split} tasks to evaluate")
-    workers = concurrency or min(endpoint.max_concurrency, os.cpu_count() or 1)
-    if workers < 1:
-        raise EvaluationError(f"concurrency must be at least 1, got {workers}")
+    if concurrency is not None and concurrency < 1:
+        raise EvaluationError(f"concurrency must be at least 1, got {concurrency}")
+    workers = episode_workers(endpoint, concurrency)
     partition = partition_name(endpoint.name, rel.name)
     client = (
         client_factory(endpoint) if client_factory is not None else make_client(ctx, endpoint, "evaluate")

