@@ -314,16 +314,17 @@ def evaluate(
 
     name, version = parse_release(release)
     try:
-        report = evaluate_stage(
-            _ctx(),
-            endpoint,
-            release=name,
-            version=version,
-            split=split,
-            samples=samples,
-            temperature=temperature,
-            concurrency=concurrency,
-        )
+        with cli_training.default_model():
+            report = evaluate_stage(
+                _ctx(),
+                endpoint,
+                release=name,
+                version=version,
+                split=split,
+                samples=samples,
+                temperature=temperature,
+                concurrency=concurrency,
+            )
     except DareforgeError as exc:
         _fail(exc)
     out.print(render_table(report))

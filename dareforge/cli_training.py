@@ -5,6 +5,8 @@ Registered on the main app by `dareforge.cli`; each command runs one stage funct
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +23,20 @@ EndpointsOption = Annotated[
 ]
 ToOption = Annotated[Path | None, typer.Option("--to", help="Also copy the export into this folder.")]
 HubOption = Annotated[str | None, typer.Option("--hub", help="Also push it to this Hugging Face namespace.")]
+
+
+@contextlib.contextmanager
+def default_model() -> Iterator[None]:
+    """The configured endpoints; without any, the embedded local model (endpoint `local`) for the command."""
+    from dareforge.trajectories.models import run_models
+
+    ctx = _ctx()
+    with run_models(ctx, Path(ctx.config.store.work_dir)) as models:
+        if models.local:
+            out.print(
+                f"[dim]no llm.endpoints configured: the {models.why} serves as endpoint {models.endpoints[0]!r}[/]"
+            )
+        yield
 
 
 @app.command()
@@ -184,18 +200,19 @@ def synthesize(
 
     name, version = parse_release(release)
     try:
-        report = synthesize_stage(
-            _ctx(),
-            name,
-            endpoint,
-            samples,
-            temperature,
-            split,
-            version,
-            task,
-            rerun_llm_errors=rerun_llm_errors,
-            concurrency=concurrency,
-        )
+        with default_model():
+            report = synthesize_stage(
+                _ctx(),
+                name,
+                endpoint,
+                samples,
+                temperature,
+                split,
+                version,
+                task,
+                rerun_llm_errors=rerun_llm_errors,
+                concurrency=concurrency,
+            )
     except DareforgeError as exc:
         _fail(exc)
     out.print(render_table(report))
@@ -272,15 +289,16 @@ def probe(
     from dareforge.probes import probe_memorization, probe_shortcuts
 
     try:
-        if obscured:
-            report = probe_memorization(_ctx(), endpoint, task, concurrency=concurrency)
-            for m in report.models:
-                out.print(
-                    f"{m.endpoint} ({m.model}): {m.pairs} pairs, original {m.original:.3f}, obscured "
-                    f"{m.obscured:.3f}, drop {m.drop:+.3f}; suspects: {', '.join(m.suspects) or 'none'}"
-                )
-            return
-        report = probe_shortcuts(_ctx(), endpoint, task, concurrency=concurrency)
+        with default_model():
+            if obscured:
+                report = probe_memorization(_ctx(), endpoint, task, concurrency=concurrency)
+                for m in report.models:
+                    out.print(
+                        f"{m.endpoint} ({m.model}): {m.pairs} pairs, original {m.original:.3f}, obscured "
+                        f"{m.obscured:.3f}, drop {m.drop:+.3f}; suspects: {', '.join(m.suspects) or 'none'}"
+                    )
+                return
+            report = probe_shortcuts(_ctx(), endpoint, task, concurrency=concurrency)
     except DareforgeError as exc:
         _fail(exc)
     out.print(report.summary())

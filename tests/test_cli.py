@@ -56,6 +56,10 @@ def test_run_summarises_and_sql_answers_why(cli):
     assert "crawl: 4 sources seen (4 unchanged); 0 records written" in again.output
     assert "0 decision files written" in again.output
     assert re.search(r"sft export: dareforge-sft@\S+ \(unchanged\)", again.output)
+    exported = cli("export", "--format", "rl", "--to", "published-rl")
+    assert exported.exit_code == 0 and "(unchanged)" in exported.output and "copied to" in exported.output
+    probe = cli("probe")  # no endpoint and the local model off: a clear error, not a traceback
+    assert probe.exit_code == 2 and "llm.endpoints" in probe.output and "Traceback" not in probe.output
 
     answer = cli(
         "sql",
