@@ -562,7 +562,7 @@ def _emit(relation, fmt: str, title: str | None) -> None:
         rows = [dict(zip(relation.columns, r, strict=True)) for r in relation.fetchall()]
         out.print_json(json.dumps(rows, default=str))
     elif fmt == "csv":
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(sys.stdout, lineterminator="\n")  # shell pipelines split on \n, not \r\n
         writer.writerow(relation.columns)
         writer.writerows(relation.fetchall())
     elif fmt == "table":

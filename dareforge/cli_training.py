@@ -34,7 +34,8 @@ def default_model() -> Iterator[None]:
     with run_models(ctx, Path(ctx.config.store.work_dir)) as models:
         if models.local:
             out.print(
-                f"[dim]no llm.endpoints configured: the {models.why} serves as endpoint {models.endpoints[0]!r}[/]"
+                f"[dim]no llm.endpoints configured: the {models.why} serves as endpoint {models.endpoints[0]!r} "
+                "(about 30 s per attempt on 2 cores; limit the work with --task and --samples)[/]"
             )
         yield
 
