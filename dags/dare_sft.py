@@ -1,8 +1,9 @@
 """Training data from a release: gold trajectories -> sampled trajectories -> judge -> SFT and RL exports.
 
 Runs when a release is published (the releases asset names NAME@VERSION) and on demand. Gold trajectories
-need no model; sampling runs when `llm.endpoints` (or the embedded local model) exist and judging when
-`judge.endpoint` is set: otherwise those tasks are skipped and the SFT export holds the gold trajectories.
+need no model; sampling runs when `llm.endpoints` exist (workers do not start the embedded local model: that
+is `dareforge run`'s) and judging when `judge.endpoint` is set: otherwise those tasks are skipped and the SFT
+export holds the gold trajectories. Endpoint failures are played again on the next run.
 Each task is idempotent: trajectories and judgements already stored are not played again, and an export whose
 content is unchanged writes no new version.
 """
@@ -42,7 +43,8 @@ def dare_sft():
 
         release = release_to_audit(triggering_asset_events, params["release"])
         name, version = parse_release(release)
-        report = gold_trajectories(context(), name, version=version)
+        ctx = context()
+        report = gold_trajectories(ctx, name, split=ctx.config.synthesize.split, version=version)
         log.info("gold %s: %s", release, report.summary())
         return release
 
@@ -59,7 +61,7 @@ def dare_sft():
             raise AirflowSkipException("no llm.endpoints configured: the corpus holds gold trajectories only")
         name, version = parse_release(release)
         with retry_only_transient(f"synthesize {release}"):
-            report = synthesize(ctx, name, version=version)
+            report = synthesize(ctx, name, version=version, rerun_llm_errors=True)
         log.info("synthesize %s: %s", release, report.summary())
         return release
 

@@ -239,12 +239,12 @@ def trajectories_for_run(ctx, models, release: str):
     from dareforge.trajectories import synthesize as synthesize_stage
     from dareforge.trajectories.corpus import corpus_tasks
 
-    golden = gold_trajectories(ctx, release)
+    golden = gold_trajectories(ctx, release, split=ctx.config.synthesize.split)
     sampled = None
     if models.endpoints:
         task_ids = models.limit([t.id for t in corpus_tasks(ctx, load_release(ctx, release))])
         samples = 1 if models.local else None
-        sampled = synthesize_stage(ctx, release, samples=samples, task_ids=task_ids)
+        sampled = synthesize_stage(ctx, release, samples=samples, task_ids=task_ids, rerun_llm_errors=True)
     return golden, sampled
 
 

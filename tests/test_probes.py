@@ -423,3 +423,45 @@ def test_the_map_keeps_numbers_ordered_integers_integral_and_categories_consiste
     ids = pd.concat([new_train[c("id")], new_test[c("id")]])
     assert ids.is_unique and not set(ids) & set(range(6))
     assert list(new_answers[c("id")]) == list(new_test[c("id")])
+
+
+def test_attempts_the_endpoint_failed_count_neither_way(ctx):
+    from dareforge.agents.evaluate import partition_name
+    from dareforge.config import EndpointConfig
+    from dareforge.probes.shortcut import NO_DATA, PROBE_VERSION, findings
+    from dareforge.schema import MetricSpec, ProbeResult, Task
+
+    task = Task(
+        id="t1",
+        family="Class-MM",
+        source_id="s",
+        source_version="v",
+        prepared_version="p",
+        generator_version="2",
+        seed=0,
+        instruction="predict",
+        public_files=[],
+        private_files=[],
+        metric=MetricSpec(name="macro-f1", target_columns=["y"], key_columns=["id"]),
+        package_versions=[],
+    )
+    endpoints = [EndpointConfig(name=n, base_url="http://x/v1", model="m") for n in ("knows", "down")]
+    for endpoint, outcome, passed in (("knows", "graded", True), ("down", "llm-error", False)):
+        row = ProbeResult(
+            task_id="t1",
+            source_id="s",
+            family="Class-MM",
+            probe=NO_DATA,
+            endpoint=endpoint,
+            model="m",
+            sample=0,
+            trajectory_id=f"{endpoint}-0",
+            outcome=outcome,
+            score=0.9 if passed else None,
+            passed=passed,
+            probe_version=PROBE_VERSION,
+        )
+        ctx.store.write_records(partition_name(NO_DATA, endpoint), [row])
+    (finding,) = findings(ctx.store, [task], endpoints)
+    # The failed endpoint is no evidence that the task needs its data: 1 of 1 answering models solved it.
+    assert finding.score == 1.0 and finding.reason.startswith("1 of 1 models solved it")

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dareforge.config import DARE_BENCH_PASS_BARS
+from dareforge.errors import ConfigError
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.schema import Task
 
@@ -38,13 +39,15 @@ def grade_predictions(task: Task, predictions: Path, answers: Path) -> GradeResu
     return grade(task.metric, predictions, answers)
 
 
-def passed(task: Task, score: float | None, pass_bars: Mapping[str, float] = PASS_BARS) -> bool:
+def passed(task: Task | str, score: float | None, pass_bars: Mapping[str, float] = PASS_BARS) -> bool:
+    """Whether `score` passes for `task` (or a family name): IF needs 1.0, MM/TS their family's bar."""
+    family = task if isinstance(task, str) else task.family
     if score is None:
         return False
-    if is_if(task):
+    if family in IF_FAMILIES:
         return score >= 1.0
-    if task.family not in pass_bars:
-        raise KeyError(
-            f"no pass bar for family {task.family!r}; give one in pass_bars (known: {sorted(pass_bars)})"
+    if family not in pass_bars:
+        raise ConfigError(
+            f"no pass bar for family {family!r}; give one in pass_bars (known: {sorted(pass_bars)})"
         )
-    return score >= pass_bars[task.family]
+    return score >= pass_bars[family]

@@ -121,6 +121,13 @@ class ServerProcess:
             self._proc = subprocess.Popen(
                 self.command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
+        try:
+            return self._wait_until_ready()
+        except BaseException:  # Ctrl-C or an error while waiting: never leave the server holding the port
+            self.stop()
+            raise
+
+    def _wait_until_ready(self) -> list[str]:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -132,7 +139,6 @@ class ServerProcess:
             if models is not None:
                 return models
             time.sleep(0.1)
-        self.stop()
         raise LocalModelError(
             f"the local model server did not answer within {self.start_timeout_s:g} s "
             f"(llm.local.start_timeout_s); its log ends with:\n{self.log_tail()}"

@@ -111,7 +111,8 @@ def summarize(
 ) -> ModelMemorization:
     by_task: dict[str, list[ProbeResult]] = defaultdict(list)
     for r in results:
-        by_task[r.task_id].append(r)
+        if r.outcome != "llm-error":  # the endpoint failed: no score for or against memorization
+            by_task[r.task_id].append(r)
 
     def mean(task: Task) -> float:
         rows = by_task.get(task.id, [])

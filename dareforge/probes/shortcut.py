@@ -94,6 +94,7 @@ def run_probe(
             max_tokens=config.max_tokens,
             sandbox_factory=sandbox_factory,
             label=f"probe {name}",
+            rerun_llm_errors=True,  # an endpoint failure says nothing about the task: ask again next run
         )
         run.ran, run.reused = run.ran + played.ran, run.reused + played.reused
         results = [
@@ -278,7 +279,9 @@ def findings(store: Store, tasks: Sequence[Task], endpoints: Sequence[EndpointCo
     results: dict[str, dict[str, list[ProbeResult]]] = defaultdict(lambda: defaultdict(list))
     for endpoint in endpoints:
         for r in store.read_partition(ProbeResult, partition_name(NO_DATA, endpoint.name)):
-            if r.model == endpoint.model and r.probe_version == PROBE_VERSION:
+            # An attempt the endpoint failed (llm-error) is no evidence either way: it neither solves nor
+            # fails the task, so a model with only failed attempts is left out of the share.
+            if r.model == endpoint.model and r.probe_version == PROBE_VERSION and r.outcome != "llm-error":
                 results[r.task_id][endpoint.name].append(r)
     out = []
     for task in tasks:

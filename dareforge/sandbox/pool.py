@@ -118,9 +118,11 @@ class KernelPool:
             self._closed = True
             ready, self._ready = self._ready, []
             self._cond.notify_all()
+        # A start may take start_timeout_s to boot and as long again to preload.
+        joins = self.start_timeout_s * (2 if self.config.preload else 1)
         for thread in self._threads:
             if thread.is_alive():
-                thread.join(timeout=self.start_timeout_s)
+                thread.join(timeout=joins)
         for sandbox in ready:
             sandbox.close()
         if self._own_root:
@@ -220,7 +222,9 @@ class KernelPool:
         if self.config.preload:
             # Importing is start-up work: it gets the start-up time limit, not the per-execution one.
             sandbox.seconds_per_execution = self.start_timeout_s
-            warm = sandbox.execute(f"import {', '.join(self.config.preload)}")
+            # Loaded, not bound: a pooled kernel must not define names a cold one lacks.
+            tops = sorted({name.split(".")[0] for name in self.config.preload})
+            warm = sandbox.execute(f"import {', '.join(self.config.preload)}\ndel {', '.join(tops)}")
             sandbox.seconds_per_execution = self.seconds_per_execution
             if warm.error is not None:
                 log.warning("pooled kernel could not preload %s: %s", self.config.preload, warm.error)

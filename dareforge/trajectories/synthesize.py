@@ -24,7 +24,7 @@ from typing import Any
 from rich.table import Table
 
 from dareforge.agents.evaluate import OUTCOMES, endpoints_for, partition_name, select_tasks
-from dareforge.agents.grading import IF_FAMILIES
+from dareforge.agents.grading import passed
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
     Materializer,
@@ -37,7 +37,7 @@ from dareforge.agents.runner import (
 )
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
-from dareforge.errors import ConfigError, DareforgeError
+from dareforge.errors import DareforgeError
 from dareforge.publish.release import load_release
 from dareforge.schema import Task, Trajectory
 
@@ -106,15 +106,7 @@ def task_set(
 def is_valid(trajectory: Trajectory, pass_bars: Mapping[str, float]) -> bool:
     """Verified by execution under `pass_bars`: IF needs a score of 1.0, MM/TS their family's bar."""
     # Recomputed from the score (not `Trajectory.passed`, fixed when it was played) so bars can change later.
-    if trajectory.outcome != "graded" or trajectory.score is None:
-        return False
-    if trajectory.family in IF_FAMILIES:
-        return trajectory.score >= 1.0
-    if trajectory.family not in pass_bars:
-        raise ConfigError(
-            f"no pass bar for family {trajectory.family!r} in synthesize.pass_bars (known: {sorted(pass_bars)})"
-        )
-    return trajectory.score >= pass_bars[trajectory.family]
+    return trajectory.outcome == "graded" and passed(trajectory.family, trajectory.score, pass_bars)
 
 
 @dataclass(frozen=True)
