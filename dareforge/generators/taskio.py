@@ -6,7 +6,7 @@ import logging
 import platform
 import shutil
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -151,3 +151,14 @@ def read_frames(ctx: RunContext, prepared: PreparedSource) -> tuple[pd.DataFrame
         pd.read_csv(prepared_file(ctx, prepared, name)) for name in ("train.csv", "test.csv", "answers.csv")
     ]
     return frames[0], frames[1], frames[2]
+
+
+def originals(ctx: RunContext, task_ids: Iterable[str] | None = None) -> list[Task]:
+    """Candidate tasks that are not variants (only `task_ids` when given), sorted by id."""
+    wanted = None if task_ids is None else set(task_ids)
+    tasks = {
+        t.id: t
+        for t in ctx.store.iter_records(Task)
+        if t.status == "candidate" and t.variant_of is None and (wanted is None or t.id in wanted)
+    }
+    return sorted(tasks.values(), key=lambda t: t.id)

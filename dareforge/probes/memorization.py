@@ -21,7 +21,8 @@ from functools import partial
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import attempts_for, store_task_files
 from dareforge.context import RunContext
-from dareforge.probes.obscure import originals, variants_of
+from dareforge.generators.taskio import originals
+from dareforge.probes.obscure import variants_of
 from dareforge.probes.shortcut import ClientFactory, ProbeRun, probe_endpoints, run_probe, score_of
 from dareforge.schema import ProbeResult, Task
 

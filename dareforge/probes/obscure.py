@@ -44,7 +44,7 @@ from dareforge.errors import DareforgeError
 from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared
 from dareforge.generators.spec import CategoryFilter, IFSpec, RangeFilter
-from dareforge.generators.taskio import Draft, GenerateReport, Runners, TaskWriter, read_frames
+from dareforge.generators.taskio import Draft, GenerateReport, Runners, TaskWriter, originals, read_frames
 from dareforge.schema import ColumnKind, ColumnProfile, MetricSpec, PreparedSource, Task, TaskType
 
 log = logging.getLogger(__name__)
@@ -389,17 +389,6 @@ def build_variant(
     if original.family in ("Class-MM", "Reg-MM"):
         return tabular.mm_task(ctx, prepared, frames, writer, runners)
     return timeseries.ts_task(ctx, prepared, frames, writer, runners, original.family)
-
-
-def originals(ctx: RunContext, task_ids: Iterable[str] | None = None) -> list[Task]:
-    """Candidate tasks that are not variants (only `task_ids` when given), sorted by id."""
-    wanted = None if task_ids is None else set(task_ids)
-    tasks = {
-        t.id: t
-        for t in ctx.store.iter_records(Task)
-        if t.status == "candidate" and t.variant_of is None and (wanted is None or t.id in wanted)
-    }
-    return sorted(tasks.values(), key=lambda t: t.id)
 
 
 def variants_of(ctx: RunContext) -> dict[str, Task]:

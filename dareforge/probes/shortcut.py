@@ -33,7 +33,7 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.crawlers.inspect import describe_file
 from dareforge.errors import ConfigError
-from dareforge.probes.obscure import originals
+from dareforge.generators.taskio import originals
 from dareforge.schema import ProbeResult, Record, SourceFile, Task, Validation, Verdict
 from dareforge.store import Store
 from dareforge.validators.gate import gate

@@ -38,6 +38,7 @@ from dareforge.agents.runner import (
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.generators.taskio import originals
 from dareforge.publish.release import load_release
 from dareforge.schema import Task, Trajectory
 
@@ -76,10 +77,7 @@ def task_set(
     when `release` is None; only `task_ids` when given (an id that is not there is an error)."""
     store = ctx.store
     if release is None:
-        stored = {
-            t.id: t for t in store.iter_records(Task) if t.status == "candidate" and t.variant_of is None
-        }
-        tasks = sorted(stored.values(), key=lambda t: (t.family, t.id))
+        tasks = sorted(originals(ctx), key=lambda t: (t.family, t.id))
         found = TaskSet("store", None, "all", tasks, lambda t: store_task_files(store, t))
     else:
         rel = load_release(ctx, release, version)
