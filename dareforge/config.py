@@ -259,19 +259,24 @@ class SandboxConfig(Section):
 DARE_BENCH_PASS_BARS = {"Class-MM": 0.8, "Reg-MM": 0.7, "TS-XF": 0.6, "TS-CF": 0.3}
 
 
-class ProbeConfig(Section):
-    """Shortcut and memorization probes: models attempt tasks without their data, or on obscured data."""
+class AttemptsConfig(Section):
+    """What probe and synthesis share: which models attempt tasks, how they sample, and the pass bars."""
 
     endpoints: list[str] = Field(
-        default_factory=list, description="Names from `llm.endpoints` to probe with; empty means all."
+        default_factory=list, description="Names from `llm.endpoints` to use; empty means all."
     )
-    samples: int = Field(1, description="Attempts per task and model; a model solves a task if any passes.")
     temperature: float = 0.0
     max_tokens: int | None = 2048
     pass_bars: dict[str, float] = Field(
         default_factory=lambda: dict(DARE_BENCH_PASS_BARS),
-        description="Score an MM/TS attempt must reach to count as solved (IF: every prediction matches).",
+        description="Score an MM/TS attempt must reach to pass (DARE-bench's bars); IF needs an exact match.",
     )
+
+
+class ProbeConfig(AttemptsConfig):
+    """Shortcut and memorization probes: models attempt tasks without their data, or on obscured data."""
+
+    samples: int = Field(1, description="Attempts per task and model; a model solves a task if any passes.")
 
 
 class ObscureConfig(Section):
@@ -284,21 +289,13 @@ class ObscureConfig(Section):
     rekey_ids: bool = True
 
 
-class SynthesizeConfig(Section):
+class SynthesizeConfig(AttemptsConfig):
     """Sampled trajectories for training data: K attempts per task and endpoint, kept when verified."""
 
-    endpoints: list[str] = Field(
-        default_factory=list, description="Names from `llm.endpoints` to sample; empty means all."
-    )
     samples: int = Field(8, description="Attempts per task and endpoint (K).")
     temperature: float = 0.7
-    max_tokens: int | None = 2048
     split: Literal["train", "test", "all"] = Field(
         "train", description="Release split to sample on (train keeps training data off the benchmark)."
-    )
-    pass_bars: dict[str, float] = Field(
-        default_factory=lambda: dict(DARE_BENCH_PASS_BARS),
-        description="Validity bars of MM/TS trajectories (DARE-bench's); IF needs an exact match.",
     )
     strategy: Literal["fastest-valid", "all-valid", "diverse-valid", "top2-diverse"] = Field(
         "all-valid", description="DARE-bench's selection of valid trajectories per task."
