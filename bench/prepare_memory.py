@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_ID = "mirror.bench--big-csv"
 VERSION = "bench-v1"
+FRAMING = "regression-target"
 MIN_BYTES = int(os.environ.get("BENCH_PREPARE_BYTES", 2 * 1024**3))
 """At least 2 GiB; BENCH_PREPARE_BYTES makes a smaller file for a quick check of the benchmark itself."""
 MEMORY_LIMITS = ("2GB", "512MB")
@@ -67,7 +68,7 @@ def _setup(tmp: str) -> None:
     from dareforge.context import RunContext
     from dareforge.crawlers.crawl import CURRENT
     from dareforge.crawlers.inspect import describe_file
-    from dareforge.schema import FilterDecision, Origin, Source
+    from dareforge.schema import FilterDecision, Framing, Origin, Source, TaskType
 
     base = Path(tmp)
     _, _, raw = _store_paths(base)
@@ -111,6 +112,22 @@ def _setup(tmp: str) -> None:
         rules_fingerprint="bench",
     )
     ctx.store.write_records(SOURCE_ID, [decision])
+    framing = Framing(
+        source_id=SOURCE_ID,
+        source_version=VERSION,
+        framing=FRAMING,
+        status="chosen",
+        task_type=TaskType.REGRESSION,
+        target_columns=["target"],
+        table_file=raw.name,
+        id_column="id",
+        confidence=1.0,
+        proposers=["config"],
+        evidence=["registered by the benchmark"],
+        reason="registered by the benchmark",
+        understand_version="bench",
+    )
+    ctx.store.write_records(SOURCE_ID, [framing])
     print(json.dumps({"bytes": described.size, "rows": rows}))
 
 
@@ -138,9 +155,9 @@ def _prepare(tmp: str, memory_limit: str) -> None:
     started = time.perf_counter()
     report = prepare(ctx)
     seconds = time.perf_counter() - started
-    if report.prepared != [SOURCE_ID]:
+    if report.prepared != [f"{SOURCE_ID}/{FRAMING}"]:
         raise SystemExit(f"prepare did not prepare {SOURCE_ID}: {report}")
-    record = load_prepared(ctx, SOURCE_ID)
+    record = load_prepared(ctx, SOURCE_ID)[0]
     out = {
         "seconds": seconds,
         "n_rows": record.n_rows,

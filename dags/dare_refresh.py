@@ -1,4 +1,4 @@
-"""Weekly refresh: crawl -> filter -> prepare (per source) -> generate (per source) -> validate -> probe -> publish.
+"""Weekly refresh: crawl -> filter -> understand, prepare, generate (each per source) -> validate -> probe -> publish.
 
 The shortcut probe runs when LLM endpoints are configured (models attempt each accepted task without its data;
 tasks most of them still solve are rejected by the gate before publishing); without endpoints it is skipped.
@@ -70,16 +70,27 @@ def dare_refresh():
         return accepted_source_ids(context())
 
     @task(map_index_template=BY_SOURCE)
+    def understand(source_id: str) -> str | None:
+        """The source id when a framing was chosen. None when the source holds no task (why: `framings`)."""
+        from dareforge.orchestration import context
+        from dareforge.understand.stage import understand
+
+        report = understand(context(), [source_id])
+        if source_id not in report.framed:
+            log.warning("understand %s: no task: %s", source_id, report.reasons.get(source_id))
+            return None
+        return source_id
+
+    @task(map_index_template=BY_SOURCE)
     def prepare(source_id: str) -> str | None:
         """The source id once prepared. None when it failed (reason in the log): no generate task maps over it."""
         from dareforge.generators.prepare import prepare
         from dareforge.orchestration import context
 
         report = prepare(context(), [source_id])
-        if source_id in report.failed:
-            log.warning("prepare %s failed: %s", source_id, report.reasons.get(source_id))
-            return None
-        return source_id
+        for label in report.failed:
+            log.warning("prepare %s failed: %s", label, report.reasons.get(label))
+        return source_id if report.prepared or report.skipped else None
 
     @task(map_index_template=BY_SOURCE)
     def generate(source_id: str) -> list[str]:
@@ -132,7 +143,8 @@ def dare_refresh():
         return publish_release(params["release"], None, outlet_events)
 
     sources = accepted_sources()
-    prepared = prepare.expand(source_id=sources)
+    framed = understand.expand(source_id=sources)
+    prepared = prepare.expand(source_id=framed)
     generated = generate.expand(source_id=prepared)
     chain(crawl(), filter_sources(), sources)
     chain(generated, validate(), probe(), publish())

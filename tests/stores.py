@@ -17,14 +17,16 @@ def store_config(root: Path, sources: list[str]) -> Config:
 
 
 def generate_tasks(ctx: RunContext) -> RunContext:
-    """Crawl, filter, prepare and generate: the store a task-level test starts from."""
+    """Crawl, filter, understand, prepare and generate: the store a task-level test starts from."""
     from dareforge.crawlers.crawl import crawl
     from dareforge.crawlers.filter import filter_sources
     from dareforge.generators.generate import generate
     from dareforge.generators.prepare import prepare
+    from dareforge.understand.stage import understand
 
     crawl(ctx)
     filter_sources(ctx)
+    understand(ctx)
     prepare(ctx)
     generate(ctx)
     return ctx

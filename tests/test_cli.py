@@ -42,8 +42,10 @@ def test_run_summarises_and_sql_answers_why(cli):
     result = cli("run")
     assert result.exit_code == 0, result.output
     assert "crawl: 4 sources seen (4 downloaded)" in result.output
-    assert "filter: 2 kept, 2 dropped" in result.output
-    assert "enough-rows" in result.output and "target-identifiable" in result.output
+    assert "filter: 3 kept, 1 dropped" in result.output and "enough-rows" in result.output
+    # The airports table names no target and none of its columns is one: no task, and the reason says so.
+    assert "understand: 2 sources framed (2 classification), 1 without a task" in result.output
+    assert "builtin.vega-airports" in result.output
 
     assert "models: none (the local model is disabled" in result.output
     assert re.search(
@@ -67,10 +69,9 @@ def test_run_summarises_and_sql_answers_why(cli):
         "--format",
         "json",
     )
-    assert json.loads(answer.output) == [
-        {"rule": "enough-rows", "n": 1},
-        {"rule": "target-identifiable", "n": 1},
-    ]
+    assert json.loads(answer.output) == [{"rule": "enough-rows", "n": 1}]
+    why = cli("sources", "--why", "builtin.sklearn-iris", "--format", "json")
+    assert why.exit_code == 0 and "classification-species" in why.output and "enough-rows" in why.output
 
 
 def test_sources_lists_by_status_and_verdict(cli):

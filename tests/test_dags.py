@@ -123,7 +123,7 @@ def test_dags_import_without_errors(dagbag):
     assert crawl.pool == "kaggle_api"
     assert crawl.retries == publish.retries == 2
     assert crawl.retry_exponential_backoff == publish.retry_exponential_backoff > 1  # True means 1.0
-    assert all(refresh.task_dict[t].is_mapped for t in ("prepare", "generate"))
+    assert all(refresh.task_dict[t].is_mapped for t in ("understand", "prepare", "generate"))
     assert [a.uri.rstrip("/") for a in refresh.task_dict["validate"].outlets] == [TASKS_ASSET]
     assert [a.uri.rstrip("/") for a in publish.outlets] == [RELEASES_ASSET]
     assert dagbag.dags["dare_release"].schedule is None
@@ -178,9 +178,9 @@ def test_refresh_runs_end_to_end(refresh_run, store_env):
 
     states = _states(refresh_run)
     assert refresh_run.state == "success", states
-    assert states["prepare"] == states["generate"] == ["success"] * len(SOURCES)
+    assert states["understand"] == states["prepare"] == states["generate"] == ["success"] * len(SOURCES)
     assert states["probe"] == ["skipped"]  # no llm.endpoints: nothing to probe with, publish goes on
-    others = {t: s for t, s in states.items() if t not in ("prepare", "generate", "probe")}
+    others = {t: s for t, s in states.items() if t not in ("understand", "prepare", "generate", "probe")}
     assert all(s == ["success"] for s in others.values()), states
     assert len(list((store_env / "tasks").glob("*/_MANIFEST.json"))) >= len(SOURCES)
     versions = list_versions(_ctx(), DEFAULT_RELEASE)

@@ -41,6 +41,7 @@ from dareforge.publish.hub import HubTarget
 from dareforge.publish.release import build_release
 from dareforge.publish.targets import LocalTarget
 from dareforge.schema import Step, Task, Trajectory
+from dareforge.understand.stage import understand
 from tests.test_hub import TOKEN, hub  # noqa: F401  (the fake-Hub fixture)
 from tests.test_publish import DAY
 
@@ -54,7 +55,7 @@ def built(tmp_path_factory):
     cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
     cfg.builtin.include = ["sklearn-iris"]
     ctx = RunContext.from_config(cfg, show_progress=False)
-    for step in (crawl, filter_sources, prepare, generate):
+    for step in (crawl, filter_sources, understand, prepare, generate):
         step(ctx)
     release = build_release(ctx, "bench", today=DAY).release
     tasks = release.tasks()

@@ -23,6 +23,7 @@ from dareforge.reference_solutions.pipeline import PREDICTIONS
 from dareforge.reference_solutions.resimulate import resimulate
 from dareforge.reference_solutions.runner import ReferenceRunner
 from dareforge.schema import Task
+from dareforge.understand.stage import understand
 
 SOURCES = [
     "sklearn-iris",
@@ -43,6 +44,7 @@ def _pipeline(root) -> RunContext:
     ctx = RunContext.from_config(cfg, show_progress=False)
     crawl(ctx)
     filter_sources(ctx)
+    understand(ctx)
     prepare(ctx)
     return ctx
 
@@ -70,7 +72,9 @@ def test_every_family_is_generated_and_certified(built):
     assert report.failures == {}
     assert {t.family for t in tasks} == {"Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF"}
     assert [t.id for t in tasks if t.status != "candidate"] == []
-    assert report.families["Class-IF"] == 4 and report.families["Reg-IF"] == 4
+    # Two IF variants per tabular framing: iris and seattle-weather classify; diabetes, cars and, beside its
+    # forecast, stocks (price on symbol and date) regress.
+    assert report.families["Class-IF"] == 4 and report.families["Reg-IF"] == 6
     for task in tasks:
         assert task.limits.turns == 5 and task.limits.seconds_per_execution == 200
         assert any(p.startswith("scikit-learn==") for p in task.package_versions)
@@ -79,7 +83,7 @@ def test_every_family_is_generated_and_certified(built):
 def test_if_references_reproduce_in_a_fresh_worker(built):
     ctx, _, _ = built
     results = resimulate(ctx)
-    assert len(results) == 8
+    assert len(results) == 10
     assert [r.detail for r in results if not r.matches] == []
 
 

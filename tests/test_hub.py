@@ -28,6 +28,7 @@ from dareforge.publish import ReleaseError, build_release, load_release, verify_
 from dareforge.publish.hub import HubPublishError, HubTarget
 from dareforge.publish.targets import Target
 from dareforge.schema import Task, Verdict
+from dareforge.understand.stage import understand
 from tests.hub_server import GITATTRIBUTES, FakeHub
 
 DAY = date(2026, 1, 15)
@@ -52,7 +53,7 @@ def _context(root: Path) -> RunContext:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     ctx = _context(tmp_path_factory.mktemp("hub"))
-    for step in (crawl, filter_sources, prepare, generate):
+    for step in (crawl, filter_sources, understand, prepare, generate):
         step(ctx)
     return ctx, build_release(ctx, "bench", today=DAY).release
 

@@ -86,7 +86,8 @@ def test_crawl_downloads_checksums_and_records_rules_gate(kaggle_ctx, server):
     assert [f.name for f in one.files] == ["sample_submission.csv", "test.csv", "train.csv"]
     assert one.target_columns == ["label"] and one.id_column == "id"
     assert kaggle_ctx.store.verify(f"raw/{one.id}/{one.version}") == []
-    assert records["kaggle-dataset.someone--house-prices"].target_columns == ["price"]
+    # A dataset names no target: the crawl records none, and leaves it to the understand stage.
+    assert records["kaggle-dataset.someone--house-prices"].target_columns == []
     assert [(e.team, e.score) for e in one.leaderboard] == [("top team", "0.98765")]
     assert records["kaggle-competition.golf-comp"].leaderboard == []
 

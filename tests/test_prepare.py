@@ -20,8 +20,9 @@ from dareforge.generators.prepare import (
     prepare,
     prepared_file,
 )
-from dareforge.schema import ColumnKind, PreparedSource, TaskType
+from dareforge.schema import ColumnKind, Framing, PreparedSource, TaskType
 from dareforge.store import sha256_file
+from dareforge.understand.stage import understand
 
 BUILTINS = ["sklearn-iris", "vega-cars", "vega-stocks", "sklearn-diabetes"]
 IRIS, CARS, STOCKS, DIABETES = (f"builtin.{name}" for name in BUILTINS)
@@ -42,6 +43,7 @@ def crawled(tmp_path_factory) -> Path:
     ctx.config.builtin.include = BUILTINS
     crawl(ctx)
     assert sorted(filter_sources(ctx).kept) == sorted([IRIS, CARS, STOCKS, DIABETES])
+    understand(ctx)
     return root
 
 
@@ -61,6 +63,18 @@ def fresh(crawled, tmp_path):
     return tmp_path
 
 
+def _sources(labels: list[str]) -> list[str]:
+    """Source ids of `source_id/framing` report labels, sorted and unique."""
+    return sorted({label.split("/")[0] for label in labels})
+
+
+def _main(ctx, source_id: str) -> PreparedSource:
+    """The prepared record of the source's best framing (the one its catalog names, for builtin sources)."""
+    chosen = [f for f in ctx.store.read_partition(Framing, source_id) if f.status == "chosen"]
+    best = max(chosen, key=lambda f: f.confidence)
+    return load_prepared(ctx, source_id, best.framing)[0]
+
+
 def _rows(ctx, record: PreparedSource, name: str) -> list[dict[str, str]]:
     with open(prepared_file(ctx, record, name), newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
@@ -73,9 +87,9 @@ def _tree(ctx) -> dict[str, str]:
 
 def test_prepares_every_accepted_source_with_the_right_task(prepared):
     ctx, report = prepared
-    assert sorted(report.prepared) == sorted([IRIS, CARS, STOCKS, DIABETES])
+    assert _sources(report.prepared) == sorted([IRIS, CARS, STOCKS, DIABETES])
     assert report.failed == [] and report.skipped == []
-    records = {sid: load_prepared(ctx, sid) for sid in report.prepared}
+    records = {sid: _main(ctx, sid) for sid in _sources(report.prepared)}
     assert records[IRIS].task_type == TaskType.CLASSIFICATION and records[IRIS].split == "stratified"
     assert records[CARS].task_type == TaskType.REGRESSION and records[CARS].split == "random"
     assert records[DIABETES].task_type == TaskType.REGRESSION
@@ -83,13 +97,15 @@ def test_prepares_every_accepted_source_with_the_right_task(prepared):
     assert stocks.task_type == TaskType.TIME_SERIES and stocks.split == "chronological"
     assert (stocks.time_column, stocks.entity_column) == ("date", "symbol")
     assert all(r.id_column == "row_id" for r in records.values())  # none of them has an id column
-    assert load_prepared(ctx, "builtin.nothing-here") is None
+    assert load_prepared(ctx, "builtin.nothing-here") == []
+    # Beside the catalog's forecast, a stock price also makes a regression on symbol and date.
+    assert [p.framing for p in load_prepared(ctx, STOCKS)] == ["regression-price", "ts-price"]
 
 
 def test_files_split_cleanly_without_leaks(prepared):
     ctx, report = prepared
-    for sid in report.prepared:
-        record = load_prepared(ctx, sid)
+    for sid, framing in (label.split("/") for label in report.prepared):
+        (record,) = load_prepared(ctx, sid, framing)
         train, test, answers = (_rows(ctx, record, n) for n in ("train", "test.csv", "answers"))
         key = record.id_column
         train_ids, test_ids = [r[key] for r in train], [r[key] for r in test]
@@ -102,13 +118,13 @@ def test_files_split_cleanly_without_leaks(prepared):
         assert set(answers[0]) >= {key, *record.target_columns}
         assert all(r[t] != "" for r in train + answers for t in record.target_columns)
         assert [f.name for f in record.files] == ["train.csv", "test.csv", "answers.csv"]
-    cars = load_prepared(ctx, CARS)
+    cars = _main(ctx, CARS)
     assert cars.n_rows == 406 - 8  # rows without Miles_per_Gallon cannot be graded
 
 
 def test_stratified_split_keeps_every_class_share(prepared):
     ctx, _ = prepared
-    iris = load_prepared(ctx, IRIS)
+    iris = _main(ctx, IRIS)
     train, answers = _rows(ctx, iris, "train"), _rows(ctx, iris, "answers")
     total = Counter(r["species"] for r in train + answers)
     held = Counter(r["species"] for r in answers)
@@ -120,7 +136,7 @@ def test_stratified_split_keeps_every_class_share(prepared):
 
 def test_chronological_split_holds_out_the_latest_times(prepared):
     ctx, _ = prepared
-    stocks = load_prepared(ctx, STOCKS)
+    stocks = _main(ctx, STOCKS)
     train, test, answers = (_rows(ctx, stocks, n) for n in ("train", "test", "answers"))
     assert max(r["date"] for r in train) < min(r["date"] for r in test)
     assert list(answers[0]) == ["row_id", "date", "symbol", "price"]
@@ -129,7 +145,7 @@ def test_chronological_split_holds_out_the_latest_times(prepared):
 
 def test_profile_is_sensible(prepared):
     ctx, _ = prepared
-    cars = {c.name: c for c in load_prepared(ctx, CARS).columns}
+    cars = {c.name: c for c in _main(ctx, CARS).columns}
     assert cars["Horsepower"].kind == ColumnKind.NUMERIC and cars["Horsepower"].missing_rate > 0
     assert cars["Miles_per_Gallon"].missing_rate == 0  # measured on the labelled rows
     assert cars["Year"].kind == ColumnKind.DATETIME and cars["Year"].dtype == "DATE"
@@ -142,7 +158,7 @@ def test_profile_is_sensible(prepared):
         "3",
         "8",
     )
-    iris = {c.name: c for c in load_prepared(ctx, IRIS).columns}
+    iris = {c.name: c for c in _main(ctx, IRIS).columns}
     species = iris["species"]
     assert species.kind == ColumnKind.CATEGORICAL and species.distinct == 3 and species.top_values
     petal = iris["petal length (cm)"]
@@ -166,8 +182,8 @@ def test_a_new_seed_gives_a_new_split(prepared, fresh):
     ctx, _ = prepared
     reseeded = _ctx(fresh, seed=ctx.config.prepare.seed + 1)
     report = prepare(reseeded, [IRIS])
-    assert report.prepared == [IRIS]
-    old, new = load_prepared(ctx, IRIS), load_prepared(reseeded, IRIS)
+    assert _sources(report.prepared) == [IRIS]
+    old, new = _main(ctx, IRIS), _main(reseeded, IRIS)
     assert new.version != old.version and new.seed == old.seed + 1
     ids = [{r["row_id"] for r in _rows(c, rec, "test")} for c, rec in ((ctx, old), (reseeded, new))]
     assert ids[0] != ids[1] and len(ids[0]) == len(ids[1])
@@ -176,7 +192,7 @@ def test_a_new_seed_gives_a_new_split(prepared, fresh):
 def test_a_tampered_prepared_file_is_caught(fresh):
     ctx = _ctx(fresh)
     prepare(ctx, [CARS])
-    record = load_prepared(ctx, CARS)
+    record = _main(ctx, CARS)
     path = prepared_file(ctx, record, "answers.csv")
     path.write_text(path.read_text().replace("16.0", "17.0", 1))
     with pytest.raises(PreparedIntegrityError, match=r"answers\.csv: sha256 \w+ != manifest") as info:
@@ -204,7 +220,7 @@ def _mirror(root: Path, name: str, files: dict[str, bytes]) -> None:
 @pytest.fixture
 def mirror_ctx(tmp_path):
     root = tmp_path / "mirror"
-    latin = "name,city,price\n" + "".join(f"caf\xe9 {i},M\xfcnchen,{i % 7}\n" for i in range(120))
+    latin = "name,city,size,price\n" + "".join(f"caf\xe9 {i},M\xfcnchen,{3 * (i % 7)},{i % 7}\n" for i in range(120))
     _mirror(root, "latin", {"prices.csv": latin.encode("latin-1")})
     # Columns named like the SQL's own aliases (v, k, m) must not confuse it.
     grouped = "PassengerId,family,v,k,m,label\n" + "".join(
@@ -231,12 +247,15 @@ def mirror_ctx(tmp_path):
 def test_latin1_file_with_an_encoding_override(mirror_ctx):
     ctx, sid = mirror_ctx, "mirror.someone--latin"
     ctx.config.sources[sid] = SourceOverride(target=["price"])
-    report = prepare(ctx, [sid])
-    assert report.failed == [sid] and f"set sources.{sid}.encoding (e.g. latin-1)" in report.reasons[sid]
+    understood = understand(ctx, [sid])
+    assert understood.unframed == [sid]
+    assert f"set sources.{sid}.encoding (e.g. latin-1)" in understood.reasons[sid]
+    assert prepare(ctx, [sid]).failed == [sid]
     ctx.config.sources[sid] = SourceOverride(encoding="latin-1", target=["price"])
+    assert understand(ctx, [sid]).framed == [sid]
     report = prepare(ctx, [sid])
-    assert report.prepared == [sid], report.reasons
-    record = load_prepared(ctx, sid)
+    assert report.prepared == [f"{sid}/classification-price"], report.reasons
+    record = _main(ctx, sid)
     assert record.task_type == TaskType.CLASSIFICATION  # seven distinct values
     train = _rows(ctx, record, "train")
     assert train[0]["city"] == "München" and train[0]["name"].startswith("café")
@@ -246,13 +265,18 @@ def test_latin1_file_with_an_encoding_override(mirror_ctx):
 def test_id_detection_grouped_split_and_failures(mirror_ctx):
     ctx = mirror_ctx
     grouped, unlabelled = "mirror.someone--grouped", "mirror.someone--unlabelled"
-    ctx.config.sources[grouped] = SourceOverride(group_column="family")
-    report = prepare(ctx, [unlabelled, grouped, "mirror.not-crawled"])
-    assert report.prepared == [grouped] and report.failed == [unlabelled, "mirror.not-crawled"]
-    assert "is empty in every row" in report.reasons[unlabelled]
-    assert f"sources.{unlabelled}.target" in report.reasons[unlabelled]
-    assert "crawl it first" in report.reasons["mirror.not-crawled"]
-    record = load_prepared(ctx, grouped)
+    ctx.config.sources[grouped] = SourceOverride(group_column="family", target=["label"])
+    understood = understand(ctx, [unlabelled, grouped, "mirror.not-crawled"])
+    assert understood.framed == [grouped] and understood.unframed == [unlabelled, "mirror.not-crawled"]
+    (chosen,) = [f for f in ctx.store.read_partition(Framing, grouped) if f.status == "chosen"]
+    assert chosen.framing == "classification-label" and "config" in chosen.proposers
+    assert any("kept because dareforge.yaml names it as the target" in c for c in chosen.checks)  # parity: unlearnable
+    assert "no column can be a target" in understood.reasons[unlabelled]
+    assert "crawl it first" in understood.reasons["mirror.not-crawled"]
+    report = prepare(ctx, [unlabelled, grouped])
+    assert report.prepared == [f"{grouped}/classification-label"] and report.failed == [unlabelled]
+    assert f"dareforge sources --why {unlabelled}" in report.reasons[unlabelled]
+    record = _main(ctx, grouped)
     assert record.id_column == "PassengerId" and record.split == "grouped" and record.group_column == "family"
     assert record.files[0].columns == ["PassengerId", "family", "v", "k", "m", "label"]
     assert {c.name: c for c in record.columns}["m"].top_values == ["x0", "x1", "x2", "x3", "x4"]

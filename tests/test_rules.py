@@ -142,15 +142,6 @@ CASES = [
         category="Analytics",
     ),
     case(
-        "override",
-        "target-identifiable",
-        True,
-        "target set in dareforge.yaml: price",
-        "price",
-        cfg={"sources": {SID: {"target": ["price"]}}},
-        target_columns=[],
-    ),
-    case(
         "none",
         "leaderboard",
         False,
@@ -186,16 +177,6 @@ CASES = [
         files=[IMAGES[0], make_file("train.parquet", 700)],
     ),
     case("no-files", "tabular", False, "no files stored to judge the modality", None, files=[]),
-    case(
-        "empty",
-        "target-identifiable",
-        False,
-        f"no target column identified; name it under sources.{SID}.target in dareforge.yaml",
-        None,
-        target_columns=[],
-    ),
-    case("one", "target-identifiable", True, "target identified: Survived", "Survived"),
-    case("two", "target-identifiable", True, "target identified: a, b", "a,b", target_columns=["a", "b"]),
     case("below", "enough-rows", False, "99 rows, fewer than rules.min_rows=100", "99", n_rows=99),
     case("at-min", "enough-rows", True, "100 rows", "100", n_rows=100),
     case("largest-file", "enough-rows", True, "500 rows", "500", n_rows=None),
@@ -360,7 +341,8 @@ def test_filter_sources_stores_every_decision_once(ctx) -> None:
     report = filter_sources(ctx)
     assert report.kept == ["kaggle-competition.good", "kaggle-dataset.good"]
     assert report.dropped == ["kaggle-competition.json-no-target", "kaggle-competition.old"]
-    assert report.drop_reasons == Counter({"submission-csv": 1, "target-identifiable": 1, "recent-enough": 1})
+    # A missing target is no filter's business any more: the understand stage decides it from the data.
+    assert report.drop_reasons == Counter({"submission-csv": 1, "recent-enough": 1})
     assert report.written == sorted(ctx.store.table_key("filter_decisions", s.id) for s in sources)
     assert accepted_source_ids(ctx) == report.kept
 
@@ -370,4 +352,4 @@ def test_filter_sources_stores_every_decision_once(ctx) -> None:
         .sql("select rule, count(*) from filter_decisions where not kept group by rule order by rule")
         .fetchall()
     )
-    assert rows == [("recent-enough", 1), ("submission-csv", 1), ("target-identifiable", 1)]
+    assert rows == [("recent-enough", 1), ("submission-csv", 1)]

@@ -17,21 +17,6 @@ CHUNK = 1 << 20
 TEXT_TABLES = {".csv": ",", ".tsv": "\t"}
 UNDECODABLE = "undecodable"
 SAMPLE_SUBMISSION = re.compile(r"sample_?submission|submission_?(format|sample|example)", re.IGNORECASE)
-TARGET_NAMES = (
-    "target",
-    "label",
-    "class",
-    "y",
-    "outcome",
-    "survived",
-    "saleprice",
-    "price",
-    "churn",
-    "diagnosis",
-    "species",
-    "quality",
-    "default",
-)
 
 
 def describe_file(path: Path, name: str) -> SourceFile:
@@ -83,7 +68,9 @@ def _header(head: bytes, encoding: str, delimiter: str) -> list[str]:
 def identify_target(
     source: Source, files: list[SourceFile], override: list[str] | None
 ) -> tuple[list[str], str | None]:
-    """Return (target columns, id column). Empty targets mean none could be identified."""
+    """(target columns, id column) from explicit facts only: the config, the crawler's own record, a
+    competition's sample submission. Everything else (names, descriptions, the data) is the understand
+    stage's job; empty targets leave it to that stage."""
     if override:
         return override, source.id_column
     if source.target_columns:
@@ -96,11 +83,4 @@ def identify_target(
         train_columns = {c for f in tables if f not in samples for c in f.columns or []}
         targets = [c for c in header[1:] if c in train_columns] or header[1:]
         return targets, header[0] if header else None
-    if not tables:
-        return [], None
-    main = max(tables, key=lambda f: f.size)
-    by_lower = {c.lower(): c for c in main.columns or []}
-    for name in TARGET_NAMES:
-        if name in by_lower:
-            return [by_lower[name]], source.id_column
     return [], source.id_column

@@ -2,7 +2,8 @@
 
 A rule is a small object with a `name` and a `check(source, config)` that returns a Verdict: kept or not, a
 reason a person can act on, and the measured value the threshold was applied to. A source is accepted when
-every rule keeps it. Rules come from the DSGym paper's source filter, plus our own (readable tables).
+every rule keeps it. Rules come from the DSGym paper's source filter, plus our own (readable tables). Whether a
+source holds a task at all (its target, its time axis) is the understand stage's verdict, not a rule's.
 """
 
 from __future__ import annotations
@@ -122,21 +123,6 @@ class Tabular(Rule):
         return Verdict(True, f"{share:.0%} of bytes are tables", f"{share:.3f}")
 
 
-class TargetIdentifiable(Rule):
-    name = "target-identifiable"
-
-    def check(self, source, config):
-        override = config.sources.get(source.id)
-        targets = override.target if override and override.target else source.target_columns
-        if not targets:
-            reason = (
-                f"no target column identified; name it under sources.{source.id}.target in dareforge.yaml"
-            )
-            return Verdict(False, reason)
-        origin = "set in dareforge.yaml" if override and override.target else "identified"
-        return Verdict(True, f"target {origin}: {', '.join(targets)}", ",".join(targets))
-
-
 class EnoughRows(Rule):
     name = "enough-rows"
 
@@ -210,7 +196,6 @@ RULES: tuple[Rule, ...] = (
     RealMlTask(),
     Leaderboard(),
     Tabular(),
-    TargetIdentifiable(),
     EnoughRows(),
     NotExcluded(),
     RecentEnough(),

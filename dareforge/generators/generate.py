@@ -1,4 +1,4 @@
-"""The generate stage: turn each prepared source into IF, MM and time-series tasks with seeded references.
+"""The generate stage: turn each prepared framing into IF, MM and time-series tasks with seeded references.
 
 A task is written as `tasks/<id>/public/` (what an agent sees), `tasks/<id>/private/` (answers, reference code
 and outputs) and `tasks/<id>/_MANIFEST.json` (checksums and the task record), the manifest last. The id hashes
@@ -10,30 +10,32 @@ from __future__ import annotations
 import time
 
 from dareforge.context import RunContext
-from dareforge.crawlers.filter import accepted_source_ids
 from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared
 from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
 from dareforge.schema import PreparedSource, Task, TaskType
+from dareforge.understand.stage import framed_source_ids
 
 
 def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateReport:
     started = time.perf_counter()
     report = GenerateReport()
-    ids = source_ids if source_ids is not None else accepted_source_ids(ctx)
+    ids = source_ids if source_ids is not None else framed_source_ids(ctx)
     runners = Runners.start(ctx.config.generate.reference_timeout_s)
     try:
         with ctx.progress() as progress:
             bar = progress.add_task("generate", total=len(ids), item="")
             for source_id in ids:
                 progress.update(bar, item=source_id)
-                prepared = load_prepared(ctx, source_id)
-                if prepared is None:
+                framings = load_prepared(ctx, source_id)
+                if not framings:
                     report.failures[source_id] = "not prepared; run `dareforge prepare` first"
                     progress.advance(bar)
                     continue
-                writer = TaskWriter(ctx, prepared, report)
-                tasks = build_source_tasks(ctx, prepared, writer, runners)
+                tasks = []
+                for prepared in framings:
+                    writer = TaskWriter(ctx, prepared, report)
+                    tasks += build_source_tasks(ctx, prepared, writer, runners)
                 for task in tasks:
                     report.families[task.family] += task.status == "candidate"
                     if task.status == "rejected":

@@ -29,19 +29,31 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
+from dareforge.config import SourceOverride
 from dareforge.context import RunContext
 from dareforge.crawlers.base import fingerprint
-from dareforge.crawlers.filter import accepted_source_ids
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE
 from dareforge.errors import DareforgeError, StoreError
-from dareforge.schema import ColumnKind, ColumnProfile, PreparedSource, Source, SourceFile, TaskType
+from dareforge.schema import (
+    ColumnKind,
+    ColumnProfile,
+    Framing,
+    PreparedSource,
+    Source,
+    SourceFile,
+    Task,
+    TaskType,
+    TimeAxis,
+)
 from dareforge.store import sha256_file
 
 log = logging.getLogger(__name__)
 
-PREPARE_FORMAT = 2
-"""Bump when the output of prepare changes for the same inputs, so every source is prepared again."""
+PREPARE_FORMAT = 3
+"""Bump when the output of prepare changes for the same inputs, so every source is prepared again.
+3: prepared per framing (understand stage), time axes rebuilt from their parts."""
 
 FILES = ("train.csv", "test.csv", "answers.csv")
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t", ".parquet": None}
@@ -85,29 +97,51 @@ class PrepareReport:
 
 # -- public API -----------------------------------------------------------------------------------------------
 def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareReport:
-    """Prepare each source (default: every source the filter accepted); returns what happened to each."""
-    ids = source_ids if source_ids is not None else accepted_source_ids(ctx)
+    """Prepare each chosen framing of each source (default: every source the understand stage framed);
+    returns what happened to each, labelled `source_id/framing`."""
+    from dareforge.understand.stage import chosen_framings, framed_source_ids
+
+    ids = source_ids if source_ids is not None else framed_source_ids(ctx)
     report = PrepareReport()
-    with _Engine(ctx) as engine, ctx.progress() as progress:
+    with Engine(ctx) as engine, ctx.progress() as progress:
         bar = progress.add_task("prepare", total=len(ids), item="")
         for source_id in ids:
             progress.update(bar, item=source_id)
-            try:
-                _prepare_source(ctx, engine, source_id, report)
-            except (PrepareError, duckdb.Error, OSError) as exc:
-                reason = str(exc) if isinstance(exc, PrepareError) else _failure(ctx, source_id, exc)
-                engine.recover()
-                log.warning("prepare %s failed: %s", source_id, reason)
+            framings = chosen_framings(ctx, source_id)
+            if not framings:
+                reason = f"{source_id}: no chosen framing; run `dareforge understand` (see `dareforge sources --why {source_id}`)"
                 report.failed.append(source_id)
                 report.reasons[source_id] = reason
+            records = []
+            for framing in framings:
+                label = f"{source_id}/{framing.framing}"
+                try:
+                    records.append(_prepare_framing(ctx, engine, source_id, framing, report, label))
+                except (PrepareError, duckdb.Error, OSError) as exc:
+                    reason = str(exc) if isinstance(exc, PrepareError) else _failure(ctx, source_id, exc)
+                    engine.recover()
+                    log.warning("prepare %s failed: %s", label, reason)
+                    report.failed.append(label)
+                    report.reasons[label] = reason
+            if records:
+                _write_records(ctx, source_id, records, report)
+            if any(label.startswith(f"{source_id}/") for label in report.prepared):
+                _remove_unused(ctx, source_id, records)
             progress.advance(bar)
     return report
 
 
-def load_prepared(ctx: RunContext, source_id: str) -> PreparedSource | None:
-    """The latest prepared record of a source, or None when it was never prepared."""
+def prepared_of(ctx: RunContext, task: Task) -> PreparedSource | None:
+    """The prepared framing a task was built from (its current preparation when that one is gone)."""
+    framings = load_prepared(ctx, task.source_id, task.framing)
+    exact = [p for p in framings if p.version == task.prepared_version]
+    return (exact or framings or [None])[0]
+
+
+def load_prepared(ctx: RunContext, source_id: str, framing: str | None = None) -> list[PreparedSource]:
+    """The prepared records of a source, one per framing (only `framing` when given); empty when none."""
     rows = ctx.store.read_partition(PreparedSource, source_id)
-    return rows[-1] if rows else None
+    return [r for r in rows if framing is None or r.framing == framing]
 
 
 def prepared_file(ctx: RunContext, prepared: PreparedSource, name: str) -> Path:
@@ -135,29 +169,36 @@ def prepared_file(ctx: RunContext, prepared: PreparedSource, name: str) -> Path:
 
 
 # -- one source -----------------------------------------------------------------------------------------------
+def raw_table(source: Source, file: SourceFile, encoding: str | None) -> _Table:
+    """A raw table of a crawled source as prepare's engine reads it."""
+    return _Table(
+        source.id, file, f"raw/{source.id}/{source.raw_version}/files/{file.name}", file.columns, encoding
+    )
+
+
 def _prefix(source_id: str, version: str) -> str:
     return f"prepared/{source_id}/{version}"
 
 
-def _prepare_source(ctx: RunContext, engine: _Engine, source_id: str, report: PrepareReport) -> None:
-    source = _load_source(ctx, source_id)
-    override = ctx.config.sources.get(source_id)
-    version = _version(ctx, source)
+def _prepare_framing(
+    ctx: RunContext, engine: Engine, source_id: str, framing: Framing, report: PrepareReport, label: str
+) -> PreparedSource:
+    source = framed_source(_load_source(ctx, source_id), framing)
+    override = _framing_override(ctx.config.sources.get(source_id), framing)
+    version = _version(ctx, source, framing)
     prefix = _prefix(source_id, version)
     manifest = ctx.store.read_manifest(prefix)
     if manifest is not None:
         problems = ctx.store.verify(prefix)
         if problems:
             raise PreparedIntegrityError(
-                f"prepared files of {source_id} (version {version}) do not match their manifest:\n  "
+                f"prepared files of {label} (version {version}) do not match their manifest:\n  "
                 + "\n  ".join(problems)
                 + f"\nsomething changed them after they were written; delete {ctx.store.path(prefix)} "
                 "and run `dareforge prepare` again to rebuild them"
             )
-        record = PreparedSource.model_validate(manifest["record"])
-        _write_record(ctx, record, report)
-        report.skipped.append(source_id)
-        return
+        report.skipped.append(label)
+        return PreparedSource.model_validate(manifest["record"])
     raw_prefix = f"raw/{source_id}/{source.raw_version}"
     if not source.raw_version or ctx.store.read_manifest(raw_prefix) is None:
         raise PrepareError(f"{source_id}: no raw files in the store; run `dareforge crawl` first")
@@ -165,7 +206,7 @@ def _prepare_source(ctx: RunContext, engine: _Engine, source_id: str, report: Pr
     scratch = Path(ctx.config.store.work_dir) / "prepare" / f"{source_id}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        record = engine.prepare_table(source, override, table, version, scratch)
+        record = engine.prepare_table(source, override, table, version, scratch, framing)
         with _timed(source_id, "store files"):
             for f in record.files:
                 key = f"{prefix}/files/{f.name}"
@@ -176,6 +217,7 @@ def _prepare_source(ctx: RunContext, engine: _Engine, source_id: str, report: Pr
             {
                 "source_id": source_id,
                 "source_version": source.version,
+                "framing": framing.framing,
                 "version": version,
                 "files": [f.model_dump() for f in record.files],
                 "record": record.model_dump(mode="json"),
@@ -184,18 +226,47 @@ def _prepare_source(ctx: RunContext, engine: _Engine, source_id: str, report: Pr
         report.written.append(f"{prefix}/_MANIFEST.json")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    _write_record(ctx, record, report)
+    report.prepared.append(label)
+    log.info("%s: prepared %s (%d train, %d test)", label, version, record.n_train, record.n_test)
+    return record
+
+
+def _write_records(
+    ctx: RunContext, source_id: str, records: list[PreparedSource], report: PrepareReport
+) -> None:
+    """One partition per source, a row per framing."""
+    if ctx.store.write_records(source_id, records):
+        report.written.append(ctx.store.table_key(PreparedSource.table, source_id))
+
+
+def _remove_unused(ctx: RunContext, source_id: str, records: list[PreparedSource]) -> None:
+    """After a new preparation, versions no framing uses any more go (with the obscured data built on them)."""
+    current = {r.version for r in records}
     for key in ctx.store.list(f"prepared/{source_id}"):
         old = key.split("/")[2]
-        if old != version:
+        if old not in current:
             ctx.store.remove_prefix(_prefix(source_id, old))
-    report.prepared.append(source_id)
-    log.info("%s: prepared %s (%d train, %d test)", source_id, version, record.n_train, record.n_test)
 
 
-def _write_record(ctx: RunContext, record: PreparedSource, report: PrepareReport) -> None:
-    if ctx.store.write_records(record.source_id, [record]):
-        report.written.append(ctx.store.table_key(PreparedSource.table, record.source_id))
+def framed_source(source: Source, framing: Framing) -> Source:
+    """The source as its framing poses it: target, problem type and special columns from the framing."""
+    return source.model_copy(
+        update={
+            "target_columns": framing.target_columns,
+            "task_hint": framing.task_type.value if framing.task_type else None,
+            "time_column": framing.time_column,
+            "entity_column": framing.entity_column,
+            "id_column": framing.id_column,
+        }
+    )
+
+
+def _framing_override(override: SourceOverride | None, framing: Framing) -> SourceOverride:
+    """The config override, naming the framing's table when the config does not. The framing's columns ride on
+    the source (`framed_source`), where prepare checks them leniently (an id that is not unique over the whole
+    table is replaced); the config's own settings stay strict."""
+    base = override.model_dump() if override else {}
+    return SourceOverride.model_validate({**base, "table": base.get("table") or framing.table_file})
 
 
 def _load_source(ctx: RunContext, source_id: str) -> Source:
@@ -205,7 +276,7 @@ def _load_source(ctx: RunContext, source_id: str) -> Source:
     return ctx.store.read_partition(Source, source_id)[-1]
 
 
-def _version(ctx: RunContext, source: Source) -> str:
+def _version(ctx: RunContext, source: Source, framing: Framing) -> str:
     override = ctx.config.sources.get(source.id)
     # DuckDB's memory limit and threads change how fast, not what is written.
     settings = ctx.config.prepare.model_dump(mode="json", exclude={"duckdb_memory_limit", "duckdb_threads"})
@@ -220,6 +291,9 @@ def _version(ctx: RunContext, source: Source) -> str:
         settings,
         override.model_dump(mode="json") if override else None,
         facts,
+        framing.model_dump(
+            mode="json", include={"framing", "table_file", "time_axis", "excluded_columns", "id_column"}
+        ),
     )
 
 
@@ -397,7 +471,7 @@ def _finite(value: Any) -> float | None:
 
 
 # -- the DuckDB engine ----------------------------------------------------------------------------------------
-class _Engine:
+class Engine:
     """One DuckDB connection for the run: an in-memory database that spills to a scratch folder."""
 
     def __init__(self, ctx: RunContext):
@@ -406,7 +480,7 @@ class _Engine:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._dir: Path | None = None
 
-    def __enter__(self) -> _Engine:
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -448,8 +522,8 @@ class _Engine:
         return self._con
 
     def _scalar(self, sql: str) -> Any:
-        row = self.con.execute(sql).fetchone()
-        return row[0] if row else None
+        rows = self.con.execute(sql).fetchall()  # fetch to the end: DuckDB then closes the result
+        return rows[0][0] if rows else None
 
     # -- reading ------------------------------------------------------------------------------------------
     @contextmanager
@@ -505,6 +579,34 @@ class _Engine:
         stored = self.con.execute("DESCRIBE src").fetchall()
         types = {name: dtype for name, dtype, *_ in sniffed}
         return [_Column(name, "VARCHAR", types.get(name, "VARCHAR")) for name, _dtype, *_ in stored]
+
+    def sample_text(self, table: _Table, scratch: Path, rows: int) -> tuple[pa.Table, int]:
+        """Every column of a raw table as text: a systematic sample of at most `rows` rows in file order, and
+        the table's row count. Streaming keeps memory to one batch, whatever the file size."""
+        suffix = Path(table.file.name).suffix.lower()
+        with self._local_file(table, scratch) as (path, encoding):
+            if suffix == ".parquet":
+                relation = f"SELECT COLUMNS(*)::VARCHAR FROM read_parquet({_lit(str(path))})"
+            else:
+                options = (
+                    f"delim={_lit(TABLE_SUFFIXES[suffix] or ',')}, header=true, all_varchar=true, "
+                    f"encoding={_lit(encoding or 'utf-8')}"
+                )
+                relation = f"SELECT * FROM read_csv({_lit(str(path))}, {options})"
+            reader = self.con.sql(relation).to_arrow_reader(65_536)
+            # One pass: keep every `step`-th row; when more than `rows` are kept, double the step and keep
+            # every other one of them (so the sample stays systematic and in file order).
+            kept, position, step = [], 0, 1
+            for batch in reader:
+                first = (-position) % step
+                kept.append(batch.take(pa.array(range(first, batch.num_rows, step), type=pa.int64())))
+                position += batch.num_rows
+                while rows > 0 and sum(b.num_rows for b in kept) > rows:
+                    table = pa.Table.from_batches(kept, schema=reader.schema)
+                    kept = table.take(pa.array(range(0, table.num_rows, 2), type=pa.int64())).to_batches()
+                    step *= 2
+            sample = pa.Table.from_batches(kept, schema=reader.schema)
+        return sample, position
 
     # -- profiling ----------------------------------------------------------------------------------------
     def _profile(self, relation: str, columns: list[_Column], n: int, targets: set[str]) -> dict[str, _Stats]:
@@ -585,7 +687,7 @@ class _Engine:
 
     # -- the whole source ---------------------------------------------------------------------------------
     def prepare_table(
-        self, source: Source, override: Any, table: _Table, version: str, scratch: Path
+        self, source: Source, override: Any, table: _Table, version: str, scratch: Path, framing: Framing
     ) -> PreparedSource:
         try:
             try:
@@ -593,11 +695,27 @@ class _Engine:
                     columns = self._load(table, scratch)
             except (duckdb.Error, UnicodeError) as exc:
                 raise PrepareError(_read_failure(table, exc)) from exc
-            return self._prepare_loaded(source, override, table, version, scratch, columns)
+            if framing.time_axis is not None and framing.time_column:
+                columns = self._derive_time(columns, framing.time_axis, framing.time_column)
+            return self._prepare_loaded(source, override, table, version, scratch, columns, framing)
         finally:
             for statement in ("VIEW lab", "VIEW lab_all", "TABLE held_out", "TABLE src"):
                 with suppress(duckdb.Error):
                     self.con.execute(f"DROP {statement} IF EXISTS")
+
+    def _derive_time(self, columns: list[_Column], axis: TimeAxis, name: str) -> list[_Column]:
+        """Rebuild the framing's time axis in `src` as ISO text (which profiling reads as timestamps): parsed
+        text, quarters, epochs and decimal years in place; year + month (or quarter) parts as a new column."""
+        expression = _time_sql(axis)
+        if expression is None:
+            return columns
+        if name in {c.name for c in columns}:
+            self.con.execute(
+                f"CREATE OR REPLACE TABLE src AS SELECT * REPLACE ({expression} AS {_q(name)}) FROM src"
+            )
+            return [_Column(c.name, "VARCHAR", "VARCHAR") if c.name == name else c for c in columns]
+        self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT *, {expression} AS {_q(name)} FROM src")
+        return [*columns, _Column(name, "VARCHAR", "VARCHAR")]
 
     def _prepare_loaded(
         self,
@@ -607,6 +725,7 @@ class _Engine:
         version: str,
         scratch: Path,
         columns: list[_Column],
+        framing: Framing,
     ) -> PreparedSource:
         sid, cfg, con = source.id, self.cfg, self.con
         by_name = {c.name.strip(): c for c in columns} | {c.name: c for c in columns}
@@ -792,6 +911,8 @@ class _Engine:
         return PreparedSource(
             source_id=sid,
             source_version=source.version,
+            framing=framing.framing,
+            excluded_columns=[c for c in framing.excluded_columns if c in by_name],
             version=version,
             task_type=task_type,
             target_columns=target_names,
@@ -866,6 +987,47 @@ class _Engine:
             if distinct > self.cfg.max_classes:
                 return TaskType.REGRESSION
         return TaskType.CLASSIFICATION
+
+
+def _time_sql(axis: TimeAxis) -> str | None:
+    """SQL for an axis as ISO text, or None when the column is used as it is (native dates, years, row order)."""
+
+    def text(column: str) -> str:
+        return f"CAST({_q(column)} AS VARCHAR)"
+
+    def number(column: str) -> str:
+        return f"TRY_CAST({_q(column)} AS DOUBLE)"
+
+    sub_daily = axis.frequency in ("hourly", "minutely") or (axis.format or "").count("%H")
+    iso = _lit("%Y-%m-%d %H:%M:%S" if sub_daily else "%Y-%m-%d")
+    first = axis.columns[0]
+    if axis.kind == "text":
+        return f"strftime(try_strptime({text(first)}, {_lit(axis.format or '')}), {iso})"
+    if axis.kind == "quarter":
+        year = f"CAST(regexp_extract({text(first)}, '(\\d{{4}})', 1) AS INTEGER)"
+        quarter = f"CAST(regexp_extract({text(first)}, '[Qq]\\s*([1-4])', 1) AS INTEGER)"
+        return f"strftime(make_date({year}, ({quarter} - 1) * 3 + 1, 1), {iso})"
+    if axis.kind == "epoch":
+        scale = 1000.0 if axis.format == "ms" else 1.0
+        return f"strftime(to_timestamp({number(first)} / {scale}), {iso})"
+    if axis.kind == "decimal-year":
+        year = f"floor({number(first)})"
+        month = f"CAST(round(({number(first)} - {year}) * 12) AS INTEGER) + 1"
+        return (
+            f"strftime(make_date(CAST({year} AS INTEGER) + CAST({month} > 12 AS INTEGER), "
+            f"CASE WHEN {month} > 12 THEN 1 ELSE {month} END, 1), {iso})"
+        )
+    if axis.kind == "parts":
+        year = f"CAST({number(first)} AS INTEGER)"
+        second = axis.columns[1]
+        names = "['jan','feb','mar','apr','may','jun','jul','aug','sep','oct','nov','dec']"
+        by_name = f"list_position({names}, lower(left({text(second)}, 3)))"
+        month = f"coalesce(CAST({number(second)} AS INTEGER), {by_name})"
+        if len(axis.columns) == 2 and re.search(r"(?i)^(quarter|qtr|q)$", second):
+            month = f"(CAST({number(second)} AS INTEGER) - 1) * 3 + 1"
+        day = f"CAST({number(axis.columns[2])} AS INTEGER)" if len(axis.columns) > 2 else "1"
+        return f"strftime(make_date({year}, {month}, {day}), {iso})"
+    return None
 
 
 def _kind(col: _Column, s: _Stats) -> ColumnKind:

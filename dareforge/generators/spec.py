@@ -98,7 +98,7 @@ SEEDED = {"DecisionTree", "RandomForest", "GradientBoosting", "LogisticRegressio
 
 def usable_features(prepared: PreparedSource) -> tuple[list[str], list[str], list[str]]:
     """(numeric, categorical, datetime) columns an IF pipeline may use."""
-    skip = {prepared.id_column, *prepared.target_columns, prepared.group_column}
+    skip = {prepared.id_column, *prepared.target_columns, prepared.group_column, *prepared.excluded_columns}
     numeric, categorical, dates = [], [], []
     for col in prepared.columns:
         if col.name in skip or col.missing_rate >= 0.5:

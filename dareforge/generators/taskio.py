@@ -131,6 +131,7 @@ class TaskWriter:
             family=draft.family,
             source_id=self.prepared.source_id,
             source_version=self.prepared.source_version,
+            framing=self.prepared.framing,
             prepared_version=self.prepared.version,
             generator_version=GENERATOR_VERSION,
             seed=draft.seed,

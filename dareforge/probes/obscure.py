@@ -314,6 +314,7 @@ def obscure_source(
                 for name in ("time_column", "entity_column", "group_column")
             },
             "columns": [_profile(c, mapping) for c in prepared.columns],
+            "excluded_columns": [mapping.column(c) for c in prepared.excluded_columns],
             "files": files,
         }
     )
@@ -441,18 +442,24 @@ def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> Obs
 
 
 def _build_source(ctx, source_id, tasks, key, runners, report, progress, bar) -> list[Task]:
-    prepared = load_prepared(ctx, source_id)
+    versions = {p.version: p for p in load_prepared(ctx, source_id)}
     built = []
-    current = [t for t in tasks if prepared is not None and t.prepared_version == prepared.version]
     for task in tasks:
-        if task not in current:
+        if task.prepared_version not in versions:
             report.skipped[task.id] = (
                 f"built from prepared version {task.prepared_version}, which is no longer the source's "
                 "prepared data; run `dareforge generate` for its current tasks"
             )
             progress.advance(bar)
-    if not current:
-        return built
+    for prepared in versions.values():
+        current = [t for t in tasks if t.prepared_version == prepared.version]
+        if current:
+            built += _build_framing(ctx, prepared, current, key, runners, report, progress, bar)
+    return built
+
+
+def _build_framing(ctx, prepared, current, key, runners, report, progress, bar) -> list[Task]:
+    built = []
     obscured, mapping = obscure_source(ctx, prepared, key, report.written)
     frames = read_frames(ctx, obscured)
     for task in current:

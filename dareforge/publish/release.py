@@ -48,7 +48,7 @@ from dareforge.errors import DareforgeError
 from dareforge.publish import card, changelog
 from dareforge.publish.files import copy, parquet_bytes, read_rows, sha256_key, write
 from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
-from dareforge.schema import FilterDecision, Source, Task, Verdict
+from dareforge.schema import FilterDecision, Framing, Source, Task, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
 from dareforge.store import Store, canonical_json, sha256_bytes
 
@@ -376,6 +376,8 @@ def select_tasks(ctx: RunContext) -> Selection:
         for d in decisions:
             by_source[d.source_id] = by_source.get(d.source_id, True) and d.kept
         kept_sources = {s for s, kept in by_source.items() if kept}
+    framings = store.read_records(Framing)
+    framed = {(f.source_id, f.framing) for f in framings if f.status == "chosen"} if framings else None
     for task in tasks:
         if task.variant_of is not None:
             excluded["obscured variant (for the memorization probe, never released)"] += 1
@@ -383,6 +385,8 @@ def select_tasks(ctx: RunContext) -> Selection:
             excluded["rejected by the generator"] += 1
         elif kept_sources is not None and task.source_id not in kept_sources:
             excluded["source no longer kept by the filter"] += 1
+        elif framed is not None and (task.source_id, task.framing) not in framed:
+            excluded["framing no longer chosen by the understand stage"] += 1
         elif not store.exists(f"tasks/{task.id}/{TASK_MANIFEST}"):
             excluded["unfinished (no task manifest)"] += 1
         else:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dareforge.context import RunContext
-from dareforge.generators.prepare import load_prepared
+from dareforge.generators.prepare import prepared_of
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators import duplicates, leakage, solvability
 from dareforge.validators import report as html_report
@@ -53,7 +53,7 @@ def checks_version(task_check_names: list[str], run_checks: tuple[RunCheck, ...]
 
 
 def task_view(ctx: RunContext, task: Task) -> TaskView:
-    prepared = load_prepared(ctx, task.source_id)
+    prepared = prepared_of(ctx, task)
     if ctx.store.is_local:
         return TaskView(task, prepared, ctx.store.local_path(f"tasks/{task.id}"))
     folder = Path(ctx.config.store.work_dir) / "validate" / task.id

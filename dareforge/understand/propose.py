@@ -1,0 +1,380 @@
+"""Rank candidate framings of one sampled source and check them, cheapest evidence first.
+
+Evidence weights (summed per candidate; the config override beats everything, a crawler's own knowledge such
+as a competition's sample submission beats the rest): config 1000, source 100, the description's explicit
+sentences 6-12, a model's proposal 6 x its confidence, a variable list 4, the title 1.5-3, the column's name
+1-5, its position 1-1.5 (last for a label, first measured column for a series). Candidates are checked in
+rank order; the first one per problem family (tabular, time series) that passes the data checks is chosen,
+the others are kept with why they lost.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from dareforge.config import Config, SourceOverride
+from dareforge.schema import Source, TaskType
+from dareforge.understand.checks import Outcome, check_series, check_tabular
+from dareforge.understand.columns import Column, Sample
+from dareforge.understand.evidence import TextEvidence
+from dareforge.understand.timeaxis import Axis, find_axes, series_key
+
+STRONG_NAMES = {
+    "target",
+    "label",
+    "labels",
+    "class",
+    "y",
+    "outcome",
+    "response",
+    "dependent",
+    "dv",
+    "class_label",
+}
+OUTCOME_NAMES = {
+    "survived",
+    "churn",
+    "churned",
+    "default",
+    "diagnosis",
+    "species",
+    "quality",
+    "saleprice",
+    "price",
+    "vote",
+    "fraud",
+    "is_fraud",
+    "disease",
+    "death",
+    "died",
+    "attrition",
+    "approved",
+    "loan_status",
+    "exited",
+    "purchased",
+    "clicked",
+    "converted",
+    "readmitted",
+    "failure",
+    "defect",
+    "won",
+    "winner",
+    "success",
+    "sentiment",
+    "digit",
+}
+WEAK_NAMES = {"status", "result", "category", "grade", "rating", "score", "sales", "income", "salary", "cost"}
+SERIES_NAMES = {
+    "value",
+    "values",
+    "price",
+    "close",
+    "sales",
+    "demand",
+    "count",
+    "volume",
+    "load",
+    "consumption",
+    "passengers",
+    "revenue",
+    "cases",
+    "temp",
+    "temperature",
+    "units",
+    "quantity",
+    "amount",
+    "traffic",
+    "level",
+    "index",
+}
+ONE_HOT_PREFIX = 4
+NOT_OUTCOMES = re.compile(
+    r"(?i)^(lat|latitude|lon|lng|long|longitude|x_?coord|y_?coord|zip|zip_?code|postal_?code|postcode|"
+    r"phone|fax|e_?mail|url|website|address|street)$"
+)
+"""Places and contact details: features, never a prediction target."""
+
+
+@dataclass
+class Candidate:
+    task_type: TaskType
+    target: str
+    score: float = 0.0
+    proposers: set[str] = field(default_factory=set)
+    evidence: list[str] = field(default_factory=list)
+    axis: Axis | None = None
+    entity: str | None = None
+    outcome: Outcome | None = None
+
+    def add(self, proposer: str, weight: float, sentence: str) -> None:
+        self.score += weight
+        self.proposers.add(proposer)
+        self.evidence.append(f"{sentence} (+{weight:g})")
+
+    @property
+    def confidence(self) -> float:
+        return round(self.score / (self.score + 4.0), 3) if self.score > 0 else 0.0
+
+    @property
+    def family(self) -> str:
+        return "series" if self.task_type == TaskType.TIME_SERIES else "tabular"
+
+
+@dataclass
+class Proposal:
+    """What the stage learned about one source: candidates (checked or not), the id column, exclusions."""
+
+    candidates: list[Candidate]
+    id_column: str | None
+    excluded: dict[str, str]
+    """Columns no framing uses as a feature, with why."""
+    axes: list[Axis]
+    series_evidence: list[str]
+
+
+def label_type(column: Column, config: Config, text: TextEvidence) -> TaskType | None:
+    """Classification or regression for a column as a target; None when it cannot be one."""
+    hinted = {t for t in text.task_type if t != TaskType.TIME_SERIES}
+    classes = column.classes(config.prepare.max_classes)
+    if not column.numeric:
+        return TaskType.CLASSIFICATION if classes else None
+    if classes and not (hinted == {TaskType.REGRESSION} and column.distinct > 2):
+        return TaskType.CLASSIFICATION
+    return TaskType.REGRESSION
+
+
+def propose(
+    source: Source,
+    sample: Sample,
+    text: TextEvidence,
+    config: Config,
+    override: SourceOverride | None,
+    model_hints: list[dict] | None = None,
+) -> Proposal:
+    cfg = config.understand
+    hints = cfg.source_hints
+    excluded: dict[str, str] = {}
+    for column in sample.columns:
+        if column.constant:
+            excluded[column.name] = "constant" if column.nonnull else "empty"
+        elif column.text_like:
+            excluded[column.name] = "free text"
+    for hint in text.excluded:
+        excluded.setdefault(hint.column, hint.sentence)
+    id_column = _id_column(sample, source if hints else None, override)
+    for column in sample.columns:
+        if column.id_like and column.name != id_column and column.name not in excluded:
+            excluded[column.name] = "unique per row: a key, not a feature"
+    axes = find_axes(sample, text.series_object)
+    axis = _series_axis(axes, source if hints else None, override)
+    candidates: list[Candidate] = []
+    skip = {id_column, *excluded}
+    tabular = [c for c in sample.columns if c.name not in skip and c.missing_share <= 0.5]
+    axis_parts = axis.parts if axis is not None else set()
+    for position, column in enumerate(tabular):
+        if column.name in axis_parts or NOT_OUTCOMES.match(column.name.strip()):
+            continue
+        task_type = label_type(column, config, text)
+        if task_type is None:
+            continue
+        candidate = Candidate(task_type, column.name)
+        _score_label(candidate, column, text, position, len(tabular), sample)
+        candidates.append(candidate)
+    entity = None
+    if axis is not None:
+        entity, unique = series_key(sample, axis, skip)
+        if unique >= 0.95 and (
+            text.series or axis.regular_share >= 0.7 or _hinted_series(source if hints else None, override)
+        ):
+            # Measured quantities: numbers that are neither the time, the series key nor a small integer code.
+            measured = [
+                c
+                for c in tabular
+                if c.numeric
+                and c.name not in axis.parts
+                and c.name != entity
+                and (not c.integral or c.distinct > config.prepare.max_classes)
+            ]
+            for rank, column in enumerate(measured):
+                candidate = Candidate(TaskType.TIME_SERIES, column.name, axis=axis, entity=entity)
+                _score_series(candidate, column, text, rank, axis)
+                candidates.append(candidate)
+    _apply_model(candidates, model_hints or [])
+    _apply_source(candidates, source if hints else None, override, sample, config, text, axis, entity)
+    candidates.sort(key=lambda c: (-c.score, c.family, -_position(sample, c.target)))
+    return Proposal(candidates, id_column, excluded, axes, text.series)
+
+
+def _position(sample: Sample, name: str) -> int:
+    column = sample.column(name)
+    return column.position if column is not None else -1
+
+
+def _id_column(sample: Sample, source: Source | None, override: SourceOverride | None) -> str | None:
+    for wanted in (override.id_column if override else None, source.id_column if source else None):
+        if wanted and sample.column(wanted) is not None:
+            return wanted
+    keys = [
+        c for c in sample.columns if c.id_like and (c.sequential or re.search(r"(?i)id|key|rownames", c.name))
+    ]
+    return keys[0].name if keys else None
+
+
+def _series_axis(axes: list[Axis], source: Source | None, override: SourceOverride | None) -> Axis | None:
+    for wanted in (override.time_column if override else None, source.time_column if source else None):
+        if wanted:
+            named = [a for a in axes if a.name == wanted or wanted in a.parts]
+            if named:
+                return named[0]
+    if not axes:
+        return None
+    # The most regular axis with the most distinct times: a date column beats a year column beside it.
+    return max(axes, key=lambda a: (a.regular_share >= 0.7, a.distinct, -axes.index(a)))
+
+
+def _hinted_series(source: Source | None, override: SourceOverride | None) -> bool:
+    kinds = [override.task_type if override else None, source.task_hint if source else None]
+    return TaskType.TIME_SERIES.value in kinds
+
+
+def _score_label(
+    candidate: Candidate, column: Column, text: TextEvidence, position: int, count: int, sample: Sample
+) -> None:
+    name = column.name.strip().lower().replace(" ", "_")
+    for hint in text.targets:
+        if hint.column == column.name:
+            proposer = "title" if hint.sentence.startswith("the title") else "description"
+            candidate.add(proposer, hint.weight, hint.sentence)
+    for task_type, sentences in text.task_type.items():
+        if task_type == candidate.task_type:
+            candidate.add("tags", 1.0, f"the source is {'; '.join(sentences)}")
+    if name in STRONG_NAMES:
+        candidate.add("data", 5.0, f"the column is named {column.name!r}")
+    elif name in OUTCOME_NAMES or name.removeprefix("is_") in OUTCOME_NAMES:
+        candidate.add("data", 2.5, f"{column.name!r} names an outcome")
+    elif name in WEAK_NAMES:
+        candidate.add("data", 1.0, f"{column.name!r} often names an outcome")
+    if position == count - 1:
+        candidate.add("data", 1.5, "it is the table's last column (where labels usually stand)")
+    elif position == 0:
+        candidate.add("data", 1.0, "it is the table's first column (where responses often stand)")
+    if candidate.task_type == TaskType.CLASSIFICATION and not column.numeric:
+        candidate.add("data", 0.5, f"it holds {column.distinct} text labels")
+    if _one_hot_member(column, sample):
+        candidate.add("data", -1.5, "it is one dummy of a one-hot group")
+
+
+def _one_hot_member(column: Column, sample: Sample) -> bool:
+    if not (column.integral and column.distinct == 2):
+        return False
+    prefix = column.name[:ONE_HOT_PREFIX].lower()
+    siblings = [
+        c
+        for c in sample.columns
+        if c is not column and c.name[:ONE_HOT_PREFIX].lower() == prefix and c.integral and c.distinct == 2
+    ]
+    return len(siblings) >= 2
+
+
+def _score_series(candidate: Candidate, column: Column, text: TextEvidence, rank: int, axis: Axis) -> None:
+    for hint in text.targets:
+        if hint.column == column.name:
+            proposer = "title" if hint.sentence.startswith("the title") else "description"
+            candidate.add(proposer, hint.weight, hint.sentence)
+    for sentence in text.series[:2]:
+        candidate.add(
+            "description" if "description" in sentence else "tags", 1.0, f"a time series: {sentence}"
+        )
+    candidate.add("data", 0.5, axis.evidence + (f" ({axis.spec.frequency})" if axis.spec.frequency else ""))
+    if column.name.strip().lower() in SERIES_NAMES:
+        candidate.add("data", 1.5, f"{column.name!r} names a measured quantity")
+    if rank == 0:
+        candidate.add("data", 1.5, "it is the first measured column after the time")
+
+
+def _apply_model(candidates: list[Candidate], hints: list[dict]) -> None:
+    for hint in hints:
+        for candidate in candidates:
+            if candidate.target == hint["target"] and candidate.task_type == hint["task_type"]:
+                weight = round(6.0 * hint["confidence"], 2)
+                candidate.add("model", weight, f"the model proposed it: {hint['why']}")
+
+
+def _apply_source(
+    candidates: list[Candidate],
+    source: Source | None,
+    override: SourceOverride | None,
+    sample: Sample,
+    config: Config,
+    text: TextEvidence,
+    axis: Axis | None,
+    entity: str | None,
+) -> None:
+    if override and override.target:
+        # The config always wins: its target becomes a candidate whatever the data says of the column (the
+        # checks still run and are recorded); a column the table lacks fails its check with the fix.
+        for target in override.target:
+            column = sample.column(target)
+            if override.task_type:
+                wanted = TaskType(override.task_type)
+            elif column is not None and override.time_column:
+                wanted = TaskType.TIME_SERIES
+            else:
+                wanted = (
+                    label_type(column, config, text) if column is not None else None
+                ) or TaskType.REGRESSION
+            match = next((c for c in candidates if c.target == target and c.task_type == wanted), None)
+            if match is None:
+                match = Candidate(wanted, target)
+                if wanted == TaskType.TIME_SERIES:
+                    match.axis, match.entity = axis, entity
+                candidates.append(match)
+            match.add("config", 1000.0, "sources.<id>.target names it in dareforge.yaml")
+        return
+    if source is None or not source.target_columns:
+        return
+    what = "the source names it as its target" + (f" ({source.task_hint})" if source.task_hint else "")
+    for candidate in candidates:
+        if candidate.target in source.target_columns and source.task_hint in (
+            None,
+            candidate.task_type.value,
+        ):
+            candidate.add("source", 100.0, what)
+
+
+def check(candidate: Candidate, sample: Sample, proposal: Proposal, config: Config) -> Outcome:
+    outcome = _check(candidate, sample, proposal, config)
+    if not outcome.passed and outcome.soft and "config" in candidate.proposers:
+        # The config names this target: a person has overruled the learnability check, which is recorded.
+        outcome.passed = True
+        outcome.checks.append(f"kept because dareforge.yaml names it as the target, although {outcome.reason}")
+    return outcome
+
+
+def _check(candidate: Candidate, sample: Sample, proposal: Proposal, config: Config) -> Outcome:
+    target = sample.column(candidate.target)
+    if target is None:
+        return Outcome(passed=False, reason=f"{candidate.target!r} is not a column of {sample.file}")
+    skip = {candidate.target, proposal.id_column, *proposal.excluded}
+    if candidate.task_type == TaskType.TIME_SERIES:
+        axis = candidate.axis
+        if axis is None:
+            return Outcome(
+                passed=False,
+                reason=f"no time column found in {sample.file}; name it under sources.<id>.time_column",
+            )
+        others = [c for c in sample.columns if c.name not in skip and c.name not in axis.parts]
+        return check_series(sample, target, axis.values, candidate.entity, others, config)
+    features = [
+        c
+        for c in sample.columns
+        if c.name not in skip and c.missing_share < 0.5 and (c.numeric or c.distinct <= 50)
+    ]
+    outcome = check_tabular(sample, target, candidate.task_type, features, config)
+    if outcome.passed and proposal.axes:
+        parts = set().union(*(a.parts for a in proposal.axes))
+        if all(c.name in parts or c.name in outcome.excluded for c in features):
+            outcome.passed = False
+            outcome.reason = "its only features are the time: a forecast, not a tabular task"
+    return outcome

@@ -1,0 +1,280 @@
+"""The understand stage: for each accepted source, propose framings from its evidence and its data, check
+them, and store every candidate (chosen or not, with why) in the `framings` table, one partition per source.
+
+A source's framings are a function of its version, its config override and `understand.*`: a partition whose
+rows carry the same `understand_version` is finished and is not redone.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from dareforge.context import RunContext
+from dareforge.crawlers.base import fingerprint, slugify
+from dareforge.crawlers.filter import accepted_source_ids
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE
+from dareforge.errors import DareforgeError
+from dareforge.generators.prepare import Engine, PrepareError, raw_table
+from dareforge.schema import Framing, Source, SourceFile, SourceStatus
+from dareforge.understand.columns import Sample
+from dareforge.understand.evidence import read_text
+from dareforge.understand.model import propose_with_model
+from dareforge.understand.propose import Candidate, Proposal, check, propose
+
+log = logging.getLogger(__name__)
+
+UNDERSTAND_FORMAT = 1
+"""Bump when the stage decides differently for the same inputs, so every source is understood again."""
+TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
+RUNNERS_UP = 2
+"""Unchecked candidates stored per family below the chosen one (an auditor sees what else was in the running)."""
+
+
+@dataclass
+class UnderstandReport:
+    framed: list[str] = field(default_factory=list)
+    unframed: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why each unframed source has no task."""
+    families: Counter = field(default_factory=Counter)
+    written: list[str] = field(default_factory=list)
+
+
+def understand(ctx: RunContext, source_ids: list[str] | None = None) -> UnderstandReport:
+    ids = source_ids if source_ids is not None else accepted_source_ids(ctx)
+    report = UnderstandReport()
+    with Engine(ctx) as engine, ctx.progress() as progress:
+        bar = progress.add_task("understand", total=len(ids), item="")
+        for source_id in ids:
+            progress.update(bar, item=source_id)
+            try:
+                framings = _understand_source(ctx, engine, source_id, report)
+            except DareforgeError as exc:
+                framings = []
+                log.warning("understand %s failed: %s", source_id, exc)
+                report.reasons[source_id] = str(exc)
+            chosen = [f for f in framings if f.status == "chosen"]
+            (report.framed if chosen else report.unframed).append(source_id)
+            if not chosen and framings:
+                report.reasons[source_id] = _why_none(framings)
+            report.families.update(f.task_type.value for f in chosen if f.task_type)
+            progress.advance(bar)
+    return report
+
+
+def chosen_framings(ctx: RunContext, source_id: str) -> list[Framing]:
+    return [f for f in ctx.store.read_partition(Framing, source_id) if f.status == "chosen"]
+
+
+def framed_source_ids(ctx: RunContext) -> list[str]:
+    """Sources the filter accepted that hold at least one chosen framing, sorted."""
+    framed = {source_id for source_id, _ in chosen_pairs(ctx)}
+    return [s for s in accepted_source_ids(ctx) if s in framed]
+
+
+def chosen_pairs(ctx: RunContext) -> set[tuple[str, str]]:
+    """(source id, framing) of every chosen framing in the store."""
+    rows = (
+        ctx.store.connect().sql("select source_id, framing from framings where status = 'chosen'").fetchall()
+    )
+    return {(r[0], r[1]) for r in rows}
+
+
+def _why_none(framings: list[Framing]) -> str:
+    reasons = [f"{f.target_columns[0] if f.target_columns else 'source'}: {f.reason}" for f in framings]
+    return "; ".join(reasons[:3]) or "no candidate"
+
+
+def _version(ctx: RunContext, source: Source) -> str:
+    config = ctx.config
+    endpoint = next((e for e in config.llm.endpoints if e.name == config.understand.endpoint), None)
+    override = config.sources.get(source.id)
+    return fingerprint(
+        UNDERSTAND_FORMAT,
+        source.version,
+        source.raw_version,
+        config.understand.model_dump(mode="json"),
+        endpoint.model_dump(mode="json", include={"base_url", "model"}) if endpoint else None,
+        override.model_dump(mode="json") if override else None,
+        config.rules.min_rows,
+        config.prepare.max_classes,
+    )
+
+
+def _understand_source(
+    ctx: RunContext, engine: Engine, source_id: str, report: UnderstandReport
+) -> list[Framing]:
+    rows = ctx.store.read_partition(Source, source_id)
+    if not rows:
+        raise DareforgeError(f"{source_id}: no such source in the store; crawl it first (`dareforge crawl`)")
+    source = rows[-1]
+    version = _version(ctx, source)
+    stored = ctx.store.read_partition(Framing, source_id)
+    if stored and all(f.understand_version == version for f in stored):
+        report.reused.append(source_id)
+        return stored
+    try:
+        framings = _frame(ctx, engine, source, version)
+    except (PrepareError, DareforgeError) as exc:
+        framings = [_nothing(source, version, str(exc))]
+    if ctx.store.write_records(source_id, framings):
+        report.written.append(ctx.store.table_key(Framing.table, source_id))
+    chosen = ", ".join(f.framing for f in framings if f.status == "chosen") or "none"
+    log.info("%s: framings %s", source_id, chosen)
+    return framings
+
+
+def _nothing(source: Source, version: str, reason: str) -> Framing:
+    return Framing(
+        source_id=source.id,
+        source_version=source.version,
+        framing="none",
+        status="rejected",
+        task_type=None,
+        target_columns=[],
+        confidence=0.0,
+        proposers=[],
+        evidence=[],
+        reason=reason,
+        understand_version=version,
+    )
+
+
+def choose_table(source: Source, table: str | None) -> SourceFile:
+    """The table to understand: the configured one, else the largest table that is not a sample submission
+    (a competition's file named like `train` first)."""
+    tables = [f for f in source.files if PurePosixPath(f.name).suffix.lower() in TABLE_SUFFIXES]
+    if table:
+        named = [f for f in tables if f.name == table]
+        if not named:
+            names = ", ".join(f.name for f in tables) or "none"
+            raise DareforgeError(
+                f"{source.id}: sources.{source.id}.table names {table!r}, which is not a table of the source "
+                f"(tables: {names})"
+            )
+        return named[0]
+    usable = [f for f in tables if not SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem)]
+    if not usable:
+        raise DareforgeError(f"{source.id}: no CSV, TSV or Parquet table to understand")
+    if source.kind == "competition":
+        train = [f for f in usable if "train" in PurePosixPath(f.name).stem.lower()]
+        usable = train or usable
+    return max(usable, key=lambda f: (f.size, f.name))
+
+
+def _frame(ctx: RunContext, engine: Engine, source: Source, version: str) -> list[Framing]:
+    if source.status != SourceStatus.OK:
+        return [_nothing(source, version, f"source status is {source.status.value}")]
+    override = ctx.config.sources.get(source.id)
+    file = choose_table(source, override.table if override else None)
+    encoding = override.encoding if override and override.encoding else file.encoding
+    if (encoding or "").startswith(UNDECODABLE):
+        raise DareforgeError(
+            f"{source.id}: {file.name} is not UTF-8 ({encoding}); set sources.{source.id}.encoding (e.g. latin-1)"
+        )
+    scratch = Path(ctx.config.store.work_dir) / "understand" / f"{source.id}-{uuid.uuid4().hex[:8]}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        table, total = engine.sample_text(
+            raw_table(source, file, encoding), scratch, ctx.config.understand.sample_rows
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    sample = Sample.from_arrow(file.name, table, total)
+    text = read_text(source, table.column_names)
+    model = propose_with_model(ctx, source, sample)
+    proposal = propose(source, sample, text, ctx.config, override, model.hints)
+    framings = _decide(ctx, source, sample, proposal, version, file.name)
+    if model.notes:
+        framings = [f.model_copy(update={"evidence": [*f.evidence, *model.notes]}) for f in framings]
+    return framings or [
+        _nothing(source, version, "no column can be a target (ids, text, constants or empty)")
+    ]
+
+
+def _decide(
+    ctx: RunContext, source: Source, sample: Sample, proposal: Proposal, version: str, table: str
+) -> list[Framing]:
+    limit = ctx.config.understand.candidates_checked
+    framings: list[Framing] = []
+    for family in ("tabular", "series"):
+        ranked = [c for c in proposal.candidates if c.family == family]
+        winner: Candidate | None = None
+        runners_up = 0
+        for rank, candidate in enumerate(ranked):
+            if winner is not None or rank >= limit:
+                if runners_up < RUNNERS_UP:
+                    beaten = winner.target if winner else f"the {limit} best-ranked candidates"
+                    reason = f"ranked below {beaten} (score {candidate.score:g}); not checked"
+                    framings.append(
+                        _record(source, sample, proposal, candidate, version, table, "rejected", reason)
+                    )
+                    runners_up += 1
+                continue
+            candidate.outcome = check(candidate, sample, proposal, ctx.config)
+            if candidate.outcome.passed:
+                winner = candidate
+                reason = f"best-ranked {family} candidate that passed every check (score {candidate.score:g})"
+                framings.append(
+                    _record(source, sample, proposal, candidate, version, table, "chosen", reason)
+                )
+            else:
+                reason = candidate.outcome.reason.replace("sources.<id>", f"sources.{source.id}")
+                if candidate.target not in {c.name for c in sample.columns}:
+                    shown = ", ".join(c.name for c in sample.columns[:30])
+                    reason = (
+                        f"sources.{source.id}.target names {candidate.target!r}, which is not a column of "
+                        f"{table} (columns: {shown}); fix sources.{source.id}.target"
+                    )
+                framings.append(
+                    _record(source, sample, proposal, candidate, version, table, "rejected", reason)
+                )
+    return framings
+
+
+def _record(
+    source: Source,
+    sample: Sample,
+    proposal: Proposal,
+    candidate: Candidate,
+    version: str,
+    table: str,
+    status: str,
+    reason: str,
+) -> Framing:
+    outcome = candidate.outcome
+    leaks = outcome.excluded if outcome else []
+    excluded = sorted({*proposal.excluded, *leaks} - {candidate.target})
+    axis = candidate.axis
+    series = axis is not None and candidate.family == "series"
+    known = []
+    if series:
+        skip = {candidate.target, proposal.id_column, candidate.entity, *excluded, *axis.parts}
+        known = [c.name for c in sample.columns if c.name not in skip]
+    return Framing(
+        source_id=source.id,
+        source_version=source.version,
+        framing=f"{'ts' if series else candidate.task_type.value}-{slugify(candidate.target)}",
+        status=status,
+        task_type=candidate.task_type,
+        target_columns=[candidate.target],
+        table_file=table,
+        id_column=proposal.id_column,
+        time_column=axis.name if series else None,
+        time_axis=axis.spec if series else None,
+        entity_column=candidate.entity if series else None,
+        known_columns=known,
+        excluded_columns=excluded,
+        confidence=candidate.confidence,
+        proposers=sorted(candidate.proposers),
+        evidence=candidate.evidence,
+        checks=outcome.checks if outcome else [],
+        reason=reason,
+        understand_version=version,
+    )
