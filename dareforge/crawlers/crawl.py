@@ -16,7 +16,7 @@ from pathlib import Path
 from dareforge.context import RunContext
 from dareforge.crawlers.base import Crawler
 from dareforge.crawlers.inspect import describe_file, identify_target
-from dareforge.crawlers.unpack import unpack_zip
+from dareforge.crawlers.unpack import copy_plain_file, plain_files, unpack_zip
 from dareforge.errors import DareforgeError, NeedsRulesError, SourceError
 from dareforge.schema import Source, SourceFile, SourceStatus
 
@@ -111,7 +111,7 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
     try:
         discovered = crawler.download(source, work / "download") or {}
         files_root = _unpack_all(work / "download", work / f"files-{source.version}", ctx)
-        files = [describe_file(p, p.relative_to(files_root).as_posix()) for p in sorted(_walk(files_root))]
+        files = [describe_file(f.path, f.rel) for f in plain_files(files_root)]
         prefix = f"raw/{source.id}/{source.version}"
         for f in files:
             store.put_file(files_root / f.name, f"{prefix}/files/{f.name}")
@@ -204,26 +204,24 @@ def _drop_old_versions(ctx: RunContext, source_id: str, keep: str) -> None:
             ctx.store.remove_prefix(f"raw/{source_id}/{version}")
 
 
-def _walk(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file()]
-
-
 def _unpack_all(download: Path, target: Path, ctx: RunContext) -> Path:
-    """Copy plain files and unpack archives (and archives inside them, one level deep) into `target`."""
+    """Copy plain files and unpack archives (and archives inside them, one level deep) into `target`.
+
+    Whatever the crawler wrote is walked without following links, and a link or special file refuses the
+    source (see `unpack.plain_files`): a download is input from outside, like a mirror folder.
+    """
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     if not download.is_dir() or not any(download.iterdir()):
         raise SourceError(f"download of {download.parent.name} produced no files")
-    for path in sorted(_walk(download)):
-        if path.name.endswith(".kaggle-partial"):
+    for file in plain_files(download):
+        if file.path.name.endswith(".kaggle-partial"):
             continue
-        rel = path.relative_to(download)
-        if path.suffix.lower() == ".zip":
-            _unpack_into(path, target / rel.parent, ctx, depth=1)
+        if file.path.suffix.lower() == ".zip":
+            _unpack_into(file.path, (target / file.rel).parent, ctx, depth=1)
         else:
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / rel)
+            copy_plain_file(file, target / file.rel)
     return target
 
 

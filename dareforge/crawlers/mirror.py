@@ -3,11 +3,16 @@
 Each immediate sub-folder of a mirror path is one source: a `competition-metadata.json` (an ApiCompetition as
 the Kaggle API returns it) or a `dataset-metadata.json` (as `kaggle datasets metadata` writes it), next to the
 data zip or the data files. After the copy, the crawl stage treats them exactly like a Kaggle download.
+
+Only regular files are read: a source folder that is a symbolic link, or one holding a link or a special file
+anywhere inside, is recorded as failed with the links named (see `unpack.plain_files`), and nothing of it is
+copied.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +20,8 @@ from urllib.parse import unquote, urlparse
 
 from dareforge.crawlers.base import fingerprint, source_id
 from dareforge.crawlers.kaggle import competition_source, dataset_source
-from dareforge.errors import DareforgeError, SourceError
+from dareforge.crawlers.unpack import PlainFile, copy_plain_file, open_plain, plain_files
+from dareforge.errors import DareforgeError, SourceError, UnsafeFileError
 from dareforge.schema import Origin, Source, SourceStatus
 
 COMPETITION_META = "competition-metadata.json"
@@ -39,12 +45,12 @@ class MirrorCrawler:
                 yield self._source(folder)
 
     def _source(self, folder: Path) -> Source:
-        data_files = self._data_files(folder)
-        listing = [
-            (p.relative_to(folder).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in data_files
-        ]
+        listing: list[tuple[str, int, int]] = []
         try:
-            source = self._from_metadata(folder, data_files)
+            files = self._files(folder)
+            data_files = [f for f in files if f.path.name not in METADATA_FILES]
+            listing = [(f.rel, f.size, f.mtime_ns) for f in data_files]
+            source = self._from_metadata(folder, files, data_files)
         except SourceError as exc:
             return Source(
                 id=source_id(Origin.MIRROR.value, folder.name),
@@ -62,27 +68,37 @@ class MirrorCrawler:
         )
 
     @staticmethod
-    def _data_files(folder: Path) -> list[Path]:
-        return sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in METADATA_FILES)
+    def _files(folder: Path) -> list[PlainFile]:
+        """The folder's regular files; refuses a folder that is a link, or holds one (see `plain_files`)."""
+        if folder.is_symlink():
+            # Refused wherever it points: out of the mirror it would copy what it points at into the store;
+            # inside, it only repeats another source (or, pointing at the mirror itself, all of them).
+            raise UnsafeFileError(
+                f"mirror folder {folder} is a symbolic link to {os.readlink(folder)}, which the crawl refuses; "
+                f"move or copy the data into {folder.parent}, or add the folder holding the real source "
+                "folders to mirror.paths"
+            )
+        return plain_files(folder)
 
-    def _from_metadata(self, folder: Path, data_files: list[Path]) -> Source:
-        found = [name for name in METADATA_FILES if (folder / name).is_file()]
+    def _from_metadata(self, folder: Path, files: list[PlainFile], data_files: list[PlainFile]) -> Source:
+        found = [f for name in METADATA_FILES for f in files if f.rel == name]
         if not found:
             raise SourceError(
                 f"mirror folder {folder} has no {COMPETITION_META} or {DATASET_META}; add one "
                 "(`kaggle datasets metadata OWNER/NAME -p FOLDER` writes the dataset one)"
             )
-        path = folder / found[0]
+        path = found[0].path
         try:
-            meta = json.loads(path.read_text(encoding="utf-8-sig"))
+            with open_plain(found[0]) as fh:
+                meta = json.loads(fh.read().decode("utf-8-sig"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SourceError(f"{path} is not valid UTF-8 JSON ({exc}); fix or re-export it") from exc
         if not isinstance(meta, dict):
             raise SourceError(f"{path} must hold a JSON object, not {type(meta).__name__}")
-        if found[0] == COMPETITION_META:
+        if found[0].rel == COMPETITION_META:
             meta.setdefault("ref", folder.name)
-            files = [{"name": p.name, "totalBytes": p.stat().st_size} for p in data_files]
-            return competition_source(meta, files, Origin.MIRROR, meta.get("hasLeaderboard"))
+            listed = [{"name": f.path.name, "totalBytes": f.size} for f in data_files]
+            return competition_source(meta, listed, Origin.MIRROR, meta.get("hasLeaderboard"))
         return dataset_source(meta, Origin.MIRROR)
 
     def download(self, source: Source, dest: Path) -> None:
@@ -91,9 +107,9 @@ class MirrorCrawler:
             raise SourceError(
                 f"mirror folder for {source.id} is gone ({source.url}); restore it or remove the path"
             )
+        # Walked again, not taken from the listing: the folder may have changed since (links included).
+        data_files = [f for f in self._files(folder) if f.path.name not in METADATA_FILES]
         if dest.exists():
             shutil.rmtree(dest)
-        for path in self._data_files(folder):
-            target = dest / path.relative_to(folder)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+        for file in data_files:
+            copy_plain_file(file, dest / file.rel)

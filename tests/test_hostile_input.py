@@ -1,0 +1,208 @@
+"""Hostile input at the crawl boundary: what a mirror folder or a download may hold that must not get through.
+
+Zip archives have their own suite (tests/test_unpack.py); these cases are local files: symbolic links out of a
+source folder, special files, links swapped in while the crawl copies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.unpack import copy_plain_file, plain_files
+from dareforge.errors import UnsafeFileError
+from dareforge.schema import Source, SourceStatus
+
+TRAIN = "id,x,label\n" + "".join(f"{i},{i * 0.5},{'ab'[i % 2]}\n" for i in range(150))
+SECRET = "root:$6$not-a-real-hash:19000:0:99999:7:::\n"
+
+
+def _dataset(folder, name: str, files: dict[str, bytes] | None = None):
+    folder.mkdir(parents=True)
+    meta = {"id": f"someone/{name}", "title": name, "lastUpdated": "2024-02-02"}
+    (folder / "dataset-metadata.json").write_text(json.dumps(meta))
+    for fname, data in (files or {}).items():
+        (folder / fname).parent.mkdir(parents=True, exist_ok=True)
+        (folder / fname).write_bytes(data)
+    return folder
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """Files outside the mirror: a host secret and a private answer file."""
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "shadow").write_text(SECRET)
+    (private / "answers.csv").write_text(TRAIN)
+    return private
+
+
+@pytest.fixture
+def mirror_root(tmp_path, ctx):
+    root = tmp_path / "mirror"
+    root.mkdir()
+    ctx.config.builtin.enabled = False
+    ctx.config.mirror.paths = [str(root)]
+    ctx.config.crawl.max_failure_share = 1.0
+    return root
+
+
+def _records(ctx) -> dict[str, Source]:
+    return {s.id: s for s in ctx.store.read_records(Source)}
+
+
+def _store_holds(ctx, text: str) -> list[str]:
+    """Store files whose bytes contain `text` (records included): what would leak into a release."""
+    found = subprocess.run(["grep", "-rlF", text, ctx.store.root], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def _link_secret(folder, outside):
+    (folder / "secret.csv").symlink_to(outside / "shadow")
+
+
+def _link_train(folder, outside):
+    (folder / "train.csv").symlink_to(outside / "answers.csv")
+
+
+def _link_subfolder(folder, outside):
+    (folder / "more").symlink_to(outside)
+
+
+def _link_inside(folder, outside):
+    (folder / "alias.csv").symlink_to(folder / "data.csv")
+
+
+def _link_metadata(folder, outside):
+    (outside / "meta.json").write_text(json.dumps({"id": "someone/linked", "title": SECRET}))
+    (folder / "dataset-metadata.json").unlink()
+    (folder / "dataset-metadata.json").symlink_to(outside / "meta.json")
+
+
+@pytest.mark.parametrize(
+    ("plant", "link", "target"),
+    [
+        (_link_secret, "secret.csv", "private/shadow"),
+        (_link_train, "train.csv", "private/answers.csv"),
+        (_link_subfolder, "more", "private"),
+        (_link_inside, "alias.csv", "data.csv"),
+        (_link_metadata, "dataset-metadata.json", "private/meta.json"),
+    ],
+)
+def test_a_link_in_a_mirror_folder_fails_the_source_and_copies_nothing(
+    ctx, mirror_root, outside, plant, link, target
+):
+    folder = _dataset(mirror_root / "linked", "linked", {"data.csv": TRAIN.encode()})
+    plant(folder, outside)
+    _dataset(mirror_root / "fine", "fine", {"data.csv": TRAIN.encode()})
+    report = crawl(ctx)
+    assert report.actions == {"downloaded": 1, "failed": 1}
+    (failed,) = [s for s in _records(ctx).values() if s.status == SourceStatus.FAILED]
+    assert failed.id == "mirror.linked" and failed.files == [] and failed.raw_version is None
+    assert f"{link} -> {outside.parent}" in failed.status_detail and target in failed.status_detail
+    assert "replace each link with a copy of its target" in failed.status_detail
+    assert not ctx.store.exists("raw/mirror.linked")
+    assert _store_holds(ctx, "not-a-real-hash") == []
+
+
+def test_a_mirror_source_folder_that_links_out_is_refused(ctx, mirror_root, tmp_path):
+    real = _dataset(tmp_path / "elsewhere" / "outside", "outside", {"data.csv": TRAIN.encode()})
+    (mirror_root / "outside").symlink_to(real)
+    crawl(ctx)
+    (source,) = _records(ctx).values()
+    assert source.status == SourceStatus.FAILED and source.files == []
+    assert source.status_detail.startswith(
+        f"mirror folder {mirror_root / 'outside'} is a symbolic link to {real}"
+    )
+    assert "add the folder holding the real source folders to mirror.paths" in source.status_detail
+    assert not ctx.store.exists("raw/mirror.outside")
+
+
+def test_a_fifo_in_a_mirror_folder_is_refused_not_read(ctx, mirror_root):
+    folder = _dataset(mirror_root / "piped", "piped", {"data.csv": TRAIN.encode()})
+    os.mkfifo(folder / "train.csv")  # reading it would block the crawl forever
+    crawl(ctx)
+    (source,) = _records(ctx).values()
+    assert source.status == SourceStatus.FAILED and "train.csv (a FIFO)" in source.status_detail
+
+
+def test_a_link_in_a_download_is_refused_at_unpack(ctx, outside):
+    """Any crawler's download (Kaggle's client writes files itself) goes through the same walk."""
+
+    class LinkingCrawler:
+        name = "linking"
+
+        def list_sources(self):
+            yield Source(
+                id="linking.one",
+                origin="kaggle-dataset",
+                kind="dataset",
+                ref="a/one",
+                title="one",
+                version="v1",
+            )
+
+        def download(self, source, dest):
+            dest.mkdir(parents=True)
+            (dest / "data.csv").write_text(TRAIN)
+            (dest / "train.csv").symlink_to(outside / "answers.csv")
+
+    ctx.config.crawl.max_failure_share = 1.0
+    report = crawl(ctx, crawlers=[LinkingCrawler()])
+    assert report.actions == {"failed": 1}
+    assert f"train.csv -> {outside / 'answers.csv'}" in report.failures["linking.one"]
+    assert not ctx.store.exists("raw/linking.one")
+
+
+def test_the_copy_refuses_a_file_swapped_for_a_link_after_the_walk(tmp_path, outside):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "train.csv").write_text(TRAIN)
+    (file,) = plain_files(folder)
+    (folder / "train.csv").unlink()
+    (folder / "train.csv").symlink_to(outside / "answers.csv")
+    with pytest.raises(UnsafeFileError, match="became a symbolic link after the crawl listed it"):
+        copy_plain_file(file, tmp_path / "out" / "train.csv")
+    assert not (tmp_path / "out" / "train.csv").exists()
+
+
+def test_the_copy_refuses_a_parent_folder_swapped_for_a_link_after_the_walk(tmp_path, outside):
+    folder = tmp_path / "src"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "answers.csv").write_text(TRAIN)
+    (file,) = plain_files(folder)
+    (folder / "data").rename(tmp_path / "moved")
+    (folder / "data").symlink_to(outside)  # same file name, now outside: O_NOFOLLOW alone would not see it
+    with pytest.raises(UnsafeFileError, match="was replaced"):
+        copy_plain_file(file, tmp_path / "out" / "answers.csv")
+    assert not (tmp_path / "out" / "answers.csv").exists()
+
+
+SPARSE_BYTES = 50 * 2**20
+
+
+def _sparse_file(path, size: int = SPARSE_BYTES, head: bytes = b""):
+    """A file of `size` bytes, all of them a hole after `head` (skips where the file system cannot do holes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(head)
+        fh.truncate(size)
+    if os.stat(path).st_blocks * 512 > 2**20:
+        pytest.skip(f"{path.parent} does not keep files sparse")
+    return path
+
+
+def test_the_copy_keeps_a_sparse_file_sparse(tmp_path):
+    source = _sparse_file(tmp_path / "src" / "data.csv", head=b"id,x\n1,2\n")
+    (file,) = plain_files(source.parent)
+    copy_plain_file(file, tmp_path / "out" / "data.csv")
+    copied = tmp_path / "out" / "data.csv"
+    assert copied.stat().st_size == SPARSE_BYTES
+    assert copied.stat().st_blocks * 512 <= 2 * 2**20  # the first block and holes, not 50 MB of zeros
+    with open(source, "rb") as a, open(copied, "rb") as b:
+        while block := a.read(1 << 20):
+            assert b.read(1 << 20) == block
