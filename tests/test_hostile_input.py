@@ -206,3 +206,51 @@ def test_the_copy_keeps_a_sparse_file_sparse(tmp_path):
     with open(source, "rb") as a, open(copied, "rb") as b:
         while block := a.read(1 << 20):
             assert b.read(1 << 20) == block
+
+
+def _competition(folder, train: str):
+    folder.mkdir(parents=True)
+    meta = {"title": folder.name, "deadline": "2024-05-01T00:00:00Z"}  # no "ref": the folder name is the ref
+    (folder / "competition-metadata.json").write_text(json.dumps(meta))
+    (folder / "train.csv").write_text(train)
+    (folder / "sample_submission.csv").write_text("id,label\n1,a\n")
+
+
+def test_folders_that_sanitise_to_one_id_are_refused_by_name_not_overwritten(ctx, mirror_root):
+    _competition(mirror_root / "unnamed", TRAIN)
+    _competition(mirror_root / "Unnamed!", TRAIN.replace(",a\n", ",c\n"))
+    report = crawl(ctx)
+    assert report.seen == len(_records(ctx)) == 1
+    (source,) = _records(ctx).values()
+    assert source.id == "mirror.unnamed" and source.status == SourceStatus.FAILED
+    assert source.status_detail == (
+        f"mirror folders {mirror_root / 'Unnamed!'}, {mirror_root / 'unnamed'} all give the source id "
+        "mirror.unnamed: their refs 'Unnamed!', 'unnamed' differ only in case or punctuation; rename all but "
+        "one (the folder, or the ref/id in its metadata when it has one), so each has its own id"
+    )
+    assert not ctx.store.exists("raw/mirror.unnamed")
+
+    (mirror_root / "Unnamed!").rename(mirror_root / "unnamed-two")  # the fix the message names
+    crawl(ctx)
+    records = _records(ctx)
+    assert {sid: s.status for sid, s in records.items()} == {
+        "mirror.unnamed": SourceStatus.OK,
+        "mirror.unnamed-two": SourceStatus.OK,
+    }
+
+
+def test_a_copied_folder_does_not_replace_the_stored_source(ctx, mirror_root):
+    _dataset(mirror_root / "titanic", "titanic", {"data.csv": TRAIN.encode()})
+    crawl(ctx)
+    stored = _records(ctx)["mirror.someone--titanic"]
+    _dataset(mirror_root / "titanic-copy", "titanic", {"data.csv": TRAIN.replace(",a\n", ",c\n").encode()})
+    crawl(ctx)
+    (now,) = _records(ctx).values()
+    assert (
+        now.status == SourceStatus.FAILED and now.raw_version == stored.version and now.files == stored.files
+    )
+    assert now.status_detail.startswith(
+        f"mirror folders {mirror_root / 'titanic'}, {mirror_root / 'titanic-copy'} all give the source id "
+        "mirror.someone--titanic: all hold the ref 'someone/titanic'; remove the copies"
+    )
+    assert ctx.store.verify(f"raw/{stored.id}/{stored.version}") == []

@@ -6,7 +6,7 @@ data zip or the data files. After the copy, the crawl stage treats them exactly 
 
 Only regular files are read: a source folder that is a symbolic link, or one holding a link or a special file
 anywhere inside, is recorded as failed with the links named (see `unpack.plain_files`), and nothing of it is
-copied.
+copied. Two folders that give the same source id are both refused the same way (see `_refuse_shared_ids`).
 """
 
 from __future__ import annotations
@@ -36,13 +36,17 @@ class MirrorCrawler:
         self.roots = roots
 
     def list_sources(self) -> Iterator[Source]:
+        by_id: dict[str, list[tuple[Path, Source]]] = {}
         for root in self.roots:
             if not root.is_dir():
                 raise DareforgeError(
                     f"mirror path {root} is not a folder; fix mirror.paths in dareforge.yaml"
                 )
             for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-                yield self._source(folder)
+                source = self._source(folder)
+                by_id.setdefault(source.id, []).append((folder, source))
+        for claims in by_id.values():
+            yield claims[0][1] if len(claims) == 1 else _refuse_shared_ids(claims)
 
     def _source(self, folder: Path) -> Source:
         listing: list[tuple[str, int, int]] = []
@@ -113,3 +117,32 @@ class MirrorCrawler:
             shutil.rmtree(dest)
         for file in data_files:
             copy_plain_file(file, dest / file.rel)
+
+
+def _refuse_shared_ids(claims: list[tuple[Path, Source]]) -> Source:
+    """One failed record for folders that give the same source id, naming them all.
+
+    Ids are sanitised names ("unnamed" and "Unnamed!" both give mirror.unnamed) or metadata ids a copied
+    folder repeats; two sources on one id overwrite each other's records and files without a word. All of
+    them are refused rather than all but one, since which one would win depends only on folder order. A hash
+    suffix on sanitised names was the other way out; it was not taken because it would rename every stored
+    source whose name is not already a slug (orphaning its records, prepared files and tasks next to new
+    copies), and would still not separate two folders that hold the same metadata id.
+    """
+    sid = claims[0][1].id
+    folders = ", ".join(str(folder) for folder, _ in claims)
+    refs = sorted({source.ref for _, source in claims})
+    if len(refs) == 1:
+        why = f"all hold the ref {refs[0]!r}"
+        fix = "remove the copies, or give each its own id in its metadata"
+    else:
+        why = f"their refs {', '.join(map(repr, refs))} differ only in case or punctuation"
+        fix = "rename all but one (the folder, or the ref/id in its metadata when it has one)"
+    detail = f"mirror folders {folders} all give the source id {sid}: {why}; {fix}, so each has its own id"
+    return claims[0][1].model_copy(
+        update={
+            "status": SourceStatus.FAILED,
+            "status_detail": detail,
+            "version": fingerprint("mirror-shared-id", [source.version for _, source in claims]),
+        }
+    )
