@@ -1,20 +1,27 @@
 """Hostile input at the crawl boundary: what a mirror folder or a download may hold that must not get through.
 
 Zip archives have their own suite (tests/test_unpack.py); these cases are local files: symbolic links out of a
-source folder, special files, links swapped in while the crawl copies.
+source folder, special files, links swapped in while the crawl copies, folders that clash on one id, and
+binary or sparse files under a table's name.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import random
 import subprocess
 
 import pytest
 
+from dareforge.config import SourceOverride
 from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.crawlers.inspect import describe_file
 from dareforge.crawlers.unpack import copy_plain_file, plain_files
 from dareforge.errors import UnsafeFileError
+from dareforge.generators.prepare import prepare
 from dareforge.schema import Source, SourceStatus
 
 TRAIN = "id,x,label\n" + "".join(f"{i},{i * 0.5},{'ab'[i % 2]}\n" for i in range(150))
@@ -254,3 +261,69 @@ def test_a_copied_folder_does_not_replace_the_stored_source(ctx, mirror_root):
         "mirror.someone--titanic: all hold the ref 'someone/titanic'; remove the copies"
     )
     assert ctx.store.verify(f"raw/{stored.id}/{stored.version}") == []
+
+
+GARBAGE = random.Random(12).randbytes(200_000)
+
+
+@pytest.mark.parametrize(
+    ("content", "encoding"),
+    [
+        (GARBAGE, "binary: 258 NUL bytes in its first 65,536 bytes, the first at offset 87"),
+        (b"\0" * 5000, "binary: 5,000 NUL bytes in its first 5,000 bytes, the first at offset 0"),
+        (
+            TRAIN.encode() + b"\0" * 5000,
+            "binary: 5,000 NUL bytes in its first 6,531 bytes, the first at offset 1531",
+        ),
+        # UTF-16 holds NULs and is still text an encoding reads: with a byte-order mark, and without.
+        (TRAIN.encode("utf-16"), "undecodable: byte 0xff at offset 0"),
+        (TRAIN.encode("utf-16-le"), "utf-8"),
+        ("caf\xe9,1\n".encode("latin-1"), "undecodable: byte 0xe9 at offset 3"),
+        (codecs.BOM_UTF8 + TRAIN.encode(), "utf-8-sig"),
+    ],
+    ids=["random", "nul", "nul-tail", "utf16-bom", "utf16-no-bom", "latin1", "utf8-bom"],
+)
+def test_describe_tells_binary_from_text_in_other_encodings(tmp_path, content, encoding):
+    (tmp_path / "data.csv").write_bytes(content)
+    described = describe_file(tmp_path / "data.csv", "data.csv")
+    assert described.encoding == encoding
+    if encoding.startswith("binary"):
+        assert described.columns is None and described.rows is None
+
+
+def test_describe_leaves_files_that_are_not_text_tables_alone(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(GARBAGE)
+    assert describe_file(tmp_path / "weights.bin", "weights.bin").encoding is None
+
+
+def _why_dropped(ctx) -> dict[str, str]:
+    rows = ctx.store.connect().sql("select source_id, rule, reason from filter_decisions where not kept")
+    return {f"{sid}/{rule}": reason for sid, rule, reason in rows.fetchall()}
+
+
+def test_binary_garbage_named_csv_is_not_a_text_table_at_filter_and_prepare(ctx, mirror_root):
+    _dataset(mirror_root / "junk", "junk", {"data.csv": TRAIN.encode(), "junk.csv": GARBAGE})
+    sid = "mirror.someone--junk"
+    crawl(ctx)
+    filter_sources(ctx)
+    reason = _why_dropped(ctx)[f"{sid}/readable-tables"]
+    assert reason == (
+        "junk.csv is not a text table (258 NUL bytes in its first 65,536 bytes, the first at offset 87), so no "
+        f"encoding reads it; replace it at the source, name another table under sources.{sid}.table, or "
+        "exclude the source with rules.excluded_ids"
+    )
+    # An encoding does not make it text (latin-1 decodes any bytes): still dropped, and prepare says why.
+    ctx.config.sources[sid] = SourceOverride(encoding="latin-1", table="junk.csv", target=["label"])
+    filter_sources(ctx)
+    assert f"{sid}/readable-tables" in _why_dropped(ctx)
+    report = prepare(ctx, [sid])
+    assert report.failed == [sid]
+    assert report.reasons[sid] == (
+        f"{sid}: sources.{sid}.table names 'junk.csv', which is not a table of the source (tables: data.csv); "
+        "junk.csv is not a text table (binary: 258 NUL bytes in its first 65,536 bytes, the first at offset 87)"
+    )
+    # The fix the filter names: another table.
+    ctx.config.sources[sid] = SourceOverride(table="data.csv", target=["label"])
+    filter_sources(ctx)
+    assert f"{sid}/readable-tables" not in _why_dropped(ctx)
+    assert prepare(ctx, [sid]).prepared == [sid]
