@@ -327,3 +327,30 @@ def test_binary_garbage_named_csv_is_not_a_text_table_at_filter_and_prepare(ctx,
     filter_sources(ctx)
     assert f"{sid}/readable-tables" not in _why_dropped(ctx)
     assert prepare(ctx, [sid]).prepared == [sid]
+
+
+def _disk_bytes(root) -> int:
+    return sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for d, _, names in os.walk(root) for f in names)
+
+
+def test_a_sparse_file_named_csv_is_described_as_binary_and_not_stored(ctx, mirror_root):
+    folder = _dataset(mirror_root / "sparse", "sparse", {"labels.csv": TRAIN.encode()})
+    _sparse_file(folder / "data.csv")
+    sid = "mirror.someone--sparse"
+    assert crawl(ctx).actions == {"downloaded": 1}
+    source = _records(ctx)[sid]
+    data = next(f for f in source.files if f.name == "data.csv")
+    assert data.size == SPARSE_BYTES and data.encoding.startswith("binary: 65,536 NUL bytes")
+    assert not ctx.store.exists(f"raw/{sid}/{source.version}/files/data.csv")
+    assert ctx.store.exists(f"raw/{sid}/{source.version}/files/labels.csv")
+    assert ctx.store.verify(f"raw/{sid}/{source.version}") == []
+    assert _disk_bytes(ctx.store.root) < 2**20  # not the 50 MB of NULs
+    assert not os.path.exists(ctx.config.store.work_dir) or _disk_bytes(ctx.config.store.work_dir) == 0
+
+    # A re-crawl finds it unchanged and still lists the file, so the filter can say what is wrong with it.
+    assert crawl(ctx).actions == {"unchanged": 1}
+    assert _records(ctx)[sid].files == source.files
+    filter_sources(ctx)
+    assert _why_dropped(ctx)[f"{sid}/readable-tables"].startswith(
+        "data.csv is not a text table (65,536 NUL bytes in its first 65,536 bytes, the first at offset 0)"
+    )

@@ -86,6 +86,11 @@ def describe_file(path: Path, name: str) -> SourceFile:
     )
 
 
+def is_binary(file: SourceFile) -> bool:
+    """Whether `describe_file` found binary content under a text table's name."""
+    return (file.encoding or "").startswith(BINARY)
+
+
 def _binary_evidence(head: bytes) -> str | None:
     """Why the head of a would-be text table is binary, or None when it may be text.
 

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from typing import Protocol
 
 from dareforge.config import Config
-from dareforge.crawlers.inspect import BINARY, SAMPLE_SUBMISSION, UNDECODABLE
+from dareforge.crawlers.inspect import BINARY, SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import ConfigError
 from dareforge.schema import Source, SourceStatus
 
@@ -194,8 +194,8 @@ class ReadableTables(Rule):
         files = [f for f in source.files if chosen is None or f.name == chosen]
         for f in files:
             # Before the encoding override: latin-1 decodes any bytes, so it would pass garbage on to prepare.
-            if f.encoding and f.encoding.startswith(BINARY):
-                detail = f.encoding.removeprefix(BINARY + ": ")
+            if is_binary(f):
+                detail = (f.encoding or "").removeprefix(BINARY + ": ")
                 reason = (
                     f"{f.name} is not a text table ({detail}), so no encoding reads it; replace it at the "
                     f"source, name another table under sources.{source.id}.table, or exclude the source with "

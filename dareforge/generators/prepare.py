@@ -33,7 +33,7 @@ import duckdb
 from dareforge.context import RunContext
 from dareforge.crawlers.base import fingerprint
 from dareforge.crawlers.filter import accepted_source_ids
-from dareforge.crawlers.inspect import BINARY, SAMPLE_SUBMISSION, UNDECODABLE
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError, StoreError
 from dareforge.schema import ColumnKind, ColumnProfile, PreparedSource, Source, SourceFile, TaskType
 from dareforge.store import sha256_file
@@ -239,7 +239,7 @@ def _choose_table(ctx: RunContext, source: Source, override: Any) -> _Table:
     encoding = override.encoding if override and override.encoding else None
     undecodable = [f.name for f in source.files if (f.encoding or "").startswith(UNDECODABLE)]
     # Binary files under a table's name are no candidates: no encoding reads them (crawlers/inspect.py).
-    binary = {f.name: f.encoding or "" for f in source.files if (f.encoding or "").startswith(BINARY)}
+    binary = {f.name: f.encoding for f in source.files if is_binary(f)}
     hints = [f"{name} is not a text table ({why})" for name, why in binary.items()]
     if undecodable and not encoding:
         hints.append(
