@@ -91,17 +91,18 @@ def _link_metadata(folder, outside):
 
 
 @pytest.mark.parametrize(
-    ("plant", "link", "target"),
+    ("plant", "link", "target", "sid"),
     [
-        (_link_secret, "secret.csv", "private/shadow"),
-        (_link_train, "train.csv", "private/answers.csv"),
-        (_link_subfolder, "more", "private"),
-        (_link_inside, "alias.csv", "data.csv"),
-        (_link_metadata, "dataset-metadata.json", "private/meta.json"),
+        (_link_secret, "secret.csv", "private/shadow", "mirror.someone--linked"),
+        (_link_train, "train.csv", "private/answers.csv", "mirror.someone--linked"),
+        (_link_subfolder, "more", "private", "mirror.someone--linked"),
+        (_link_inside, "alias.csv", "data.csv", "mirror.someone--linked"),
+        # The metadata is the link, so it is not read: the record falls back to the folder's name.
+        (_link_metadata, "dataset-metadata.json", "private/meta.json", "mirror.linked"),
     ],
 )
 def test_a_link_in_a_mirror_folder_fails_the_source_and_copies_nothing(
-    ctx, mirror_root, outside, plant, link, target
+    ctx, mirror_root, outside, plant, link, target, sid
 ):
     folder = _dataset(mirror_root / "linked", "linked", {"data.csv": TRAIN.encode()})
     plant(folder, outside)
@@ -109,11 +110,25 @@ def test_a_link_in_a_mirror_folder_fails_the_source_and_copies_nothing(
     report = crawl(ctx)
     assert report.actions == {"downloaded": 1, "failed": 1}
     (failed,) = [s for s in _records(ctx).values() if s.status == SourceStatus.FAILED]
-    assert failed.id == "mirror.linked" and failed.files == [] and failed.raw_version is None
+    assert failed.id == sid and failed.files == [] and failed.raw_version is None
     assert f"{link} -> {outside.parent}" in failed.status_detail and target in failed.status_detail
     assert "replace each link with a copy of its target" in failed.status_detail
-    assert not ctx.store.exists("raw/mirror.linked")
+    assert not ctx.store.exists(f"raw/{sid}")
     assert _store_holds(ctx, "not-a-real-hash") == []
+
+
+def test_a_link_planted_in_a_stored_source_fails_that_source(ctx, mirror_root, outside):
+    folder = _dataset(mirror_root / "planted", "planted", {"data.csv": TRAIN.encode()})
+    crawl(ctx)
+    stored = _records(ctx)["mirror.someone--planted"]
+    _link_secret(folder, outside)
+    crawl(ctx)
+    (now,) = _records(ctx).values()  # the source's own record, not a second one beside it
+    assert now.id == stored.id and now.status == SourceStatus.FAILED and now.raw_version == stored.version
+    assert "secret.csv -> " in now.status_detail
+    assert _store_holds(ctx, "not-a-real-hash") == []
+    filter_sources(ctx)
+    assert _why_dropped(ctx)[f"{stored.id}/fetched"].startswith("crawl failed: ")
 
 
 def test_a_mirror_source_folder_that_links_out_is_refused(ctx, mirror_root, tmp_path):

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 from dareforge.crawlers.base import fingerprint, source_id
 from dareforge.crawlers.kaggle import competition_source, dataset_source
-from dareforge.crawlers.unpack import PlainFile, copy_plain_file, open_plain, plain_files
+from dareforge.crawlers.unpack import PlainFile, copy_plain_file, open_plain, plain_file, plain_files
 from dareforge.errors import DareforgeError, SourceError, UnsafeFileError
 from dareforge.schema import Origin, Source, SourceStatus
 
@@ -55,20 +55,45 @@ class MirrorCrawler:
             data_files = [f for f in files if f.path.name not in METADATA_FILES]
             listing = [(f.rel, f.size, f.mtime_ns) for f in data_files]
             source = self._from_metadata(folder, files, data_files)
+        except UnsafeFileError as exc:
+            # Under the id its metadata gives, when that is safe to read: a link planted in a stored source
+            # then fails the source's own record instead of leaving it in use next to a new failed one.
+            return self._failed(folder, listing, str(exc), self._metadata_source(folder))
         except SourceError as exc:
-            return Source(
-                id=source_id(Origin.MIRROR.value, folder.name),
-                origin=Origin.MIRROR,
-                kind="dataset",
-                ref=folder.name,
-                title=folder.name,
-                url=folder.as_uri(),
-                version=fingerprint("mirror-unreadable", listing),
-                status=SourceStatus.FAILED,
-                status_detail=str(exc),
-            )
+            return self._failed(folder, listing, str(exc))
         return source.model_copy(
             update={"version": fingerprint(source.version, listing), "url": folder.as_uri()}
+        )
+
+    def _metadata_source(self, folder: Path) -> Source | None:
+        """The source the folder's own metadata describes, when it is a regular file in a real folder."""
+        if folder.is_symlink():
+            return None
+        metadata = [f for f in (plain_file(folder, name) for name in METADATA_FILES) if f]
+        try:
+            return self._from_metadata(folder, metadata, []) if metadata else None
+        except SourceError:
+            return None
+
+    @staticmethod
+    def _failed(folder: Path, listing: list, detail: str, named: Source | None = None) -> Source:
+        """A failed record: under the metadata's id when `named` is given, else under the folder's name."""
+        failure = {
+            "url": folder.as_uri(),
+            "version": fingerprint("mirror-unreadable", listing),
+            "status": SourceStatus.FAILED,
+            "status_detail": detail,
+        }
+        if named is not None:
+            return named.model_copy(update=failure)
+        name = folder.name
+        return Source(
+            id=source_id(Origin.MIRROR.value, name),
+            origin=Origin.MIRROR,
+            kind="dataset",
+            ref=name,
+            title=name,
+            **failure,
         )
 
     @staticmethod

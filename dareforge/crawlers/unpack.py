@@ -84,6 +84,18 @@ def plain_files(folder: Path) -> list[PlainFile]:
     return sorted(found, key=lambda f: PurePosixPath(f.rel).parts)  # folder by folder, as sorted paths go
 
 
+def plain_file(folder: Path, name: str) -> PlainFile | None:
+    """The file `name` right inside `folder` as `plain_files` lists it; None if missing, a link or special."""
+    path = folder / name
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return PlainFile(path, name, st.st_size, st.st_mtime_ns, (st.st_dev, st.st_ino))
+
+
 @contextmanager
 def open_plain(file: PlainFile) -> Iterator[BinaryIO]:
     """Open a file `plain_files` found, refusing it if it was swapped for a link or another file since."""
