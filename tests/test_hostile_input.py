@@ -369,3 +369,11 @@ def test_a_sparse_file_named_csv_is_described_as_binary_and_not_stored(ctx, mirr
     assert _why_dropped(ctx)[f"{sid}/readable-tables"].startswith(
         "data.csv is not a text table (65,536 NUL bytes in its first 65,536 bytes, the first at offset 0)"
     )
+
+
+def test_a_corrupt_parquet_file_is_named_in_the_failure(ctx, mirror_root):
+    _dataset(mirror_root / "pq", "pq", {"data/train.parquet": GARBAGE[:5000]})
+    report = crawl(ctx)
+    assert report.failures["mirror.someone--pq"].startswith(
+        "data/train.parquet is not a readable Parquet file (Parquet magic bytes not found"
+    )

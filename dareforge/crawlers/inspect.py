@@ -9,8 +9,10 @@ import io
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dareforge.errors import SourceError
 from dareforge.schema import Source, SourceFile
 
 CHUNK = 1 << 20
@@ -79,7 +81,12 @@ def describe_file(path: Path, name: str) -> SourceFile:
             encoding = "utf-8-sig" if head.startswith(codecs.BOM_UTF8) else "utf-8"
             columns = _header(bytes(head), encoding, TEXT_TABLES[suffix])
     elif suffix == ".parquet":
-        metadata = pq.read_metadata(path)
+        try:
+            metadata = pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise SourceError(
+                f"{name} is not a readable Parquet file ({exc}); replace it at the source with a valid one"
+            ) from exc
         columns, rows = metadata.schema.to_arrow_schema().names, metadata.num_rows
     return SourceFile(
         name=name, size=size, sha256=digest.hexdigest(), encoding=encoding, columns=columns, rows=rows
