@@ -33,6 +33,10 @@ class UnsafeArchiveError(SourceError):
     pass
 
 
+class UnsafeFileError(SourceError):
+    """A local file the crawl will not read: a symbolic link, a special file, or one swapped while copied."""
+
+
 class CredentialsError(DareforgeError):
     pass
 

@@ -44,7 +44,9 @@ class SourceFile(BaseModel):
     size: int
     sha256: str
     encoding: str | None = Field(
-        None, description="Text encoding of a table file; 'undecodable' when unknown."
+        None,
+        description="Text encoding of a table file; 'undecodable: ...' when not UTF-8 and unknown, "
+        "'binary: ...' when it is no text at all.",
     )
     columns: list[str] | None = Field(None, description="Header of a CSV/TSV table.")
     rows: int | None = Field(None, description="Data lines of a text table (quoted line breaks count extra).")

@@ -12,6 +12,7 @@ from dareforge.schema import FilterDecision, Origin, Source, SourceFile, SourceS
 BY_NAME = {rule.name: rule for rule in RULES}
 SID = "kaggle-competition.titanic-like"
 UNDECODABLE_E9 = "undecodable: byte 0xe9 at offset 12"
+BINARY_NULS = "binary: 64 NUL bytes in its first 64 bytes, the first at offset 0"
 
 
 def make_file(name: str, size: int = 100, **overrides) -> SourceFile:
@@ -260,6 +261,30 @@ CASES = [
         "latin-1",
         cfg={"sources": {SID: {"encoding": "latin-1"}}},
         files=[make_file("data/train.csv", encoding=UNDECODABLE_E9)],
+    ),
+    case(
+        "binary-despite-encoding",
+        "readable-tables",
+        False,
+        f"data/train.csv is not a text table (64 NUL bytes in its first 64 bytes, the first at offset 0), so no "
+        f"encoding reads it; replace it at the source, name another table under sources.{SID}.table, or exclude "
+        "the source with rules.excluded_ids",
+        BINARY_NULS,
+        cfg={"sources": {SID: {"encoding": "latin-1"}}},
+        files=[make_file("data/train.csv", encoding=BINARY_NULS), make_file("sample_submission.csv")],
+    ),
+    case(
+        "other-table-named",
+        "readable-tables",
+        True,
+        "every table decodes as UTF-8",
+        "utf-8",
+        cfg={"sources": {SID: {"table": "train.csv"}}},
+        files=[
+            make_file("train.csv", encoding="utf-8"),
+            make_file("junk.csv", encoding=BINARY_NULS),
+            make_file("old.csv", encoding=UNDECODABLE_E9),
+        ],
     ),
     case(
         "bom",

@@ -3,6 +3,7 @@
 Store layout per source: `raw/<id>/<version>/files/...` plus `raw/<id>/<version>/_MANIFEST.json`, and the
 pointer `raw/<id>/_CURRENT.json` naming the complete version. The pointer is written last, so a crawl killed
 at any point leaves the previous version intact and visible; the next crawl redoes only the unfinished work.
+A binary file under a table's name is listed in the manifest's `not_stored` but not stored (see `crawl_source`).
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ import logging
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from dareforge.context import RunContext
 from dareforge.crawlers.base import Crawler
-from dareforge.crawlers.inspect import describe_file, identify_target
-from dareforge.crawlers.unpack import unpack_zip
+from dareforge.crawlers.inspect import describe_file, identify_target, is_binary
+from dareforge.crawlers.unpack import copy_plain_file, plain_files, unpack_zip
 from dareforge.errors import DareforgeError, NeedsRulesError, SourceError
 from dareforge.schema import Source, SourceFile, SourceStatus
 
 log = logging.getLogger(__name__)
 CURRENT = "_CURRENT.json"
+NOT_STORED = "not_stored"  # manifest entry: files described but kept out of the store (binary tables)
 MAX_NESTED_ARCHIVES = 2
 
 
@@ -115,16 +117,22 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
     try:
         discovered = crawler.download(source, work / "download") or {}
         files_root = _unpack_all(work / "download", work / f"files-{source.version}", ctx)
-        files = [describe_file(p, p.relative_to(files_root).as_posix()) for p in sorted(_walk(files_root))]
+        files = [describe_file(f.path, f.rel) for f in plain_files(files_root)]
+        # Binary content under a table's name is described but not stored: nothing downstream reads it, and it
+        # can be GBs of nothing (seen: a 2 GB sparse .csv, stored at full size). The manifest keeps it apart
+        # from the stored files, so `Store.verify` holds, and the record still lists it for the filter's reason.
+        stored = [f for f in files if not is_binary(f)]
+        not_stored = [f.model_dump() for f in files if is_binary(f)]
         prefix = f"raw/{source.id}/{source.version}"
-        for f in files:
+        for f in stored:
             store.put_file(files_root / f.name, f"{prefix}/files/{f.name}")
         store.write_manifest(
             prefix,
             {
                 "source_id": source.id,
                 "version": source.version,
-                "files": [f.model_dump() for f in files],
+                "files": [f.model_dump() for f in stored],
+                **({NOT_STORED: not_stored} if not_stored else {}),
                 "discovered": discovered,
             },
         )
@@ -197,7 +205,10 @@ def _current_version(ctx: RunContext, source_id: str) -> str | None:
 def _stored(ctx: RunContext, source_id: str, version: str) -> tuple[list[SourceFile], dict]:
     """The files of a stored version, and the metadata its download discovered in the data."""
     manifest = ctx.store.read_manifest(f"raw/{source_id}/{version}") or {}
-    files = [SourceFile.model_validate(f) for f in manifest.get("files", [])]
+    # In the order `plain_files` described them, as the record of the download had them.
+    entries = [*manifest.get("files", []), *manifest.get(NOT_STORED, [])]
+    listed = sorted(entries, key=lambda f: PurePosixPath(f["name"]).parts)
+    files = [SourceFile.model_validate(f) for f in listed]
     return files, manifest.get("discovered", {})
 
 
@@ -208,26 +219,24 @@ def _drop_old_versions(ctx: RunContext, source_id: str, keep: str) -> None:
             ctx.store.remove_prefix(f"raw/{source_id}/{version}")
 
 
-def _walk(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file()]
-
-
 def _unpack_all(download: Path, target: Path, ctx: RunContext) -> Path:
-    """Copy plain files and unpack archives (and archives inside them, one level deep) into `target`."""
+    """Copy plain files and unpack archives (and archives inside them, one level deep) into `target`.
+
+    Whatever the crawler wrote is walked without following links, and a link or special file refuses the
+    source (see `unpack.plain_files`): a download is input from outside, like a mirror folder.
+    """
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     if not download.is_dir() or not any(download.iterdir()):
         raise SourceError(f"download of {download.parent.name} produced no files")
-    for path in sorted(_walk(download)):
-        if path.name.endswith(".kaggle-partial"):
+    for file in plain_files(download):
+        if file.path.name.endswith(".kaggle-partial"):
             continue
-        rel = path.relative_to(download)
-        if path.suffix.lower() == ".zip":
-            _unpack_into(path, target / rel.parent, ctx, depth=1)
+        if file.path.suffix.lower() == ".zip":
+            _unpack_into(file.path, (target / file.rel).parent, ctx, depth=1)
         else:
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / rel)
+            copy_plain_file(file, target / file.rel)
     return target
 
 

@@ -3,11 +3,16 @@
 Each immediate sub-folder of a mirror path is one source: a `competition-metadata.json` (an ApiCompetition as
 the Kaggle API returns it) or a `dataset-metadata.json` (as `kaggle datasets metadata` writes it), next to the
 data zip or the data files. After the copy, the crawl stage treats them exactly like a Kaggle download.
+
+Only regular files are read: a source folder that is a symbolic link, or one holding a link or a special file
+anywhere inside, is recorded as failed with the links named (see `unpack.plain_files`), and nothing of it is
+copied. Two folders that give the same source id are both refused the same way (see `_refuse_shared_ids`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +20,8 @@ from urllib.parse import unquote, urlparse
 
 from dareforge.crawlers.base import fingerprint, source_id
 from dareforge.crawlers.kaggle import competition_source, dataset_source
-from dareforge.errors import DareforgeError, SourceError
+from dareforge.crawlers.unpack import PlainFile, copy_plain_file, open_plain, plain_file, plain_files
+from dareforge.errors import DareforgeError, SourceError, UnsafeFileError
 from dareforge.schema import Origin, Source, SourceStatus
 
 COMPETITION_META = "competition-metadata.json"
@@ -30,59 +36,98 @@ class MirrorCrawler:
         self.roots = roots
 
     def list_sources(self) -> Iterator[Source]:
+        by_id: dict[str, list[tuple[Path, Source]]] = {}
         for root in self.roots:
             if not root.is_dir():
                 raise DareforgeError(
                     f"mirror path {root} is not a folder; fix mirror.paths in dareforge.yaml"
                 )
             for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-                yield self._source(folder)
+                source = self._source(folder)
+                by_id.setdefault(source.id, []).append((folder, source))
+        for claims in by_id.values():
+            yield claims[0][1] if len(claims) == 1 else _refuse_shared_ids(claims)
 
     def _source(self, folder: Path) -> Source:
-        data_files = self._data_files(folder)
-        listing = [
-            (p.relative_to(folder).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in data_files
-        ]
+        listing: list[tuple[str, int, int]] = []
         try:
-            source = self._from_metadata(folder, data_files)
+            files = self._files(folder)
+            data_files = [f for f in files if f.path.name not in METADATA_FILES]
+            listing = [(f.rel, f.size, f.mtime_ns) for f in data_files]
+            source = self._from_metadata(folder, files, data_files)
+        except UnsafeFileError as exc:
+            # Under the id its metadata gives, when that is safe to read: a link planted in a stored source
+            # then fails the source's own record instead of leaving it in use next to a new failed one.
+            return self._failed(folder, listing, str(exc), self._metadata_source(folder))
         except SourceError as exc:
-            return Source(
-                id=source_id(Origin.MIRROR.value, folder.name),
-                origin=Origin.MIRROR,
-                kind="dataset",
-                ref=folder.name,
-                title=folder.name,
-                url=folder.as_uri(),
-                version=fingerprint("mirror-unreadable", listing),
-                status=SourceStatus.FAILED,
-                status_detail=str(exc),
-            )
+            return self._failed(folder, listing, str(exc))
         return source.model_copy(
             update={"version": fingerprint(source.version, listing), "url": folder.as_uri()}
         )
 
-    @staticmethod
-    def _data_files(folder: Path) -> list[Path]:
-        return sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in METADATA_FILES)
+    def _metadata_source(self, folder: Path) -> Source | None:
+        """The source the folder's own metadata describes, when it is a regular file in a real folder."""
+        if folder.is_symlink():
+            return None
+        metadata = [f for f in (plain_file(folder, name) for name in METADATA_FILES) if f]
+        try:
+            return self._from_metadata(folder, metadata, []) if metadata else None
+        except SourceError:
+            return None
 
-    def _from_metadata(self, folder: Path, data_files: list[Path]) -> Source:
-        found = [name for name in METADATA_FILES if (folder / name).is_file()]
+    @staticmethod
+    def _failed(folder: Path, listing: list, detail: str, named: Source | None = None) -> Source:
+        """A failed record: under the metadata's id when `named` is given, else under the folder's name."""
+        failure = {
+            "url": folder.as_uri(),
+            "version": fingerprint("mirror-unreadable", listing),
+            "status": SourceStatus.FAILED,
+            "status_detail": detail,
+        }
+        if named is not None:
+            return named.model_copy(update=failure)
+        name = folder.name
+        return Source(
+            id=source_id(Origin.MIRROR.value, name),
+            origin=Origin.MIRROR,
+            kind="dataset",
+            ref=name,
+            title=name,
+            **failure,
+        )
+
+    @staticmethod
+    def _files(folder: Path) -> list[PlainFile]:
+        """The folder's regular files; refuses a folder that is a link, or holds one (see `plain_files`)."""
+        if folder.is_symlink():
+            # Refused wherever it points: out of the mirror it would copy what it points at into the store;
+            # inside, it only repeats another source (or, pointing at the mirror itself, all of them).
+            raise UnsafeFileError(
+                f"mirror folder {folder} is a symbolic link to {os.readlink(folder)}, which the crawl refuses; "
+                f"move or copy the data into {folder.parent}, or add the folder holding the real source "
+                "folders to mirror.paths"
+            )
+        return plain_files(folder)
+
+    def _from_metadata(self, folder: Path, files: list[PlainFile], data_files: list[PlainFile]) -> Source:
+        found = [f for name in METADATA_FILES for f in files if f.rel == name]
         if not found:
             raise SourceError(
                 f"mirror folder {folder} has no {COMPETITION_META} or {DATASET_META}; add one "
                 "(`kaggle datasets metadata OWNER/NAME -p FOLDER` writes the dataset one)"
             )
-        path = folder / found[0]
+        path = found[0].path
         try:
-            meta = json.loads(path.read_text(encoding="utf-8-sig"))
+            with open_plain(found[0]) as fh:
+                meta = json.loads(fh.read().decode("utf-8-sig"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SourceError(f"{path} is not valid UTF-8 JSON ({exc}); fix or re-export it") from exc
         if not isinstance(meta, dict):
             raise SourceError(f"{path} must hold a JSON object, not {type(meta).__name__}")
-        if found[0] == COMPETITION_META:
+        if found[0].rel == COMPETITION_META:
             meta.setdefault("ref", folder.name)
-            files = [{"name": p.name, "totalBytes": p.stat().st_size} for p in data_files]
-            return competition_source(meta, files, Origin.MIRROR, meta.get("hasLeaderboard"))
+            listed = [{"name": f.path.name, "totalBytes": f.size} for f in data_files]
+            return competition_source(meta, listed, Origin.MIRROR, meta.get("hasLeaderboard"))
         return dataset_source(meta, Origin.MIRROR)
 
     def download(self, source: Source, dest: Path) -> None:
@@ -91,9 +136,38 @@ class MirrorCrawler:
             raise SourceError(
                 f"mirror folder for {source.id} is gone ({source.url}); restore it or remove the path"
             )
+        # Walked again, not taken from the listing: the folder may have changed since (links included).
+        data_files = [f for f in self._files(folder) if f.path.name not in METADATA_FILES]
         if dest.exists():
             shutil.rmtree(dest)
-        for path in self._data_files(folder):
-            target = dest / path.relative_to(folder)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+        for file in data_files:
+            copy_plain_file(file, dest / file.rel)
+
+
+def _refuse_shared_ids(claims: list[tuple[Path, Source]]) -> Source:
+    """One failed record for folders that give the same source id, naming them all.
+
+    Ids are sanitised names ("unnamed" and "Unnamed!" both give mirror.unnamed) or metadata ids a copied
+    folder repeats; two sources on one id overwrite each other's records and files without a word. All of
+    them are refused rather than all but one, since which one would win depends only on folder order. A hash
+    suffix on sanitised names was the other way out; it was not taken because it would rename every stored
+    source whose name is not already a slug (orphaning its records, prepared files and tasks next to new
+    copies), and would still not separate two folders that hold the same metadata id.
+    """
+    sid = claims[0][1].id
+    folders = ", ".join(str(folder) for folder, _ in claims)
+    refs = sorted({source.ref for _, source in claims})
+    if len(refs) == 1:
+        why = f"all hold the ref {refs[0]!r}"
+        fix = "remove the copies, or give each its own id in its metadata"
+    else:
+        why = f"their refs {', '.join(map(repr, refs))} differ only in case or punctuation"
+        fix = "rename all but one (the folder, or the ref/id in its metadata when it has one)"
+    detail = f"mirror folders {folders} all give the source id {sid}: {why}; {fix}, so each has its own id"
+    return claims[0][1].model_copy(
+        update={
+            "status": SourceStatus.FAILED,
+            "status_detail": detail,
+            "version": fingerprint("mirror-shared-id", [source.version for _, source in claims]),
+        }
+    )

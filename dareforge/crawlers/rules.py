@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from typing import Protocol
 
 from dareforge.config import Config
-from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE
+from dareforge.crawlers.inspect import BINARY, SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import ConfigError
 from dareforge.schema import Source, SourceStatus
 
@@ -175,9 +175,22 @@ class ReadableTables(Rule):
 
     def check(self, source, config):
         override = config.sources.get(source.id)
+        chosen = override.table if override and override.table else None
+        # With a table named in dareforge.yaml, prepare reads that one only, so only that one is judged.
+        files = [f for f in source.files if chosen is None or f.name == chosen]
+        for f in files:
+            # Before the encoding override: latin-1 decodes any bytes, so it would pass garbage on to prepare.
+            if is_binary(f):
+                detail = (f.encoding or "").removeprefix(BINARY + ": ")
+                reason = (
+                    f"{f.name} is not a text table ({detail}), so no encoding reads it; replace it at the "
+                    f"source, name another table under sources.{source.id}.table, or exclude the source with "
+                    "rules.excluded_ids"
+                )
+                return Verdict(False, reason, f.encoding)
         if override and override.encoding:
             return Verdict(True, f"encoding set to {override.encoding} in dareforge.yaml", override.encoding)
-        for f in source.files:
+        for f in files:
             if f.encoding and f.encoding.startswith(UNDECODABLE):
                 detail = f.encoding.removeprefix(UNDECODABLE + ": ")
                 return Verdict(
@@ -185,7 +198,7 @@ class ReadableTables(Rule):
                     f"{f.name} is not UTF-8 ({detail}); set sources.{source.id}.encoding (e.g. latin-1) in dareforge.yaml",
                     f.encoding,
                 )
-        encodings = sorted({f.encoding for f in source.files if f.encoding})
+        encodings = sorted({f.encoding for f in files if f.encoding})
         return Verdict(True, "every table decodes as UTF-8", ",".join(encodings) or None)
 
 

@@ -34,7 +34,7 @@ import pyarrow as pa
 from dareforge.config import SourceOverride
 from dareforge.context import RunContext
 from dareforge.crawlers.base import fingerprint
-from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError, StoreError
 from dareforge.schema import (
     ColumnKind,
@@ -312,11 +312,14 @@ def _choose_table(ctx: RunContext, source: Source, override: Any) -> _Table:
     targets = (override.target if override and override.target else None) or source.target_columns
     encoding = override.encoding if override and override.encoding else None
     undecodable = [f.name for f in source.files if (f.encoding or "").startswith(UNDECODABLE)]
-    hint = (
-        f"; {', '.join(undecodable)} could not be decoded: set sources.{sid}.encoding (e.g. latin-1)"
-        if undecodable and not encoding
-        else ""
-    )
+    # Binary files under a table's name are no candidates: no encoding reads them (crawlers/inspect.py).
+    binary = {f.name: f.encoding for f in source.files if is_binary(f)}
+    hints = [f"{name} is not a text table ({why})" for name, why in binary.items()]
+    if undecodable and not encoding:
+        hints.append(
+            f"{', '.join(undecodable)} could not be decoded: set sources.{sid}.encoding (e.g. latin-1)"
+        )
+    hint = "".join(f"; {h}" for h in hints)
     if not targets:
         raise PrepareError(
             f"{sid}: no target column is known; name it under sources.{sid}.target in dareforge.yaml{hint}"
@@ -325,7 +328,7 @@ def _choose_table(ctx: RunContext, source: Source, override: Any) -> _Table:
     candidates = []
     for f in source.files:
         suffix = Path(f.name).suffix.lower()
-        if suffix not in TABLE_SUFFIXES:
+        if suffix not in TABLE_SUFFIXES or f.name in binary:
             continue
         columns = f.columns
         if columns is None and encoding and suffix != ".parquet":
@@ -337,7 +340,7 @@ def _choose_table(ctx: RunContext, source: Source, override: Any) -> _Table:
             names = ", ".join(t.file.name for t in candidates) or "none"
             raise PrepareError(
                 f"{sid}: sources.{sid}.table names {override.table!r}, which is not a table of the source "
-                f"(tables: {names})"
+                f"(tables: {names}){hint}"
             )
         return chosen[0]
     labelled = [

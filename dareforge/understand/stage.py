@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from dareforge.context import RunContext
 from dareforge.crawlers.base import fingerprint, slugify
 from dareforge.crawlers.filter import accepted_source_ids
-from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import Engine, PrepareError, raw_table
 from dareforge.schema import Framing, Source, SourceFile, SourceStatus
@@ -159,7 +159,9 @@ def choose_table(source: Source, table: str | None) -> SourceFile:
                 f"(tables: {names})"
             )
         return named[0]
-    usable = [f for f in tables if not SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem)]
+    usable = [
+        f for f in tables if not SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem) and not is_binary(f)
+    ]
     if not usable:
         raise DareforgeError(f"{source.id}: no CSV, TSV or Parquet table to understand")
     if source.kind == "competition":
