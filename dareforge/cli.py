@@ -59,8 +59,7 @@ def main(
     except DareforgeError as exc:
         _fail(exc)
     if store:
-        cfg.store.root = store
-        cfg.store.work_dir = str(Path(store) / ".work") if "://" not in store else cfg.store.work_dir
+        cfg.store.root = store  # an unset store.work_dir follows the root (see StoreConfig.work_path)
     STATE["ctx"] = RunContext.from_config(cfg, show_progress=not quiet)
 
 
@@ -390,7 +389,7 @@ def run(
     generated = generate_stage(ctx)
     validated = validate_stage(ctx)
     try:
-        with run_models(ctx, Path(ctx.config.store.work_dir)) as models:
+        with run_models(ctx, ctx.work_dir) as models:
             probed = cli_training.probe_for_run(ctx, models)
             released = build_release(ctx, release)
             trained = cli_training.trajectories_for_run(ctx, models, release)
@@ -447,7 +446,7 @@ def _run_with_airflow(release: str) -> None:
         "AIRFLOW_CONFIG": str(repo / "airflow.cfg"),
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         "DAREFORGE_STORE__ROOT": str(Path(ctx.store.root).resolve()),
-        "DAREFORGE_STORE__WORK_DIR": str(Path(ctx.config.store.work_dir).resolve()),
+        "DAREFORGE_STORE__WORK_DIR": str(ctx.work_dir.resolve()),
     }
     (repo / "data" / "airflow").mkdir(parents=True, exist_ok=True)
     airflow_cli = str(Path(sys.executable).parent / "airflow")

@@ -145,21 +145,24 @@ def run_attempts(
     """Play `attempts` with `client` (closed afterwards when it is an async context manager); see the module doc."""
     if workers < 1:
         raise DareforgeError(f"concurrency must be at least 1, got {workers}")
-    return asyncio.run(
-        _run(
-            ctx,
-            client,
-            list(attempts),
-            partition=partition,
-            workers=workers,
-            temperature=temperature,
-            pass_bars=pass_bars,
-            rerun_llm_errors=rerun_llm_errors,
-            max_tokens=max_tokens,
-            sandbox_factory=sandbox_factory,
-            label=label,
+    # The partition is read once and rewritten after every attempt: another process playing into it meanwhile
+    # would lose its rows. So one player per partition; a second one waits, then reuses what the first stored.
+    with ctx.store.partition_lock(Trajectory, partition):
+        return asyncio.run(
+            _run(
+                ctx,
+                client,
+                list(attempts),
+                partition=partition,
+                workers=workers,
+                temperature=temperature,
+                pass_bars=pass_bars,
+                rerun_llm_errors=rerun_llm_errors,
+                max_tokens=max_tokens,
+                sandbox_factory=sandbox_factory,
+                label=label,
+            )
         )
-    )
 
 
 async def _run(

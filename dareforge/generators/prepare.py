@@ -123,7 +123,8 @@ def prepared_file(ctx: RunContext, prepared: PreparedSource, name: str) -> Path:
         )
     if ctx.store.is_local:
         return ctx.store.local_path(key)
-    local = Path(ctx.config.store.work_dir) / "prepared-cache" / prepared.source_id / prepared.version / name
+    # Shared by the processes on this machine: content-checked, and replaced atomically under a unique temp name.
+    local = ctx.work_dir / "prepared-cache" / prepared.source_id / prepared.version / name
     expected = next((f.sha256 for f in prepared.files if f.name == name), None)
     if not local.exists() or sha256_file(local) != expected:
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -140,6 +141,11 @@ def _prefix(source_id: str, version: str) -> str:
 
 
 def _prepare_source(ctx: RunContext, engine: _Engine, source_id: str, report: PrepareReport) -> None:
+    with ctx.source_lock(source_id):
+        _prepare_locked(ctx, engine, source_id, report)
+
+
+def _prepare_locked(ctx: RunContext, engine: _Engine, source_id: str, report: PrepareReport) -> None:
     source = _load_source(ctx, source_id)
     override = ctx.config.sources.get(source_id)
     version = _version(ctx, source)
@@ -162,8 +168,7 @@ def _prepare_source(ctx: RunContext, engine: _Engine, source_id: str, report: Pr
     if not source.raw_version or ctx.store.read_manifest(raw_prefix) is None:
         raise PrepareError(f"{source_id}: no raw files in the store; run `dareforge crawl` first")
     table = _choose_table(ctx, source, override)
-    scratch = Path(ctx.config.store.work_dir) / "prepare" / f"{source_id}-{uuid.uuid4().hex[:8]}"
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = ctx.scratch_dir(f"prepare-{source_id}")
     try:
         record = engine.prepare_table(source, override, table, version, scratch)
         with _timed(source_id, "store files"):
@@ -304,7 +309,7 @@ def _failure(ctx: RunContext, source_id: str, exc: Exception) -> str:
     if isinstance(exc, duckdb.OutOfMemoryException):
         return (
             f"{source_id}: DuckDB ran out of memory ({_first_line(exc)}); raise prepare.duckdb_memory_limit "
-            f"(now {ctx.config.prepare.duckdb_memory_limit}) or free disk under {ctx.config.store.work_dir}"
+            f"(now {ctx.config.prepare.duckdb_memory_limit}) or free disk under {ctx.work_dir}"
         )
     return f"{source_id}: prepare failed ({_first_line(exc)}); see the log, or exclude it with rules.excluded_ids"
 
@@ -415,8 +420,6 @@ class _Engine:
                 self._con.close()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
-            with suppress(OSError):
-                self._dir.parent.rmdir()  # the shared `prepare` folder, when no other run uses it
 
     def recover(self) -> None:
         """After an error, drop the connection if DuckDB invalidated it; the next source opens a new one."""
@@ -433,8 +436,7 @@ class _Engine:
         if self._con is None:
             # An in-memory database that spills to a scratch folder: tables larger than memory_limit move to
             # disk, and nothing outlives the run.
-            self._dir = Path(self.ctx.config.store.work_dir) / "prepare" / f"duckdb-{uuid.uuid4().hex[:12]}"
-            self._dir.mkdir(parents=True, exist_ok=True)
+            self._dir = self.ctx.scratch_dir("duckdb")
             self._con = duckdb.connect(
                 ":memory:",
                 config={

@@ -123,9 +123,10 @@ def run_probe(
 def replace_rows(store: Store, partition: str, rows: Sequence[Record], task_ids: set[str]) -> bool:
     """Write `rows` into `partition` in place of its stored rows about `task_ids`; other rows stay."""
     cls = type(rows[0])
-    kept = [r for r in store.read_partition(cls, partition) if r.task_id not in task_ids]
-    merged = sorted([*kept, *rows], key=lambda r: r.model_dump_json())
-    return store.write_records(partition, merged)
+    with store.partition_lock(cls, partition):
+        kept = [r for r in store.read_partition(cls, partition) if r.task_id not in task_ids]
+        merged = sorted([*kept, *rows], key=lambda r: r.model_dump_json())
+        return store.write_records(partition, merged)
 
 
 def score_of(result: ProbeResult) -> float:
