@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from dareforge.cli import app
 from dareforge.config import load_config
 from dareforge.context import RunContext
 from dareforge.publish.release import finished_versions, load_release, verify_release
+from dareforge.sandbox import probe
 from dareforge.schema import Task
 from dareforge.scratch import process_folder
 from tests.stores import store_config
@@ -187,6 +190,78 @@ def test_scratch_of_a_killed_process_is_removed_and_a_live_ones_kept(tmp_path):
 
     alive.communicate("")  # a normal exit removes its own folder
     assert not folders[1].exists() and not Path(f"{folders[1]}.lock").exists()
+
+
+AGENT_KILLED_MID_EPISODE = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from types import SimpleNamespace
+    from dareforge.agents.loop import run_agent
+    from dareforge.config import SandboxConfig
+    from dareforge.sandbox import Sandbox
+    from dareforge.schema import MetricSpec, Task
+
+    task = Task(
+        id="t", family="Class-MM", source_id="s", source_version="1", prepared_version="1",
+        generator_version="1", seed=0, instruction="predict", public_files=[], private_files=[],
+        metric=MetricSpec(name="macro-f1", target_columns=["y"], key_columns=["id"]), package_versions=[],
+    )
+
+    class Client:
+        endpoint = SimpleNamespace(name="scripted", model="m")
+
+        async def chat(self, messages, **kwargs):
+            return SimpleNamespace(
+                error=None, text="<code>1</code>", prompt_tokens=1, completion_tokens=1, finish_reason="stop"
+            )
+
+    def sandbox(inputs, workspace, seconds):
+        box = Sandbox(inputs, workspace, SandboxConfig(), seconds).start()
+        print("playing", flush=True)  # mid-episode: a kernel runs, its folders exist
+        sys.stdin.readline()
+        return box
+
+    asyncio.run(run_agent(task, Path(sys.argv[1]), Client(), sandbox))
+    """
+)
+
+
+@pytest.mark.skipif(not probe().available, reason=f"needs bubblewrap: {probe().reason}")
+def test_kill_9_mid_episode_leaves_temp_folders_the_next_process_removes(tmp_path):
+    # A short temp folder: the kernel's sockets live under it, and a socket path has at most 107 characters.
+    temp = Path(tempfile.mkdtemp(prefix="dfk-", dir="/tmp"))
+    try:
+        _kill_mid_episode_then_sweep(temp, tmp_path)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _kill_mid_episode_then_sweep(temp: Path, tmp_path: Path) -> None:
+    (tmp_path / "public").mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    player = subprocess.Popen(
+        [sys.executable, "-c", AGENT_KILLED_MID_EPISODE, str(tmp_path / "public")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert player.stdout is not None and player.stdout.readline().strip() == "playing"
+    player.send_signal(signal.SIGKILL)
+    player.wait()
+    left = [p.name for p in temp.glob("dareforge-*/*")]  # all inside the killed process's own folder
+    assert any(n.startswith("dfsbx-") for n in left) and any(n.startswith("dareforge-agent-") for n in left)
+
+    later = subprocess.run(
+        [sys.executable, "-c", "from dareforge.scratch import temp_root; print(temp_root())"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert Path(later.stdout.strip()).parent == temp
+    assert list(temp.iterdir()) == []  # the killed player's folders are gone, and the later one's at its exit
 
 
 def test_store_lock_is_reentrant_within_a_thread_and_names_its_holder(tmp_path):

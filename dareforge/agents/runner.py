@@ -28,6 +28,7 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.schema import Task, Trajectory
+from dareforge.scratch import temp_root
 from dareforge.store import Store
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ async def _run(
 
     async def one(attempt: Attempt, executor: ThreadPoolExecutor, progress: Any, bar: Any) -> None:
         async with limit:
-            with tempfile.TemporaryDirectory(prefix="dareforge-attempt-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="dareforge-attempt-", dir=temp_root()) as tmp:
                 public_dir, answers = await asyncio.to_thread(attempt.materialize, Path(tmp))
                 trajectory = await run_agent(
                     attempt.task,

@@ -35,6 +35,7 @@ from dareforge.crawlers.inspect import describe_file
 from dareforge.errors import ConfigError
 from dareforge.generators.taskio import originals
 from dareforge.schema import ProbeResult, Record, SourceFile, Task, Validation, Verdict
+from dareforge.scratch import temp_root
 from dareforge.store import Store
 from dareforge.validators.gate import gate
 
@@ -161,7 +162,7 @@ def no_data_task(store: Store, task: Task) -> tuple[Task, bytes]:
 
 
 def _describe(data: bytes) -> SourceFile:
-    with tempfile.TemporaryDirectory(prefix="dareforge-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dareforge-probe-", dir=temp_root()) as tmp:
         path = Path(tmp) / TEST_IDS
         path.write_bytes(data)
         return describe_file(path, TEST_IDS)
