@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dareforge.cli import app
+from dareforge.cli import RUN_LOCK, app
 from dareforge.config import load_config
 from dareforge.context import RunContext
 from dareforge.publish.release import finished_versions, load_release, verify_release
@@ -127,6 +128,78 @@ def test_two_processes_running_the_same_stages_at_once_build_what_one_builds(tmp
     assert _release_files(both, version) == _release_files(one, single_version)
     # Each process's scratch folder went with it.
     assert list((shared / "store" / ".work" / "proc").iterdir()) == []
+
+
+HOLD_RUN_LOCK = textwrap.dedent(
+    """
+    import sys
+    from dareforge.store import Store
+
+    with Store(sys.argv[1]).lock(sys.argv[2]):
+        print("held", flush=True)
+        sys.stdin.readline()
+    """
+)
+
+
+@pytest.fixture
+def run_lock_held(tmp_path):
+    """Another process holding the store's run lock until the test closes its stdin."""
+    store = tmp_path / "store"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_RUN_LOCK, str(store), RUN_LOCK],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    yield store, holder
+    if holder.poll() is None:
+        holder.kill()
+        holder.wait()
+
+
+def _run_env() -> dict[str, str]:
+    # No sources: a run that gets past the lock ends at once with "nothing to release".
+    return {
+        **os.environ,
+        "DAREFORGE_BUILTIN__ENABLED": "false",
+        "DAREFORGE_LLM__LOCAL__ENABLED": "false",
+        "COLUMNS": "400",  # one message, one line
+    }
+
+
+def test_a_second_run_refuses_with_no_wait_naming_the_holder(run_lock_held, monkeypatch):
+    store, holder = run_lock_held
+    for name, value in _run_env().items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(app, ["-q", "--store", str(store), "run", "--no-wait"])
+    assert result.exit_code == 2
+    assert "is in use by another `dareforge run`" in result.output
+    assert f"pid {holder.pid} on host {socket.gethostname()} since " in result.output
+    assert "nothing to release" not in result.output  # it stopped before doing anything
+
+
+def test_a_second_run_waits_for_the_first_and_then_runs(run_lock_held, tmp_path):
+    store, holder = run_lock_held
+    dareforge = Path(sys.executable).with_name("dareforge")
+    waiting = subprocess.Popen(
+        [str(dareforge), "-q", "--store", str(store), "run"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_run_env(),
+        cwd=tmp_path,
+    )
+    assert waiting.stderr is not None
+    line = waiting.stderr.readline()  # EOF (an empty line) if the run did not wait
+    assert line.startswith("waiting: the store") and f"pid {holder.pid} on host" in line, line
+    assert waiting.poll() is None  # blocked on the lock, which the holder still has
+    assert holder.stdin is not None
+    holder.stdin.close()  # the first run ends
+    holder.wait()
+    out, err = waiting.communicate()
+    assert waiting.returncode == 2 and "nothing to release" in out + err, out + err
 
 
 def test_work_dir_follows_the_store_root(tmp_path, monkeypatch):
