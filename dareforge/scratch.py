@@ -8,7 +8,7 @@ owners are gone. The pid in the name is for people reading a listing; the lock a
 processes in other pid namespaces may share a temp folder).
 
 Two bases are used: `<store.work_dir>/proc/` for data-sized scratch (task drafts, prepare and DuckDB spill files,
-obscured sources), through `RunContext.scratch`; and the system temp folder (`temp_root()`, prefix `dareforge-`)
+obscured sources), through `RunContext.scratch_dir`; and the system temp folder (`temp_root()`, prefix `dareforge-`)
 for sandbox runtimes and agent folders, whose socket paths must stay short and must not name the store.
 """
 
@@ -48,6 +48,11 @@ def process_folder(base: Path, prefix: str = "") -> Path:
     key = (os.getpid(), f"{base}/{prefix}")
     with _mutex:
         owned = _owned.get(key)
+        if owned is not None and not owned.folder.is_dir():
+            # Removed under a long-lived process (someone cleared the work dir): claim a new one.
+            os.close(owned.fd)
+            del _owned[key]
+            owned = None
         if owned is None:
             remove_stale(base, prefix)
             owned = _owned[key] = _claim(base, prefix)

@@ -264,6 +264,10 @@ def test_scratch_of_a_killed_process_is_removed_and_a_live_ones_kept(tmp_path):
     alive.communicate("")  # a normal exit removes its own folder
     assert not folders[1].exists() and not Path(f"{folders[1]}.lock").exists()
 
+    shutil.rmtree(mine)  # someone clears the work dir under a long-lived process
+    again = process_folder(base)
+    assert again.is_dir() and again != mine and not Path(f"{mine}.lock").exists()
+
 
 AGENT_KILLED_MID_EPISODE = textwrap.dedent(
     """
