@@ -31,14 +31,14 @@ class RunContext:
         store = Store(config.store.root, lock_dir=config.store.work_path / "locks")
         return cls(config=config, store=store, **kwargs)
 
-    def source_lock(self, source_id: str, *, wait: bool = True) -> AbstractContextManager[None]:
+    def source_lock(self, source_id: str) -> AbstractContextManager[None]:
         """The store lock of one source, held by every stage while it writes or deletes that source's files
         (raw and prepared versions, tasks, obscured variants) or reads files another stage may delete.
 
         Stages on different sources never wait for each other; two processes on the same source take turns, and
         the second finds the first one's outputs finished and reuses them.
         """
-        return self.store.lock(f"source/{source_id}", wait=wait)
+        return self.store.lock(f"source/{source_id}")
 
     @property
     def work_dir(self) -> Path:

@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -117,7 +117,7 @@ def _acquire(path: Path, name: str, wait: bool) -> int:
                 raise StoreBusyError(name, path, holder) from None
             log.info("waiting for lock %s, held by %s", name, holder.describe())
             fcntl.flock(fd, fcntl.LOCK_EX)
-        me = json.dumps(LockHolder.me().__dict__).encode()
+        me = json.dumps(asdict(LockHolder.me())).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, me, 0)
     except BaseException:
