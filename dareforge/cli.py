@@ -10,6 +10,8 @@ import json
 import logging
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -20,7 +22,7 @@ from rich.table import Table
 
 from dareforge.config import load_config
 from dareforge.context import RunContext
-from dareforge.errors import DareforgeError
+from dareforge.errors import DareforgeError, StoreBusyError
 
 app = typer.Typer(
     help=__doc__,
@@ -59,8 +61,7 @@ def main(
     except DareforgeError as exc:
         _fail(exc)
     if store:
-        cfg.store.root = store
-        cfg.store.work_dir = str(Path(store) / ".work") if "://" not in store else cfg.store.work_dir
+        cfg.store.root = store  # an unset store.work_dir follows the root (see StoreConfig.work_path)
     STATE["ctx"] = RunContext.from_config(cfg, show_progress=not quiet)
 
 
@@ -379,15 +380,50 @@ def run(
     airflow: Annotated[
         bool, typer.Option("--airflow", help="Run the dare_refresh DAG through `airflow dags test` instead.")
     ] = False,
+    no_wait: Annotated[
+        bool,
+        typer.Option("--no-wait", help="Fail at once when another `dareforge run` is using the store."),
+    ] = False,
 ) -> None:
     """The main job: crawl, filter, prepare, generate, validate, probe, release, gold and sampled trajectories,
     SFT/RL exports, summary.
 
     Models: llm.endpoints when configured, else the embedded local model when installed (make local-llm),
-    else none (probe and sampling are skipped; gold trajectories need no model)."""
-    if airflow:
-        _run_with_airflow(release)
-        return
+    else none (probe and sampling are skipped; gold trajectories need no model).
+
+    One run at a time per store: a second one waits for the first (saying which process holds the store) and
+    then finds its work done, or with --no-wait stops with that message."""
+    with _run_lock(no_wait):
+        if airflow:
+            _run_with_airflow(release)
+        else:
+            _run(release)
+
+
+RUN_LOCK = "run"
+
+
+@contextmanager
+def _run_lock(no_wait: bool) -> Iterator[None]:
+    """Hold the store's `run` lock; tell the user who holds it when it is taken, then wait or stop."""
+    store = _ctx().store
+    with ExitStack() as held:
+        try:
+            held.enter_context(store.lock(RUN_LOCK, wait=False))
+        except StoreBusyError as busy:
+            in_use = f"the store {store.url} is in use by another `dareforge run`: {busy.holder.describe()}"
+            if no_wait:
+                _fail(
+                    DareforgeError(f"{in_use}; run again when it has finished (or without --no-wait to wait)")
+                )
+            Console(stderr=True).print(
+                f"[yellow]waiting:[/] {in_use}; this run starts when it ends (Ctrl-C to stop waiting)"
+            )
+            held.enter_context(store.lock(RUN_LOCK))
+        yield
+
+
+def _run(release: str) -> None:
     from dareforge.crawlers.crawl import crawl as crawl_stage
     from dareforge.crawlers.filter import filter_sources
     from dareforge.generators.generate import generate as generate_stage
@@ -410,7 +446,7 @@ def run(
     generated = generate_stage(ctx)
     validated = validate_stage(ctx)
     try:
-        with run_models(ctx, Path(ctx.config.store.work_dir)) as models:
+        with run_models(ctx, ctx.work_dir) as models:
             probed = cli_training.probe_for_run(ctx, models)
             released = build_release(ctx, release)
             trained = cli_training.trajectories_for_run(ctx, models, release)
@@ -469,7 +505,7 @@ def _run_with_airflow(release: str) -> None:
         "AIRFLOW_CONFIG": str(repo / "airflow.cfg"),
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         "DAREFORGE_STORE__ROOT": str(Path(ctx.store.root).resolve()),
-        "DAREFORGE_STORE__WORK_DIR": str(Path(ctx.config.store.work_dir).resolve()),
+        "DAREFORGE_STORE__WORK_DIR": str(ctx.work_dir.resolve()),
     }
     (repo / "data" / "airflow").mkdir(parents=True, exist_ok=True)
     airflow_cli = str(Path(sys.executable).parent / "airflow")
@@ -538,7 +574,9 @@ def sources(
     ] = None,
     kept: Annotated[
         bool | None,
-        typer.Option("--kept/--dropped", help="Only sources kept (by the filter, with a task found) / dropped."),
+        typer.Option(
+            "--kept/--dropped", help="Only sources kept (by the filter, with a task found) / dropped."
+        ),
     ] = None,
     why: Annotated[
         str | None,

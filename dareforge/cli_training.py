@@ -31,7 +31,7 @@ def default_model() -> Iterator[None]:
     from dareforge.trajectories.models import run_models
 
     ctx = _ctx()
-    with run_models(ctx, Path(ctx.config.store.work_dir)) as models:
+    with run_models(ctx, ctx.work_dir) as models:
         if models.local:
             out.print(
                 f"[dim]no llm.endpoints configured: the {models.why} serves as endpoint {models.endpoints[0]!r} "

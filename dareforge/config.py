@@ -13,6 +13,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
+import fsspec
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,9 +32,24 @@ class StoreConfig(Section):
     root: str = Field(
         "data", description="Store root: a local path or an fsspec URL such as s3://bucket/dareforge."
     )
-    work_dir: str = Field(
-        "data/.work", description="Local scratch space for downloads in progress (resumable)."
+    work_dir: str | None = Field(
+        None,
+        description=(
+            "Local scratch space: downloads in progress (resumable) and each process's own folder. Default: "
+            "<root>/.work for a local root, ~/.cache/dareforge/work/<hash of root> for a remote one."
+        ),
     )
+
+    @property
+    def work_path(self) -> Path:
+        """`work_dir`, or its default derived from `root` (read when used: `root` may be set after loading)."""
+        if self.work_dir:
+            return Path(self.work_dir)
+        protocol, path = fsspec.core.split_protocol(self.root)
+        if protocol in (None, "file", "local"):
+            return Path(path) / ".work"
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return cache / "dareforge" / "work" / hashlib.sha256(self.root.encode()).hexdigest()[:16]
 
 
 class DatasetQuery(Section):

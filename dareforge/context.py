@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dareforge import scratch
 from dareforge.config import Config, load_config
 from dareforge.store import Store
 
 log = logging.getLogger("dareforge")
+PROCESS_FOLDERS = "proc"
 
 
 @dataclass
@@ -24,7 +28,28 @@ class RunContext:
     @classmethod
     def from_config(cls, config: Config | None = None, **kwargs) -> RunContext:
         config = config or load_config()
-        return cls(config=config, store=Store(config.store.root), **kwargs)
+        store = Store(config.store.root, lock_dir=config.store.work_path / "locks")
+        return cls(config=config, store=store, **kwargs)
+
+    def source_lock(self, source_id: str) -> AbstractContextManager[None]:
+        """The store lock of one source, held by every stage while it writes or deletes that source's files
+        (raw and prepared versions, tasks, obscured variants) or reads files another stage may delete.
+
+        Stages on different sources never wait for each other; two processes on the same source take turns, and
+        the second finds the first one's outputs finished and reuses them.
+        """
+        return self.store.lock(f"source/{source_id}")
+
+    @property
+    def work_dir(self) -> Path:
+        """`store.work_dir`, or its default derived from the store root."""
+        return self.config.store.work_path
+
+    def scratch_dir(self, name: str) -> Path:
+        """A fresh, empty folder `<name>-<random>` in this process's own folder under the work dir (removed
+        at exit, or by the next process when this one is killed: see `dareforge.scratch`); the caller removes it
+        when done. Two processes never share one, even when they build the same thing."""
+        return scratch.new_folder(self.work_dir / PROCESS_FOLDERS, name)
 
     def progress(self) -> Progress:
         return Progress(

@@ -215,7 +215,8 @@ class PreparedSource(Record):
     source_id: str
     source_version: str
     framing: str = Field(
-        "", description="The framing (see `framings`) this preparation poses; empty in records from before framings."
+        "",
+        description="The framing (see `framings`) this preparation poses; empty in records from before framings.",
     )
     excluded_columns: list[str] = Field(
         default_factory=list, description="Columns no feature list may use (the framing's exclusions)."

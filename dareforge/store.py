@@ -10,8 +10,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
+import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,10 +23,12 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dareforge import locking
 from dareforge.errors import StoreError
 from dareforge.schema import RECORDS, Record
 
 MANIFEST = "_MANIFEST.json"
+LOCKS = ".locks"
 TABLES = "tables"
 RECORDS_DIGEST = "dareforge.records.sha256"
 R = TypeVar("R", bound=Record)
@@ -46,13 +51,46 @@ def canonical_json(obj: Any) -> bytes:
 
 
 class Store:
-    def __init__(self, root: str):
+    def __init__(self, root: str, lock_dir: str | Path | None = None):
+        """`lock_dir`: where a remote store's locks live (default: under the system temp folder); a local
+        store keeps them under its root, `.locks/`, so every process using the store sees the same ones."""
         self.url = root
         self.fs, self.root = fsspec.core.url_to_fs(root)
         self.is_local = "file" in (
             self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         )
         self.fs.makedirs(self.root, exist_ok=True)
+        if self.is_local:
+            self.lock_dir = Path(self.root) / LOCKS
+        elif lock_dir is not None:
+            self.lock_dir = Path(lock_dir)
+        else:
+            self.lock_dir = Path(tempfile.gettempdir()) / "dareforge-locks" / sha256_bytes(root.encode())[:16]
+
+    # -- locks ----------------------------------------------------------------------------------------------
+    def lock(self, name: str, *, wait: bool = True) -> AbstractContextManager[None]:
+        """Hold the store lock `name` (e.g. `source/<source_id>`) for a block; see `dareforge.locking`.
+
+        Stages take one around each thing two processes could both write or delete (a source's raw or prepared
+        versions, a source's tasks, a release's versions, a table partition they read, merge and rewrite), so
+        parallel workers on different sources never wait for each other and two on the same one take turns:
+        the second then finds the first one's outputs and reuses them. Busy and not `wait`: StoreBusyError
+        naming the holder. For a remote store the lock is machine-local: it orders the processes of one machine.
+        """
+        return locking.hold(
+            self.lock_dir / f"{self._lock_file(name)}.lock", f"store lock {name!r}", wait=wait
+        )
+
+    def partition_lock(self, cls: type[Record], partition: str) -> AbstractContextManager[None]:
+        """The lock of one table partition, for writers that read it, merge their rows in and rewrite it."""
+        return self.lock(f"{TABLES}/{cls.table}/{partition}")
+
+    @staticmethod
+    def _lock_file(name: str) -> str:
+        """The lock file's path under `lock_dir`: each part of `name` made a plain file name (names that differ
+        only in other characters share a lock, which costs some waiting, never safety)."""
+        parts = [re.sub(r"[^A-Za-z0-9_.@+-]", "_", p).lstrip(".") or "_" for p in name.split("/")]
+        return "/".join(parts)
 
     # -- keys and plain files -------------------------------------------------------------------------------
     def path(self, key: str) -> str:

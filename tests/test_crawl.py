@@ -19,10 +19,12 @@ TRAIN = "id,x,label\n" + "".join(f"{i},{i * 0.5},{'ab'[i % 2]}\n" for i in range
 
 
 def _snapshot(root) -> dict[str, int]:
+    """mtime of every stored file; `.locks/` is left out: taking a lock writes its file (who holds it)."""
     return {
-        os.path.relpath(os.path.join(d, f), root): os.stat(os.path.join(d, f)).st_mtime_ns
+        rel: os.stat(os.path.join(d, f)).st_mtime_ns
         for d, _, files in os.walk(root)
         for f in files
+        if not (rel := os.path.relpath(os.path.join(d, f), root)).startswith(".locks/")
     }
 
 

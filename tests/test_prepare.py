@@ -220,7 +220,9 @@ def _mirror(root: Path, name: str, files: dict[str, bytes]) -> None:
 @pytest.fixture
 def mirror_ctx(tmp_path):
     root = tmp_path / "mirror"
-    latin = "name,city,size,price\n" + "".join(f"caf\xe9 {i},M\xfcnchen,{3 * (i % 7)},{i % 7}\n" for i in range(120))
+    latin = "name,city,size,price\n" + "".join(
+        f"caf\xe9 {i},M\xfcnchen,{3 * (i % 7)},{i % 7}\n" for i in range(120)
+    )
     _mirror(root, "latin", {"prices.csv": latin.encode("latin-1")})
     # Columns named like the SQL's own aliases (v, k, m) must not confuse it.
     grouped = "PassengerId,family,v,k,m,label\n" + "".join(
@@ -270,7 +272,9 @@ def test_id_detection_grouped_split_and_failures(mirror_ctx):
     assert understood.framed == [grouped] and understood.unframed == [unlabelled, "mirror.not-crawled"]
     (chosen,) = [f for f in ctx.store.read_partition(Framing, grouped) if f.status == "chosen"]
     assert chosen.framing == "classification-label" and "config" in chosen.proposers
-    assert any("kept because dareforge.yaml names it as the target" in c for c in chosen.checks)  # parity: unlearnable
+    assert any(
+        "kept because dareforge.yaml names it as the target" in c for c in chosen.checks
+    )  # parity: unlearnable
     assert "no column can be a target" in understood.reasons[unlabelled]
     assert "crawl it first" in understood.reasons["mirror.not-crawled"]
     report = prepare(ctx, [unlabelled, grouped])

@@ -38,6 +38,7 @@ from dareforge.agents.grading import PASS_BARS, PREDICTIONS, grade_predictions, 
 from dareforge.agents.protocol import parse_reply, system_prompt, task_prompt, truncate
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.schema import SourceFile, Step, Task, Trajectory
+from dareforge.scratch import temp_root
 from dareforge.store import sha256_bytes, sha256_file
 
 MAX_LISTED_FILES = 200
@@ -114,7 +115,7 @@ async def run_agent(
     endpoint = getattr(client.endpoint, "name", str(client.endpoint))
     model = getattr(client.endpoint, "model", "")
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="dareforge-agent-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dareforge-agent-", dir=temp_root()) as tmp:
         root = Path(tmp)
         inputs = root / "inputs"
         inputs.mkdir()
@@ -324,7 +325,7 @@ def check_predictions(task: Task, workspace: Path, answers: Path | None) -> Grad
         )
     if answers is None:
         return GradeResult(score=float("nan"), error=None)
-    with tempfile.TemporaryDirectory(prefix="dareforge-grade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dareforge-grade-", dir=temp_root()) as tmp:
         copy = Path(tmp) / PREDICTIONS
         copy.write_bytes(data)
         return grade_predictions(task, copy, answers)

@@ -28,6 +28,7 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.schema import Task, Trajectory
+from dareforge.scratch import temp_root
 from dareforge.store import Store
 
 log = logging.getLogger(__name__)
@@ -145,21 +146,24 @@ def run_attempts(
     """Play `attempts` with `client` (closed afterwards when it is an async context manager); see the module doc."""
     if workers < 1:
         raise DareforgeError(f"concurrency must be at least 1, got {workers}")
-    return asyncio.run(
-        _run(
-            ctx,
-            client,
-            list(attempts),
-            partition=partition,
-            workers=workers,
-            temperature=temperature,
-            pass_bars=pass_bars,
-            rerun_llm_errors=rerun_llm_errors,
-            max_tokens=max_tokens,
-            sandbox_factory=sandbox_factory,
-            label=label,
+    # The partition is read once and rewritten after every attempt: another process playing into it meanwhile
+    # would lose its rows. So one player per partition; a second one waits, then reuses what the first stored.
+    with ctx.store.partition_lock(Trajectory, partition):
+        return asyncio.run(
+            _run(
+                ctx,
+                client,
+                list(attempts),
+                partition=partition,
+                workers=workers,
+                temperature=temperature,
+                pass_bars=pass_bars,
+                rerun_llm_errors=rerun_llm_errors,
+                max_tokens=max_tokens,
+                sandbox_factory=sandbox_factory,
+                label=label,
+            )
         )
-    )
 
 
 async def _run(
@@ -190,7 +194,7 @@ async def _run(
 
     async def one(attempt: Attempt, executor: ThreadPoolExecutor, progress: Any, bar: Any) -> None:
         async with limit:
-            with tempfile.TemporaryDirectory(prefix="dareforge-attempt-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="dareforge-attempt-", dir=temp_root()) as tmp:
                 public_dir, answers = await asyncio.to_thread(attempt.materialize, Path(tmp))
                 trajectory = await run_agent(
                     attempt.task,

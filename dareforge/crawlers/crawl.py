@@ -102,6 +102,13 @@ def crawl(
 
 def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: CrawlReport) -> str:
     """Bring one source up to date; returns what happened: unchanged, downloaded, failed or needs-rules."""
+    # The download folder is shared across runs (a killed download resumes), so one process at a time per
+    # source: a second one waits, then finds the version stored and reports it unchanged.
+    with ctx.source_lock(source.id):
+        return _crawl_locked(ctx, crawler, source, report)
+
+
+def _crawl_locked(ctx: RunContext, crawler: Crawler, source: Source, report: CrawlReport) -> str:
     store = ctx.store
     current = _current_version(ctx, source.id)
     if source.status != SourceStatus.OK:
@@ -113,7 +120,7 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
         files, discovered = _stored(ctx, source.id, current)
         _write_record(ctx, source, discovered, files, report)
         return "unchanged"
-    work = Path(ctx.config.store.work_dir) / source.id
+    work = ctx.work_dir / source.id
     try:
         discovered = crawler.download(source, work / "download") or {}
         files_root = _unpack_all(work / "download", work / f"files-{source.version}", ctx)

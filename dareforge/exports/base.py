@@ -183,6 +183,22 @@ def write_export(
     the README. The first config listed is the default one.
     """
     check_name(name, "export")
+    # One writer at a time per export, as for releases (`build_release`).
+    with ctx.store.lock(export_root(name)):
+        return _write_export(ctx, name, kind, format, tables, meta, card, version, today)
+
+
+def _write_export(
+    ctx: RunContext,
+    name: str,
+    kind: str,
+    format: str,
+    tables: dict[str, dict[str, bytes]],
+    meta: dict[str, Any],
+    card: Callable[[dict[str, Any]], str],
+    version: str | None,
+    today: date | None,
+) -> ExportResult:
     store = ctx.store
     root = export_root(name)
     versions = finished_versions(store, root)

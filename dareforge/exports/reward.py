@@ -29,6 +29,7 @@ from dareforge.errors import DareforgeError
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.reference_solutions.metrics import get_metric
 from dareforge.schema import MetricSpec, Task, Trajectory
+from dareforge.scratch import temp_root
 
 FORMAT_REWARD = 0.1
 SCORE_REWARD = 1.0
@@ -111,7 +112,7 @@ def reward(task: Task | RewardSpec, predictions: Path | str, answers: Path | str
         )
     except OSError as exc:
         return graded_reward(spec, GradeResult(score=0.0, error=f"{path} could not be read: {exc}"))
-    with tempfile.TemporaryDirectory(prefix="dareforge-reward-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dareforge-reward-", dir=temp_root()) as tmp:
         copy = Path(tmp) / spec.predictions_file
         copy.write_bytes(data)
         return graded_reward(spec, grade(spec.metric, copy, answers))

@@ -27,26 +27,30 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
             bar = progress.add_task("generate", total=len(ids), item="")
             for source_id in ids:
                 progress.update(bar, item=source_id)
-                framings = load_prepared(ctx, source_id)
-                if not framings:
-                    report.failures[source_id] = "not prepared; run `dareforge prepare` first"
-                    progress.advance(bar)
-                    continue
-                tasks = []
-                for prepared in framings:
-                    writer = TaskWriter(ctx, prepared, report)
-                    tasks += build_source_tasks(ctx, prepared, writer, runners)
-                for task in tasks:
-                    report.families[task.family] += task.status == "candidate"
-                    if task.status == "rejected":
-                        report.rejected[task.id] = task.reject_reason or ""
-                if tasks and ctx.store.write_records(source_id, tasks):
-                    report.written.append(ctx.store.table_key(Task.table, source_id))
+                with ctx.source_lock(source_id):
+                    _generate_source(ctx, source_id, runners, report)
                 progress.advance(bar)
     finally:
         runners.close()
     report.wall_seconds = time.perf_counter() - started
     return report
+
+
+def _generate_source(ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport) -> None:
+    framings = load_prepared(ctx, source_id)
+    if not framings:
+        report.failures[source_id] = "not prepared; run `dareforge prepare` first"
+        return
+    tasks = []
+    for prepared in framings:
+        writer = TaskWriter(ctx, prepared, report)
+        tasks += build_source_tasks(ctx, prepared, writer, runners)
+    for task in tasks:
+        report.families[task.family] += task.status == "candidate"
+        if task.status == "rejected":
+            report.rejected[task.id] = task.reject_reason or ""
+    if tasks and ctx.store.write_records(source_id, tasks):
+        report.written.append(ctx.store.table_key(Task.table, source_id))
 
 
 def build_source_tasks(

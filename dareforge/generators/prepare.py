@@ -99,7 +99,7 @@ class PrepareReport:
 def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareReport:
     """Prepare each chosen framing of each source (default: every source the understand stage framed);
     returns what happened to each, labelled `source_id/framing`."""
-    from dareforge.understand.stage import chosen_framings, framed_source_ids
+    from dareforge.understand.stage import framed_source_ids
 
     ids = source_ids if source_ids is not None else framed_source_ids(ctx)
     report = PrepareReport()
@@ -107,28 +107,36 @@ def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareRepo
         bar = progress.add_task("prepare", total=len(ids), item="")
         for source_id in ids:
             progress.update(bar, item=source_id)
-            framings = chosen_framings(ctx, source_id)
-            if not framings:
-                reason = f"{source_id}: no chosen framing; run `dareforge understand` (see `dareforge sources --why {source_id}`)"
-                report.failed.append(source_id)
-                report.reasons[source_id] = reason
-            records = []
-            for framing in framings:
-                label = f"{source_id}/{framing.framing}"
-                try:
-                    records.append(_prepare_framing(ctx, engine, source_id, framing, report, label))
-                except (PrepareError, duckdb.Error, OSError) as exc:
-                    reason = str(exc) if isinstance(exc, PrepareError) else _failure(ctx, source_id, exc)
-                    engine.recover()
-                    log.warning("prepare %s failed: %s", label, reason)
-                    report.failed.append(label)
-                    report.reasons[label] = reason
-            if records:
-                _write_records(ctx, source_id, records, report)
-            if any(label.startswith(f"{source_id}/") for label in report.prepared):
-                _remove_unused(ctx, source_id, records)
+            with ctx.source_lock(source_id):
+                _prepare_source(ctx, engine, source_id, report)
             progress.advance(bar)
     return report
+
+
+def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: PrepareReport) -> None:
+    """Every chosen framing of one source; the caller holds the source's lock."""
+    from dareforge.understand.stage import chosen_framings
+
+    framings = chosen_framings(ctx, source_id)
+    if not framings:
+        reason = f"{source_id}: no chosen framing; run `dareforge understand` (see `dareforge sources --why {source_id}`)"
+        report.failed.append(source_id)
+        report.reasons[source_id] = reason
+    records = []
+    for framing in framings:
+        label = f"{source_id}/{framing.framing}"
+        try:
+            records.append(_prepare_framing(ctx, engine, source_id, framing, report, label))
+        except (PrepareError, duckdb.Error, OSError) as exc:
+            reason = str(exc) if isinstance(exc, PrepareError) else _failure(ctx, source_id, exc)
+            engine.recover()
+            log.warning("prepare %s failed: %s", label, reason)
+            report.failed.append(label)
+            report.reasons[label] = reason
+    if records:
+        _write_records(ctx, source_id, records, report)
+    if any(label.startswith(f"{source_id}/") for label in report.prepared):
+        _remove_unused(ctx, source_id, records)
 
 
 def prepared_of(ctx: RunContext, task: Task) -> PreparedSource | None:
@@ -157,7 +165,8 @@ def prepared_file(ctx: RunContext, prepared: PreparedSource, name: str) -> Path:
         )
     if ctx.store.is_local:
         return ctx.store.local_path(key)
-    local = Path(ctx.config.store.work_dir) / "prepared-cache" / prepared.source_id / prepared.version / name
+    # Shared by the processes on this machine: content-checked, and replaced atomically under a unique temp name.
+    local = ctx.work_dir / "prepared-cache" / prepared.source_id / prepared.version / name
     expected = next((f.sha256 for f in prepared.files if f.name == name), None)
     if not local.exists() or sha256_file(local) != expected:
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -203,8 +212,7 @@ def _prepare_framing(
     if not source.raw_version or ctx.store.read_manifest(raw_prefix) is None:
         raise PrepareError(f"{source_id}: no raw files in the store; run `dareforge crawl` first")
     table = _choose_table(ctx, source, override)
-    scratch = Path(ctx.config.store.work_dir) / "prepare" / f"{source_id}-{uuid.uuid4().hex[:8]}"
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = ctx.scratch_dir(f"prepare-{source_id}")
     try:
         record = engine.prepare_table(source, override, table, version, scratch, framing)
         with _timed(source_id, "store files"):
@@ -381,7 +389,7 @@ def _failure(ctx: RunContext, source_id: str, exc: Exception) -> str:
     if isinstance(exc, duckdb.OutOfMemoryException):
         return (
             f"{source_id}: DuckDB ran out of memory ({_first_line(exc)}); raise prepare.duckdb_memory_limit "
-            f"(now {ctx.config.prepare.duckdb_memory_limit}) or free disk under {ctx.config.store.work_dir}"
+            f"(now {ctx.config.prepare.duckdb_memory_limit}) or free disk under {ctx.work_dir}"
         )
     return f"{source_id}: prepare failed ({_first_line(exc)}); see the log, or exclude it with rules.excluded_ids"
 
@@ -492,8 +500,6 @@ class Engine:
                 self._con.close()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
-            with suppress(OSError):
-                self._dir.parent.rmdir()  # the shared `prepare` folder, when no other run uses it
 
     def recover(self) -> None:
         """After an error, drop the connection if DuckDB invalidated it; the next source opens a new one."""
@@ -510,8 +516,7 @@ class Engine:
         if self._con is None:
             # An in-memory database that spills to a scratch folder: tables larger than memory_limit move to
             # disk, and nothing outlives the run.
-            self._dir = Path(self.ctx.config.store.work_dir) / "prepare" / f"duckdb-{uuid.uuid4().hex[:12]}"
-            self._dir.mkdir(parents=True, exist_ok=True)
+            self._dir = self.ctx.scratch_dir("duckdb")
             self._con = duckdb.connect(
                 ":memory:",
                 config={

@@ -99,20 +99,21 @@ class TaskWriter:
         if manifest is not None:
             self.report.reused += 1
             return Task.model_validate(manifest["task"])
-        folder = Path(self.ctx.config.store.work_dir) / "tasks" / task_id
-        shutil.rmtree(folder, ignore_errors=True)
-        draft = Draft(family=family, seed=seed, key=task_id, folder=folder)
-        draft.public.mkdir(parents=True)
-        draft.private.mkdir(parents=True)
+        # This process's own folder: another process building the same task id drafts in its own.
+        folder = self.ctx.scratch_dir(f"task-{task_id}")
         try:
-            fill(draft)
-        except (DareforgeError, ValueError, KeyError) as exc:
-            self.report.failures[f"{self.prepared.source_id}/{family}/{seed}"] = str(exc)
-            log.warning("%s: %s (seed %d) not generated: %s", self.prepared.source_id, family, seed, exc)
-            return None
-        task = self._store(draft)
-        shutil.rmtree(folder, ignore_errors=True)
-        return task
+            draft = Draft(family=family, seed=seed, key=task_id, folder=folder)
+            draft.public.mkdir()
+            draft.private.mkdir()
+            try:
+                fill(draft)
+            except (DareforgeError, ValueError, KeyError) as exc:
+                self.report.failures[f"{self.prepared.source_id}/{family}/{seed}"] = str(exc)
+                log.warning("%s: %s (seed %d) not generated: %s", self.prepared.source_id, family, seed, exc)
+                return None
+            return self._store(draft)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _store(self, draft: Draft) -> Task:
         store, prefix = self.ctx.store, f"tasks/{draft.key}"

@@ -133,6 +133,18 @@ def judge_trajectories(
     workers = concurrency if concurrency is not None else judge_endpoint.max_concurrency
     if workers < 1:
         raise JudgeError(f"concurrency must be at least 1, got {workers}")
+    # Each judgements partition is read, merged and rewritten: one judging process per judge endpoint.
+    with ctx.store.lock(f"judge/{judge_endpoint.name}"):
+        return _judge_locked(ctx, partitions, judge_endpoint, client_factory, workers)
+
+
+def _judge_locked(
+    ctx: RunContext,
+    partitions: list[str] | None,
+    judge_endpoint: EndpointConfig,
+    client_factory: Callable[[EndpointConfig], Any] | None,
+    workers: int,
+) -> JudgeReport:
     store = ctx.store
     available = trajectory_partitions(store, prefixes=("",))
     if partitions is None:

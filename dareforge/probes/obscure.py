@@ -30,7 +30,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -293,9 +292,7 @@ def obscure_source(
     seed = ctx.config.obscure.seed
     frames = list(read_frames(ctx, prepared))
     mapping = build_map(prepared, frames, seed, ctx.config.obscure)
-    scratch = Path(ctx.config.store.work_dir) / "obscure" / f"{prepared.source_id}-{version}"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
+    scratch = ctx.scratch_dir(f"obscure-{prepared.source_id}")
     try:
         files = []
         for name, frame in zip(FRAMES, apply_map(mapping, frames, seed, prepared.source_id), strict=True):
@@ -420,20 +417,23 @@ def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> Obs
         with ctx.progress() as progress:
             bar = progress.add_task("obscure", total=sum(map(len, by_source.values())), item="")
             for source_id, tasks in sorted(by_source.items()):
-                variants = []
-                todo = []
-                for task in tasks:
-                    manifest = ctx.store.read_manifest(f"tasks/{variant_id(task.id, key)}")
-                    if manifest is None:
-                        todo.append(task)
-                    else:
-                        report.reused += 1
-                        variants.append(Task.model_validate(manifest["task"]))
-                        progress.advance(bar)
-                if todo:
-                    runners = runners or Runners.start(ctx.config.generate.reference_timeout_s)
-                    variants += _build_source(ctx, source_id, todo, key, runners, report, progress, bar)
-                _record(ctx, source_id, variants, report)
+                # Variants are written under prepared/<source>/ and tasks/, and their partition is read, merged
+                # and rewritten: one process at a time per source.
+                with ctx.source_lock(source_id):
+                    variants = []
+                    todo = []
+                    for task in tasks:
+                        manifest = ctx.store.read_manifest(f"tasks/{variant_id(task.id, key)}")
+                        if manifest is None:
+                            todo.append(task)
+                        else:
+                            report.reused += 1
+                            variants.append(Task.model_validate(manifest["task"]))
+                            progress.advance(bar)
+                    if todo:
+                        runners = runners or Runners.start(ctx.config.generate.reference_timeout_s)
+                        variants += _build_source(ctx, source_id, todo, key, runners, report, progress, bar)
+                    _record(ctx, source_id, variants, report)
     finally:
         if runners is not None:
             runners.close()

@@ -35,6 +35,7 @@ from dareforge.crawlers.inspect import describe_file
 from dareforge.errors import ConfigError
 from dareforge.generators.taskio import originals
 from dareforge.schema import ProbeResult, Record, SourceFile, Task, Validation, Verdict
+from dareforge.scratch import temp_root
 from dareforge.store import Store
 from dareforge.validators.gate import gate
 
@@ -123,9 +124,10 @@ def run_probe(
 def replace_rows(store: Store, partition: str, rows: Sequence[Record], task_ids: set[str]) -> bool:
     """Write `rows` into `partition` in place of its stored rows about `task_ids`; other rows stay."""
     cls = type(rows[0])
-    kept = [r for r in store.read_partition(cls, partition) if r.task_id not in task_ids]
-    merged = sorted([*kept, *rows], key=lambda r: r.model_dump_json())
-    return store.write_records(partition, merged)
+    with store.partition_lock(cls, partition):
+        kept = [r for r in store.read_partition(cls, partition) if r.task_id not in task_ids]
+        merged = sorted([*kept, *rows], key=lambda r: r.model_dump_json())
+        return store.write_records(partition, merged)
 
 
 def score_of(result: ProbeResult) -> float:
@@ -160,7 +162,7 @@ def no_data_task(store: Store, task: Task) -> tuple[Task, bytes]:
 
 
 def _describe(data: bytes) -> SourceFile:
-    with tempfile.TemporaryDirectory(prefix="dareforge-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dareforge-probe-", dir=temp_root()) as tmp:
         path = Path(tmp) / TEST_IDS
         path.write_bytes(data)
         return describe_file(path, TEST_IDS)

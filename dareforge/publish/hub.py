@@ -42,6 +42,7 @@ from dareforge import __version__
 from dareforge.errors import DareforgeError
 from dareforge.publish.release import MANIFEST, Part
 from dareforge.publish.targets import Publishable, _copy_version
+from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class HubTarget:
             )
         tag = f"v{release.version}"
         result = HubPush(release.name, release.version, tag)
-        with tempfile.TemporaryDirectory(prefix="dareforge-hub-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="dareforge-hub-", dir=temp_root()) as tmp:
             # Stage (and checksum) every part before talking to the Hub: a damaged release sends nothing.
             root = Path(tmp)
             halves = [

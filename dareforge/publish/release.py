@@ -493,6 +493,22 @@ def build_release(
     """Build (or find) the release version holding the store's released tasks; see the module doc."""
     check_name(name)
     check_version(version)
+    # Picking the version, completing a half-written one and removing what it does not list are safe only
+    # for one builder at a time: a second one waits, then finds the version finished.
+    with ctx.store.lock(f"{RELEASES}/{name}"):
+        return _build_release(ctx, name, version, pretty_name, test_share, seed, sticky, today)
+
+
+def _build_release(
+    ctx: RunContext,
+    name: str,
+    version: str | None,
+    pretty_name: str | None,
+    test_share: float,
+    seed: str,
+    sticky: bool,
+    today: date | None,
+) -> ReleaseResult:
     store = ctx.store
     selection = select_tasks(ctx)
     if not selection.tasks:

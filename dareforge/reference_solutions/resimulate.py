@@ -7,9 +7,7 @@ shows a consumer which tasks still match on their stack, without rewriting anyth
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from dareforge.context import RunContext
 from dareforge.generators.taskio import package_versions
@@ -47,7 +45,7 @@ def resimulate(ctx: RunContext, task_ids: list[str] | None = None) -> list[Resim
 
 
 def _one(ctx: RunContext, runner: ReferenceRunner, task: Task, stack_differs: list[str]) -> Resimulation:
-    folder = Path(tempfile.mkdtemp(prefix=f"resim-{task.id}-", dir=_scratch(ctx)))
+    folder = ctx.scratch_dir(f"resim-{task.id}")
     try:
         for f in task.public_files:
             target = folder / f.name
@@ -69,9 +67,3 @@ def _one(ctx: RunContext, runner: ReferenceRunner, task: Task, stack_differs: li
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         (folder.parent / f"{folder.name}-stored.csv").unlink(missing_ok=True)
-
-
-def _scratch(ctx: RunContext) -> Path:
-    path = Path(ctx.config.store.work_dir) / "resimulate"
-    path.mkdir(parents=True, exist_ok=True)
-    return path

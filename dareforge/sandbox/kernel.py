@@ -34,6 +34,7 @@ from dareforge.config import SandboxConfig
 from dareforge.sandbox import isolation, processes
 from dareforge.sandbox.errors import SandboxError
 from dareforge.sandbox.execution import Execution, OutputBudget, cut_traceback, strip_ansi
+from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class Sandbox:
         if self.uid is not None:
             self._chown_tree(self.workspace)
             self._warn_unreadable_inputs()
-        self._runtime = Path(tempfile.mkdtemp(prefix="dfsbx-"))
+        self._runtime = Path(tempfile.mkdtemp(prefix="dfsbx-", dir=temp_root()))
         self._holder["runtime"] = self._runtime
         started = time.perf_counter()
         try:

@@ -31,6 +31,7 @@ from pathlib import Path
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import isolation
 from dareforge.sandbox.kernel import Sandbox
+from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class KernelPool:
         self.start_timeout_s = start_timeout_s
         isolation.require(config)  # fail here, not in the background thread
         self._own_root = root is None
-        self.root = Path(root or tempfile.mkdtemp(prefix="dareforge-pool-")).resolve()
+        self.root = Path(root or tempfile.mkdtemp(prefix="dareforge-pool-", dir=temp_root())).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self._ready: list[Sandbox] = []
         self._cond = threading.Condition()

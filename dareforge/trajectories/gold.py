@@ -38,6 +38,7 @@ from dareforge.generators.spec import IFSpec, RangeFilter
 from dareforge.llm import ChatResult
 from dareforge.reference_solutions.pipeline import Section, if_reference_sections, literal
 from dareforge.schema import Task, Trajectory
+from dareforge.scratch import temp_root
 from dareforge.trajectories.synthesize import task_set
 
 log = logging.getLogger(__name__)
@@ -424,7 +425,7 @@ def regrade(
     if sandbox_factory is None:
         sandbox_factory, close = default_sandbox_factory(ctx, 1)
     try:
-        with TemporaryDirectory(prefix="dareforge-regrade-") as tmp:
+        with TemporaryDirectory(prefix="dareforge-regrade-", dir=temp_root()) as tmp:
             public_dir, answers = files(Path(tmp))
             replayed = asyncio.run(
                 run_agent(

@@ -348,7 +348,9 @@ def check(candidate: Candidate, sample: Sample, proposal: Proposal, config: Conf
     if not outcome.passed and outcome.soft and "config" in candidate.proposers:
         # The config names this target: a person has overruled the learnability check, which is recorded.
         outcome.passed = True
-        outcome.checks.append(f"kept because dareforge.yaml names it as the target, although {outcome.reason}")
+        outcome.checks.append(
+            f"kept because dareforge.yaml names it as the target, although {outcome.reason}"
+        )
     return outcome
 
 

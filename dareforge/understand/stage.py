@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 import shutil
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from dareforge.context import RunContext
 from dareforge.crawlers.base import fingerprint, slugify
@@ -54,7 +53,8 @@ def understand(ctx: RunContext, source_ids: list[str] | None = None) -> Understa
         for source_id in ids:
             progress.update(bar, item=source_id)
             try:
-                framings = _understand_source(ctx, engine, source_id, report)
+                with ctx.source_lock(source_id):
+                    framings = _understand_source(ctx, engine, source_id, report)
             except DareforgeError as exc:
                 framings = []
                 log.warning("understand %s failed: %s", source_id, exc)
@@ -180,8 +180,7 @@ def _frame(ctx: RunContext, engine: Engine, source: Source, version: str) -> lis
         raise DareforgeError(
             f"{source.id}: {file.name} is not UTF-8 ({encoding}); set sources.{source.id}.encoding (e.g. latin-1)"
         )
-    scratch = Path(ctx.config.store.work_dir) / "understand" / f"{source.id}-{uuid.uuid4().hex[:8]}"
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = ctx.scratch_dir(f"understand-{source.id}")
     try:
         table, total = engine.sample_text(
             raw_table(source, file, encoding), scratch, ctx.config.understand.sample_rows

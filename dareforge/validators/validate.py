@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,18 +57,29 @@ def task_view(ctx: RunContext, task: Task) -> TaskView:
     prepared = prepared_of(ctx, task)
     if ctx.store.is_local:
         return TaskView(task, prepared, ctx.store.local_path(f"tasks/{task.id}"))
-    folder = Path(ctx.config.store.work_dir) / "validate" / task.id
+    # A cache shared by the processes on this machine (task files never change under a task id): each file is
+    # written under a unique temp name and renamed, so a reader never sees a half-written one.
+    folder = ctx.work_dir / "validate" / task.id
     for side, files in (("public", task.public_files), ("private", task.private_files)):
         for f in files:
             target = folder / side / f.name
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/{side}/{f.name}"))
+                tmp = target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")
+                tmp.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/{side}/{f.name}"))
+                tmp.replace(target)
     return TaskView(task, prepared, folder)
 
 
 def validate(ctx: RunContext, task_ids: list[str] | None = None, force: bool = False) -> ValidateReport:
     """Check the tasks (all by default) and gate them; `force` re-runs checks whose findings are stored."""
+    # Run-wide checks, the verdicts and the report cover every task: one validation at a time per store (a
+    # second one waits, then reuses the stored findings).
+    with ctx.store.lock("validate"):
+        return _validate(ctx, task_ids, force)
+
+
+def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> ValidateReport:
     from dareforge.validators import expectations
 
     started = time.perf_counter()
