@@ -23,6 +23,11 @@ Versions are `YYYY.MM.DD` (UTC) with a `.N` suffix when that day already has a v
 (task ids, split sides, every public and private file checksum, the task rows) equals the latest version's
 makes no new version and returns the latest (`created=False`). Finished versions are never rewritten.
 
+A version's bytes are a function of its inputs: two builds of the same tasks give the same files, so the
+manifests and cards hold no build time, no store location and no measured seconds. When and where a version
+was built goes to its build record, `<root>/.builds/<version>.json` beside the versions (never published;
+the report reads it).
+
 Atomicity without renames (object stores cannot rename folders): files go to their final keys first and a
 version exists only once its public `manifest.json` is written, last (the private manifest just before it).
 `list_versions` and `load_release` ignore a version without one, and the next build completes the newest such
@@ -58,6 +63,9 @@ RELEASES = "releases"
 MANIFEST = "manifest.json"
 FORMAT = "dareforge-release/1"
 PRIVATE_SUFFIX = "-private"
+BUILDS = ".builds"
+"""The folder beside a release's or export's versions that holds their build records (a dot folder: never a
+version)."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -302,6 +310,29 @@ def next_version(store: Store, root: str, latest: str | None, today: date) -> st
     return candidate
 
 
+def build_record_key(root: str, version: str) -> str:
+    return f"{root}/{BUILDS}/{version}.json"
+
+
+def write_build_record(store: Store, root: str, version: str) -> None:
+    """Record when and from which store `version` under `root` is built: facts about the build, not the
+    content, so they stay out of the version's own files (see the module doc)."""
+    store.write_json(
+        build_record_key(root, version),
+        {
+            "version": version,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "created_from": store.url,
+        },
+    )
+
+
+def read_build_record(store: Store, root: str, version: str) -> dict[str, Any]:
+    """The build record of `version` under `root`; empty for a version built before records were kept."""
+    key = build_record_key(root, version)
+    return store.read_json(key) if store.exists(key) else {}
+
+
 def remove_unlisted(store: Store, prefix: str, keep: set[str]) -> None:
     """Delete what a half-written earlier attempt left under `prefix` that the manifest will not list."""
     for key in store.list(prefix):
@@ -531,7 +562,6 @@ def build_release(
     previous = load_release(ctx, name, plan.previous) if plan.previous else None
 
     pub, priv = public_prefix(name, version), private_prefix(name, version)
-    created_at = datetime.now(UTC).isoformat(timespec="seconds")
     public_files, private_files = [], []
     for task in tasks:
         for f in task.private_files:
@@ -586,8 +616,6 @@ def build_release(
         "name": name,
         "pretty_name": pretty_name or name,
         "version": version,
-        "created_at": created_at,
-        "created_from": store.url,
         "previous_version": previous.version if previous else None,
         "private_release": f"{name}{PRIVATE_SUFFIX}",
         "content_fingerprint": content_fp,
@@ -645,8 +673,6 @@ def build_release(
         "public_release": name,
         "pretty_name": meta["pretty_name"],
         "version": version,
-        "created_at": created_at,
-        "created_from": store.url,
         "content_fingerprint": content_fp,
         "private_fingerprint": private_fp,
         "task_ids": meta["task_ids"],
@@ -660,6 +686,7 @@ def build_release(
     private_files.sort(key=lambda e: e["name"])
     remove_unlisted(store, priv, {e["name"] for e in private_files})
     remove_unlisted(store, pub, {e["name"] for e in public_files})
+    write_build_record(store, f"{RELEASES}/{name}", version)
     store.write_json(f"{priv}/{MANIFEST}", {**private_meta, "files": private_files})
     store.write_json(f"{pub}/{MANIFEST}", {**meta, "files": public_files})  # last: now the version exists
     log.info("release %s %s: %d tasks (%s)", name, version, len(tasks), ", ".join(selection.notes) or "gated")
