@@ -199,6 +199,10 @@ class TaskLimits(BaseModel):
 class TaskScores(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    MEASURED: ClassVar[frozenset[str]] = frozenset({"reference_seconds"})
+    """Fields that measure the machine that ran the references, not the task: the store keeps them (the
+    runtime check reads them), a release leaves them out (its bytes are a function of its inputs)."""
+
     baseline: float | None = Field(
         None,
         description="Best trivial predictor: majority class or classes at their shares; mean (per entity).",

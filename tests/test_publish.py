@@ -113,6 +113,9 @@ def test_release_layout_and_verdict_note(store, release, caplog):
     for task in tasks:
         for f in task.private_files:
             assert f"answers/{task.id}/{f.name}" in {e["name"] for e in private["files"]}
+    # scores, not what the reference runs measured on the building machine (the store keeps that)
+    assert all(set(row["scores"]) == {"baseline", "strong"} for row in result.release.private_rows())
+    assert all(t.scores.reference_seconds for t in tasks)
 
 
 def test_datasets_loads_the_published_folder(release, published, tmp_path):

@@ -6,8 +6,8 @@ A release has two halves with the same version:
   `files/<task_id>/<file>` (the task's public input files), `README.md` (a Hugging Face dataset card that
   `datasets.load_dataset(<folder>)` reads), `CHANGELOG.md` (against the previous version) and `manifest.json`;
 - private, `releases/<name>-private/<version>/`: `answers/<task_id>/<file>` (answers, reference code and
-  predictions, IF spec), `data/private.parquet` (metric, scores, spec, package versions), a minimal card and
-  its own `manifest.json`.
+  predictions, IF spec), `data/private.parquet` (metric, baseline and strong scores, spec, package versions),
+  a minimal card and its own `manifest.json`.
 
 The public rows carry id, family, source id and version, split, instruction, metric, limits, the public file
 list (with release paths and checksums), generator version, seed and the reference's package versions. They
@@ -53,7 +53,7 @@ from dareforge.errors import DareforgeError
 from dareforge.publish import card, changelog
 from dareforge.publish.files import copy, parquet_bytes, read_rows, sha256_key, write
 from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
-from dareforge.schema import FilterDecision, Source, Task, Verdict
+from dareforge.schema import FilterDecision, Source, Task, TaskScores, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
 from dareforge.store import Store, canonical_json, sha256_bytes
 
@@ -74,6 +74,8 @@ class ReleaseError(DareforgeError):
 
 
 _TASK = Task.arrow_schema()
+_SCORES = _TASK.field("scores")
+RELEASED_SCORES = _SCORES.with_type(pa.struct([f for f in _SCORES.type if f.name not in TaskScores.MEASURED]))
 _SOURCE_FILE = _TASK.field("public_files").type.value_type
 _FILE = pa.struct(
     [pa.field("path", pa.string(), False), *(_SOURCE_FILE.field(i) for i in range(_SOURCE_FILE.num_fields))]
@@ -101,7 +103,7 @@ PRIVATE_SCHEMA = pa.schema(
         pa.field("source_id", pa.string(), False),
         pa.field("split", pa.string(), False),
         _TASK.field("metric"),
-        _TASK.field("scores"),
+        RELEASED_SCORES,
         _TASK.field("spec"),
         _TASK.field("package_versions"),
         pa.field("files", pa.list_(_FILE), False),
@@ -480,7 +482,7 @@ def _private_row(task: Task, split: str) -> dict[str, Any]:
         "source_id": task.source_id,
         "split": split,
         "metric": task.metric.model_dump(),
-        "scores": task.scores.model_dump(),
+        "scores": task.scores.model_dump(exclude=set(TaskScores.MEASURED)),
         "spec": task.spec,
         "package_versions": list(task.package_versions),
         "files": [{"path": f"answers/{task.id}/{f.name}", **f.model_dump()} for f in task.private_files],
