@@ -111,6 +111,12 @@ class Source(Record):
     def tables(self) -> list[SourceFile]:
         return [f for f in self.files if f.columns is not None]
 
+    @property
+    def public_url(self) -> str | None:
+        """`url` when it is a web address, what released files may cite; None for a mirror's `file:` URL, a
+        folder of the machine that crawled it."""
+        return self.url if self.url and self.url.lower().startswith(("https://", "http://")) else None
+
 
 class FilterDecision(Record):
     table: ClassVar[str] = "filter_decisions"

@@ -605,7 +605,7 @@ def build_release(
                 "id": source_id,
                 "version": ", ".join(versions_seen),
                 "title": s.title if s else source_id,
-                "url": s.url if s else None,
+                "url": s.public_url if s else None,
                 "license": s.license if s else None,
                 "origin": str(s.origin) if s else None,
                 "date": when.isoformat() if when else None,
