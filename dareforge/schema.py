@@ -113,6 +113,12 @@ class Source(Record):
     def tables(self) -> list[SourceFile]:
         return [f for f in self.files if f.columns is not None]
 
+    @property
+    def public_url(self) -> str | None:
+        """`url` when it is a web address, what released files may cite; None for a mirror's `file:` URL, a
+        folder of the machine that crawled it."""
+        return self.url if self.url and self.url.lower().startswith(("https://", "http://")) else None
+
 
 class FilterDecision(Record):
     table: ClassVar[str] = "filter_decisions"
@@ -258,6 +264,10 @@ class TaskLimits(BaseModel):
 
 class TaskScores(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    MEASURED: ClassVar[frozenset[str]] = frozenset({"reference_seconds"})
+    """Fields that measure the machine that ran the references, not the task: the store keeps them (the
+    runtime check reads them), a release leaves them out (its bytes are a function of its inputs)."""
 
     baseline: float | None = Field(
         None,

@@ -209,6 +209,8 @@ def test_evaluate_grades_stores_and_is_idempotent(built, tasks, scripted):
     )
     assert "rows predicted" in steps[3].content and steps[3].seconds > 0 and steps[3].error is None
     assert "rows predicted" in steps[4].content and "4 code runs left" in steps[4].content
+    # the observation holds no measured seconds: it is trained on, and timing is noise of the machine
+    assert steps[4].content.splitlines()[0] == "Execution 1 of 5 finished."
     assert t.prompt_tokens == sum(s.prompt_tokens or 0 for s in steps) > 0
     assert t.completion_tokens == sum(s.completion_tokens or 0 for s in steps) > 0
     assert [f.name for f in t.files] == ["predictions.csv"] and t.files[0].size > 0
@@ -292,7 +294,8 @@ def test_code_that_raises_is_a_code_error(built, tasks, scripted):
     assert t.outcome == "code-error" and t.passed is False
     executions = [s for s in t.steps if s.role == "execution"]
     assert len(executions) == 2 and executions[-1].error.startswith("ValueError: boom again")
-    assert "ValueError" in t.steps[4].content and "raised an error" in t.steps[4].content
+    assert "ValueError" in t.steps[4].content
+    assert t.steps[4].content.splitlines()[0] == "Execution 1 of 2 raised an error."
 
 
 def test_an_endless_loop_hits_the_execution_limit(built, tasks, scripted):
@@ -302,7 +305,7 @@ def test_an_endless_loop_hits_the_execution_limit(built, tasks, scripted):
     assert t.outcome == "execution-limit", t.detail
     (execution,) = [s for s in t.steps if s.role == "execution"]
     assert execution.error.startswith("ExecutionLimit") and execution.seconds >= 1
-    assert "stopped at the time limit" in t.steps[4].content
+    assert t.steps[4].content.splitlines()[0] == "Execution 1 of 1 was stopped at the time limit (1 s)."
 
 
 def test_replies_without_tags_are_a_format_error(built, tasks, scripted):

@@ -21,6 +21,7 @@ from dareforge.context import RunContext
 from dareforge.generators.taskio import GENERATOR_VERSION
 from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release
 from dareforge.publish.export import export_dare_bench
+from dareforge.publish.release import read_build_record
 from dareforge.publish.split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.schema import Task, Verdict
@@ -103,10 +104,18 @@ def test_release_layout_and_verdict_note(store, release, caplog):
     assert manifest["generator_versions"] == [GENERATOR_VERSION] and manifest["verdicts"]["present"] is False
     assert {s["id"] for s in manifest["sources"]} == {f"builtin.{s}" for s in SOURCES}
     assert verify_release(store, "bench") == []
+    # when and from which store it was built: in the build record beside the versions, not in released bytes
+    assert "created_at" not in manifest and "created_from" not in manifest
+    built = read_build_record(store.store, "releases/bench", result.version)
+    assert built["created_from"] == store.store.url and datetime.fromisoformat(built["created_at"]).tzinfo
+    assert list_versions(store, "bench") == [result.version]  # the record's folder is not a version
     private = result.release.private_manifest
     for task in tasks:
         for f in task.private_files:
             assert f"answers/{task.id}/{f.name}" in {e["name"] for e in private["files"]}
+    # scores, not what the reference runs measured on the building machine (the store keeps that)
+    assert all(set(row["scores"]) == {"baseline", "strong"} for row in result.release.private_rows())
+    assert all(t.scores.reference_seconds for t in tasks)
 
 
 def test_datasets_loads_the_published_folder(release, published, tmp_path):

@@ -19,6 +19,7 @@ import pytest
 from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.publish import ReleaseError, build_release
+from dareforge.publish.release import read_build_record
 from dareforge.publish.report import render_release_report, report_key, write_release_report
 from dareforge.schema import FilterDecision, Origin, Source
 from dareforge.validators.validate import validate
@@ -123,6 +124,9 @@ def test_tables_match_the_release(built, page):
         if sum(sides.values()):
             assert counts[family] == [str(sides["train"]), str(sides["test"]), str(sum(sides.values()))]
     assert counts["all"][-1] == str(len(release.task_ids))
+    summary = dict(tables["summary"])
+    # the build time comes from the build record: the release's own files hold none
+    assert summary["created"] == read_build_record(ctx.store, "releases/bench", release.version)["created_at"]
 
     funnel = dict(tables["funnel-counts"][1:])
     assert funnel["sources seen"] == str(len(SOURCES))

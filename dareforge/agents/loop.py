@@ -227,7 +227,16 @@ async def play(
             if parsed.answer is not None:
                 episode.ended, episode.answer = "answer", parsed.answer
                 return episode
-            say("user", _observation(execution, episode.executions, limits.turns, parsed.extra_code_blocks))
+            say(
+                "user",
+                _observation(
+                    execution,
+                    episode.executions,
+                    limits.turns,
+                    parsed.extra_code_blocks,
+                    limits.seconds_per_execution,
+                ),
+            )
         episode.ended = "turn-limit"
         return episode
     finally:
@@ -277,15 +286,18 @@ def _execution_step(code: str, execution: Any) -> Step:
     )
 
 
-def _observation(execution: Any, done: int, turns: int, extra_blocks: int) -> str:
+def _observation(execution: Any, done: int, turns: int, extra_blocks: int, limit_seconds: int) -> str:
+    """What the model is told after an execution. It holds no measured seconds: this text is recorded and
+    becomes training data, and a wall-clock figure is noise of the machine that ran it (the same code would
+    teach other text on each run). The execution step keeps the measurement."""
     if execution.timed_out:
-        head = f"Execution {done} of {turns} was stopped at the time limit after {execution.seconds:.1f} s."
+        head = f"Execution {done} of {turns} was stopped at the time limit ({limit_seconds} s)."
     elif execution.killed:
         head = f"Execution {done} of {turns}: the kernel died ({execution.error})."
     elif execution.error is not None:
-        head = f"Execution {done} of {turns} raised an error after {execution.seconds:.1f} s."
+        head = f"Execution {done} of {turns} raised an error."
     else:
-        head = f"Execution {done} of {turns} finished in {execution.seconds:.1f} s."
+        head = f"Execution {done} of {turns} finished."
     lines = [head]
     if getattr(execution, "restarted", False):
         lines.append(

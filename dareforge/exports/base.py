@@ -4,8 +4,10 @@ An export lives at `exports/<name>/<version>/` and holds Parquet tables under pe
 card (`README.md`, whose YAML `configs:` tell `datasets.load_dataset(<folder>)` what to load) and
 `manifest.json` (format, lineage, counts, and every file with its size and sha256). Versioning is the
 release's own (`dareforge.publish.release.plan_version`): `YYYY.MM.DD[.N]` names, a build whose content
-fingerprint equals the latest version's returns that version (`created=False`), and `manifest.json` is written
-last, so a build killed midway leaves no visible version and the next build completes it.
+fingerprint equals the latest version's returns that version (`created=False`), `manifest.json` is written
+last, so a build killed midway leaves no visible version and the next build completes it, and when and where a
+version was built goes to its build record, not into its files (two builds of the same content are the same
+bytes).
 
 An export has one public part and no private half: answers stay in the source release's private half, which
 the lineage names (`release`: name, version and content fingerprint). Targets publish an `Export` like a
@@ -18,7 +20,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date
 from typing import Any
 
 import pyarrow as pa
@@ -35,6 +37,7 @@ from dareforge.publish.release import (
     plan_version,
     remove_unlisted,
     verify_parts,
+    write_build_record,
 )
 from dareforge.publish.split import SPLITS
 from dareforge.store import Store, canonical_json, sha256_bytes
@@ -178,7 +181,7 @@ def write_export(
 ) -> ExportResult:
     """Write (or find) the version of export `name` holding `tables` (config -> split -> Parquet bytes).
 
-    `meta` must hold `content_fingerprint` (everything that defines the content, creation time excluded); it
+    `meta` must hold `content_fingerprint` (everything that defines the content); it
     goes into the manifest with `format`, `kind`, version fields and the file list, and `card(meta)` renders
     the README. The first config listed is the default one.
     """
@@ -227,8 +230,6 @@ def _write_export(
         "name": name,
         "pretty_name": meta.get("pretty_name") or name,
         "version": plan.version,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "created_from": store.url,
         "previous_version": plan.previous,
         "configs": configs,
         **{k: v for k, v in meta.items() if k != "pretty_name"},
@@ -241,6 +242,7 @@ def _write_export(
     files.append(write(store, f"{prefix}/README.md", "README.md", card(meta).encode()))
     files.sort(key=lambda e: e["name"])
     remove_unlisted(store, prefix, {e["name"] for e in files})
+    write_build_record(store, root, plan.version)
     store.write_json(f"{prefix}/{MANIFEST}", {**meta, "files": files})  # last: now the version exists
     log.info("%s export %s %s written", kind, name, plan.version)
     return ExportResult(load_export(ctx, name, plan.version), True, plan.previous)

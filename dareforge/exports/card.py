@@ -44,8 +44,7 @@ def _lineage(meta: dict[str, Any], extra: list[str]) -> list[str]:
         f"- Source release: `{release['name']}@{release['version']}` (content fingerprint "
         f"`{release['content_fingerprint'][:16]}`); its card lists the sources and their licenses.",
         *extra,
-        f"- Built from the dareforge store `{meta['created_from']}` at {meta['created_at']}; previous version: "
-        f"{meta['previous_version'] or 'none'}.",
+        f"- Previous version: {meta['previous_version'] or 'none'}.",
         "- `manifest.json` lists every file with its size and sha256, the lineage and the counts.",
         "",
     ]
@@ -59,7 +58,7 @@ def sft_card(meta: dict[str, Any]) -> str:
     lines = [
         f"# {meta['pretty_name']}",
         "",
-        f"Version **{meta['version']}** ({meta['created_at'][:10]}): {counts['trajectories']} agent trajectories "
+        f"Version **{meta['version']}**: {counts['trajectories']} agent trajectories "
         f"on {counts['tasks']} data-science tasks of the release `{meta['release']['name']}`, for supervised "
         "fine-tuning. In each, a model solves a tabular task by writing Python that runs in a sandbox; the "
         "user turns after the first carry the code's output.",
@@ -109,7 +108,7 @@ def rl_card(meta: dict[str, Any]) -> str:
     lines = [
         f"# {meta['pretty_name']}",
         "",
-        f"Version **{meta['version']}** ({meta['created_at'][:10]}): {counts['tasks']} data-science tasks of the "
+        f"Version **{meta['version']}**: {counts['tasks']} data-science tasks of the "
         f"release `{release['name']}@{release['version']}` as RL prompts with a verifiable reward. Answers are "
         f"not here: they stay in the private release `{release['name']}-private`.",
         "",

@@ -96,7 +96,7 @@ def public_card(meta: dict[str, Any]) -> str:
     lines = [
         f"# {meta['pretty_name']}",
         "",
-        f"Version **{meta['version']}** ({meta['created_at'][:10]}): {len(tasks)} data-science tasks built by "
+        f"Version **{meta['version']}**: {len(tasks)} data-science tasks built by "
         f"dareforge from {len(meta['sources'])} real tabular sources. Each task gives an agent an instruction "
         "and input files; the agent writes `predictions.csv`, which is graded against answers kept in the "
         f"separate private release `{meta['private_release']}`.",
@@ -175,7 +175,6 @@ def public_card(meta: dict[str, Any]) -> str:
         "",
         "## Lineage",
         "",
-        f"- Built from the dareforge store `{meta['created_from']}` at {meta['created_at']}.",
         f"- Generator versions: {', '.join(meta['generator_versions'])}; {gate}.",
         f"- Reference stacks: {'; '.join(meta['package_versions']) or 'unknown'}.",
         f"- Previous version: {meta['previous_version'] or 'none'}; see `CHANGELOG.md`.",

@@ -113,8 +113,8 @@ def _metadata_text(source: Source | None, source_id: str, columns: list[str]) ->
     lines = [title, ""]
     if source and source.description:
         lines += [source.description.strip(), ""]
-    if source and source.url:
-        lines += [f"Source: {source.url}", ""]
+    if source and source.public_url:
+        lines += [f"Source: {source.public_url}", ""]
     lines += ["=== Columns ===", "", *columns, ""]
     return "\n".join(lines)
 
@@ -273,7 +273,7 @@ def _export_pair(
         "data_info": {
             "ref": source.ref if source else v1.row["source_id"],
             "title": source.title if source else v1.row["source_id"],
-            "url": source.url if source else None,
+            "url": source.public_url if source else None,
             "lastUpdated": when.isoformat() if when else None,
             "licenseName": source.license if source else None,
         },

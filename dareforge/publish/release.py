@@ -6,8 +6,8 @@ A release has two halves with the same version:
   `files/<task_id>/<file>` (the task's public input files), `README.md` (a Hugging Face dataset card that
   `datasets.load_dataset(<folder>)` reads), `CHANGELOG.md` (against the previous version) and `manifest.json`;
 - private, `releases/<name>-private/<version>/`: `answers/<task_id>/<file>` (answers, reference code and
-  predictions, IF spec), `data/private.parquet` (metric, scores, spec, package versions), a minimal card and
-  its own `manifest.json`.
+  predictions, IF spec), `data/private.parquet` (metric, baseline and strong scores, spec, package versions),
+  a minimal card and its own `manifest.json`.
 
 The public rows carry id, family, source id and version, split, instruction, metric, limits, the public file
 list (with release paths and checksums), generator version, seed and the reference's package versions. They
@@ -22,6 +22,11 @@ log line says so; once verdicts exist, a task without one (not validated yet) is
 Versions are `YYYY.MM.DD` (UTC) with a `.N` suffix when that day already has a version. A build whose content
 (task ids, split sides, every public and private file checksum, the task rows) equals the latest version's
 makes no new version and returns the latest (`created=False`). Finished versions are never rewritten.
+
+A version's bytes are a function of its inputs: two builds of the same tasks give the same files, so the
+manifests and cards hold no build time, no store location and no measured seconds. When and where a version
+was built goes to its build record, `<root>/.builds/<version>.json` beside the versions (never published;
+the report reads it).
 
 Atomicity without renames (object stores cannot rename folders): files go to their final keys first and a
 version exists only once its public `manifest.json` is written, last (the private manifest just before it).
@@ -48,7 +53,7 @@ from dareforge.errors import DareforgeError
 from dareforge.publish import card, changelog
 from dareforge.publish.files import copy, parquet_bytes, read_rows, sha256_key, write
 from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
-from dareforge.schema import FilterDecision, Framing, Source, Task, Verdict
+from dareforge.schema import FilterDecision, Framing, Source, Task, TaskScores, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
 from dareforge.store import Store, canonical_json, sha256_bytes
 
@@ -58,6 +63,9 @@ RELEASES = "releases"
 MANIFEST = "manifest.json"
 FORMAT = "dareforge-release/1"
 PRIVATE_SUFFIX = "-private"
+BUILDS = ".builds"
+"""The folder beside a release's or export's versions that holds their build records (a dot folder: never a
+version)."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -66,6 +74,8 @@ class ReleaseError(DareforgeError):
 
 
 _TASK = Task.arrow_schema()
+_SCORES = _TASK.field("scores")
+RELEASED_SCORES = _SCORES.with_type(pa.struct([f for f in _SCORES.type if f.name not in TaskScores.MEASURED]))
 _SOURCE_FILE = _TASK.field("public_files").type.value_type
 _FILE = pa.struct(
     [pa.field("path", pa.string(), False), *(_SOURCE_FILE.field(i) for i in range(_SOURCE_FILE.num_fields))]
@@ -93,7 +103,7 @@ PRIVATE_SCHEMA = pa.schema(
         pa.field("source_id", pa.string(), False),
         pa.field("split", pa.string(), False),
         _TASK.field("metric"),
-        _TASK.field("scores"),
+        RELEASED_SCORES,
         _TASK.field("spec"),
         _TASK.field("package_versions"),
         pa.field("files", pa.list_(_FILE), False),
@@ -302,6 +312,29 @@ def next_version(store: Store, root: str, latest: str | None, today: date) -> st
     return candidate
 
 
+def build_record_key(root: str, version: str) -> str:
+    return f"{root}/{BUILDS}/{version}.json"
+
+
+def write_build_record(store: Store, root: str, version: str) -> None:
+    """Record when and from which store `version` under `root` is built: facts about the build, not the
+    content, so they stay out of the version's own files (see the module doc)."""
+    store.write_json(
+        build_record_key(root, version),
+        {
+            "version": version,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "created_from": store.url,
+        },
+    )
+
+
+def read_build_record(store: Store, root: str, version: str) -> dict[str, Any]:
+    """The build record of `version` under `root`; empty for a version built before records were kept."""
+    key = build_record_key(root, version)
+    return store.read_json(key) if store.exists(key) else {}
+
+
 def remove_unlisted(store: Store, prefix: str, keep: set[str]) -> None:
     """Delete what a half-written earlier attempt left under `prefix` that the manifest will not list."""
     for key in store.list(prefix):
@@ -453,7 +486,7 @@ def _private_row(task: Task, split: str) -> dict[str, Any]:
         "source_id": task.source_id,
         "split": split,
         "metric": task.metric.model_dump(),
-        "scores": task.scores.model_dump(),
+        "scores": task.scores.model_dump(exclude=set(TaskScores.MEASURED)),
         "spec": task.spec,
         "package_versions": list(task.package_versions),
         "files": [{"path": f"answers/{task.id}/{f.name}", **f.model_dump()} for f in task.private_files],
@@ -551,7 +584,6 @@ def _build_release(
     previous = load_release(ctx, name, plan.previous) if plan.previous else None
 
     pub, priv = public_prefix(name, version), private_prefix(name, version)
-    created_at = datetime.now(UTC).isoformat(timespec="seconds")
     public_files, private_files = [], []
     for task in tasks:
         for f in task.private_files:
@@ -593,7 +625,7 @@ def _build_release(
                 "id": source_id,
                 "version": ", ".join(versions_seen),
                 "title": s.title if s else source_id,
-                "url": s.url if s else None,
+                "url": s.public_url if s else None,
                 "license": s.license if s else None,
                 "origin": str(s.origin) if s else None,
                 "date": when.isoformat() if when else None,
@@ -606,8 +638,6 @@ def _build_release(
         "name": name,
         "pretty_name": pretty_name or name,
         "version": version,
-        "created_at": created_at,
-        "created_from": store.url,
         "previous_version": previous.version if previous else None,
         "private_release": f"{name}{PRIVATE_SUFFIX}",
         "content_fingerprint": content_fp,
@@ -665,8 +695,6 @@ def _build_release(
         "public_release": name,
         "pretty_name": meta["pretty_name"],
         "version": version,
-        "created_at": created_at,
-        "created_from": store.url,
         "content_fingerprint": content_fp,
         "private_fingerprint": private_fp,
         "task_ids": meta["task_ids"],
@@ -680,6 +708,7 @@ def _build_release(
     private_files.sort(key=lambda e: e["name"])
     remove_unlisted(store, priv, {e["name"] for e in private_files})
     remove_unlisted(store, pub, {e["name"] for e in public_files})
+    write_build_record(store, f"{RELEASES}/{name}", version)
     store.write_json(f"{priv}/{MANIFEST}", {**private_meta, "files": private_files})
     store.write_json(f"{pub}/{MANIFEST}", {**meta, "files": public_files})  # last: now the version exists
     log.info("release %s %s: %d tasks (%s)", name, version, len(tasks), ", ".join(selection.notes) or "gated")

@@ -33,7 +33,7 @@ from matplotlib.figure import Figure
 
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
-from dareforge.publish.release import Release, load_release
+from dareforge.publish.release import RELEASES, Release, load_release, read_build_record
 from dareforge.publish.split import SPLITS
 from dareforge.schema import SourceStatus, Task
 
@@ -548,6 +548,7 @@ def render_release_report(ctx: RunContext, release: Release) -> str:
     manifest = release.manifest
     state = _store_state(ctx, release)
     scores = _scores(release)
+    built = read_build_record(release.store, f"{RELEASES}/{release.name}", release.version)
     title = f"Release report: {release.name} {release.version}"
     splits = manifest.get("splits", {})
     split_text = ", ".join(
@@ -560,7 +561,8 @@ def render_release_report(ctx: RunContext, release: Release) -> str:
         ("tasks", f"{len(release.task_ids)}: {split_text}"),
         ("sources", len(manifest.get("sources", []))),
         ("candidate tasks", f"{selection.get('candidates', '?')}; left out: {excluded}"),
-        ("created", manifest.get("created_at", "?")),
+        # Versions built before build records were kept carry the time in the manifest.
+        ("created", built.get("created_at") or manifest.get("created_at", "?")),
         ("previous version", manifest.get("previous_version") or "none"),
         ("content fingerprint", str(manifest.get("content_fingerprint", "?"))[:16]),
         ("generator versions", ", ".join(manifest.get("generator_versions", []))),

@@ -14,6 +14,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 from dareforge.agents.evaluate import partition_name
@@ -65,8 +66,10 @@ def build_corpus(
     formats: Sequence[str] = FORMATS,
     strategy: str | None = None,
     judge_endpoint: str | None = None,
+    today: date | None = None,
 ) -> CorpusResult:
-    """Select and export; see the module doc. `strategy` and `judge_endpoint` override the config."""
+    """Select and export; see the module doc. `strategy` and `judge_endpoint` override the config; `today`
+    names new export versions (default: the UTC date)."""
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
         raise ValueError(f"unknown corpus format(s) {unknown}; choose from {', '.join(FORMATS)}")
@@ -77,9 +80,9 @@ def build_corpus(
         result.notes.append(f"release {rel.name}@{rel.version} has no {ctx.config.synthesize.split} tasks")
         return result
     if "rl" in formats:
-        result.rl = build_rl_export(ctx, f"{rel.name}-rl", tasks, release=rel)
+        result.rl = build_rl_export(ctx, f"{rel.name}-rl", tasks, release=rel, today=today)
     if "sft" in formats:
-        _sft(ctx, rel, tasks, result, strategy or ctx.config.synthesize.strategy, judge_endpoint)
+        _sft(ctx, rel, tasks, result, strategy or ctx.config.synthesize.strategy, judge_endpoint, today)
     return result
 
 
@@ -90,6 +93,7 @@ def _sft(
     result: CorpusResult,
     strategy: str,
     judge_endpoint: str | None,
+    today: date | None,
 ) -> None:
     gold_parts, sampled_parts = corpus_partitions(ctx, rel.name)
     result.partitions = gold_parts + sampled_parts
@@ -142,6 +146,7 @@ def _sft(
         selection=lineage,
         partitions=result.partitions,
         kinds={t.id: "gold" for t in gold},
+        today=today,
     )
     log.info(
         "corpus %s@%s: %d of %d trajectories kept (%s)",
