@@ -41,6 +41,7 @@ STAGES = textwrap.dedent(
     from dareforge.crawlers.filter import filter_sources
     from dareforge.generators.generate import generate
     from dareforge.generators.prepare import prepare
+    from dareforge.understand.stage import understand
     from dareforge.publish.release import build_release
     from dareforge.validators.validate import validate
 
@@ -53,6 +54,7 @@ STAGES = textwrap.dedent(
     sys.stdin.readline()  # the barrier: every process starts the stages when the test says go
     crawl(ctx)
     filter_sources(ctx)
+    understand(ctx)
     prepare(ctx)
     generated = generate(ctx)
     if generated.failures:

@@ -23,6 +23,7 @@ from dareforge.crawlers.unpack import copy_plain_file, plain_files
 from dareforge.errors import UnsafeFileError
 from dareforge.generators.prepare import prepare
 from dareforge.schema import Source, SourceStatus
+from dareforge.understand.stage import understand
 
 TRAIN = "id,x,label\n" + "".join(f"{i},{i * 0.5},{'ab'[i % 2]}\n" for i in range(150))
 SECRET = "root:$6$not-a-real-hash:19000:0:99999:7:::\n"
@@ -331,17 +332,19 @@ def test_binary_garbage_named_csv_is_not_a_text_table_at_filter_and_prepare(ctx,
     ctx.config.sources[sid] = SourceOverride(encoding="latin-1", table="junk.csv", target=["label"])
     filter_sources(ctx)
     assert f"{sid}/readable-tables" in _why_dropped(ctx)
-    report = prepare(ctx, [sid])
-    assert report.failed == [sid]
+    report = understand(ctx, [sid])
+    assert report.unframed == [sid]
     assert report.reasons[sid] == (
-        f"{sid}: sources.{sid}.table names 'junk.csv', which is not a table of the source (tables: data.csv); "
-        "junk.csv is not a text table (binary: 258 NUL bytes in its first 65,536 bytes, the first at offset 87)"
+        f"source: {sid}: sources.{sid}.table names 'junk.csv', which is not a table of the source (tables: "
+        "data.csv); junk.csv is not a text table (binary: 258 NUL bytes in its first 65,536 bytes, the first at "
+        "offset 87)"
     )
     # The fix the filter names: another table.
     ctx.config.sources[sid] = SourceOverride(table="data.csv", target=["label"])
     filter_sources(ctx)
     assert f"{sid}/readable-tables" not in _why_dropped(ctx)
-    assert prepare(ctx, [sid]).prepared == [sid]
+    assert understand(ctx, [sid]).framed == [sid]
+    assert prepare(ctx, [sid]).prepared == [f"{sid}/classification-label"]
 
 
 def _disk_bytes(root) -> int:

@@ -202,6 +202,9 @@ def propose(
                 candidates.append(candidate)
     _apply_model(candidates, model_hints or [])
     _apply_source(candidates, source if hints else None, override, sample, config, text, axis, entity)
+    if override and override.target:
+        # The config said what the task is: nothing else is proposed beside it.
+        candidates = [c for c in candidates if "config" in c.proposers]
     candidates.sort(key=lambda c: (-c.score, c.family, -_position(sample, c.target)))
     return Proposal(candidates, id_column, excluded, axes, text.series)
 

