@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -31,7 +33,7 @@ from dareforge.agents.runner import store_task_files
 from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError
-from dareforge.llm import LLMClient
+from dareforge.llm import ChatResult, LLMClient
 from dareforge.publish.release import build_release
 from dareforge.sandbox import Sandbox, probe
 from dareforge.schema import Task, TaskLimits
@@ -410,6 +412,68 @@ def test_a_symlinked_predictions_file_is_not_followed(built, tasks, scripted):
     t = play(built, scripted, mm, turns=1)
     assert t.outcome == "format-error" and "symbolic link" in t.detail
     assert t.files == []
+
+
+class FakeBox:
+    """A sandbox that runs nothing: it records what the engine asked of it."""
+
+    input_path = "/task/input"
+
+    def __init__(self, calls: list[str]):
+        self.calls = calls
+
+    def start(self):
+        self.calls.append("start")
+        return self
+
+    def execute(self, code: str):
+        self.calls.append("execute")
+        return SimpleNamespace(
+            stdout="ok",
+            stderr="",
+            result="",
+            error=None,
+            traceback=None,
+            timed_out=False,
+            killed=False,
+            seconds=0.0,
+        )
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+class OverlapClient:
+    """Scripted replies; the first one is held back until the sandbox hand-out has begun (or 60 s passed)."""
+
+    endpoint = SimpleNamespace(name="fake", model="m")
+
+    def __init__(self, handed: threading.Event, *replies: str):
+        self.handed, self.replies, self.overlapped = handed, list(replies), None
+
+    async def chat(self, messages, **params):
+        if self.overlapped is None:
+            self.overlapped = await asyncio.to_thread(self.handed.wait, 60)
+        return ChatResult(text=self.replies.pop(0), finish_reason="stop")
+
+
+def test_the_sandbox_is_handed_out_while_the_first_reply_is_awaited(built, tasks):
+    """A pool's hand-out (which may wait for a kernel reset) overlaps the model's latency, not follows it; an
+    episode without code gives its sandbox back unstarted."""
+    (mm,) = by_family(tasks, "Class-MM")
+    for replies, expected in (
+        ((reply("print(1)"), DONE), ["start", "execute", "close"]),
+        (("No code from me.", DONE), ["close"]),
+    ):
+        handed, calls = threading.Event(), []
+
+        def factory(inputs, workspace, seconds, handed=handed, calls=calls):
+            handed.set()
+            return FakeBox(calls)
+
+        client = OverlapClient(handed, *replies)
+        t = asyncio.run(run_agent(mm, public_dir(built, mm), client, factory))
+        assert client.overlapped is True and calls == expected, (t.outcome, calls)
 
 
 # -- the tools protocol ----------------------------------------------------------------------------------------

@@ -153,8 +153,13 @@ async def run_agent(
         episode = await play(
             task, inputs, work, client, sandbox_factory, temperature, sample, max_tokens, executor, protocol
         )
-        files, unlisted = list_files(work, exclude={f.name for f in task.public_files})
-        grade = check_predictions(task, work, answers) if episode.ended != "llm-error" else None
+        # Off the event loop: hashing files and grading would stall every other episode's replies meanwhile.
+        loop = asyncio.get_running_loop()
+        public = {f.name for f in task.public_files}
+        files, unlisted = await loop.run_in_executor(executor, list_files, work, public)
+        grade = None
+        if episode.ended != "llm-error":
+            grade = await loop.run_in_executor(executor, check_predictions, task, work, answers)
     outcome, score, ok, detail = classify(task, episode, grade, answers is not None, pass_bars)
     if unlisted:
         detail = (
@@ -207,6 +212,12 @@ async def play(
 
     say({"role": "system", "content": protocol.system_prompt(task)})
     say({"role": "user", "content": protocol.task_prompt(task)})
+    # The sandbox is handed out while the first reply is awaited (a pool's hand-out may wait for a kernel to be
+    # reset; that wait then overlaps the model's latency instead of following it). It is started at the first
+    # code action (a no-op for a pooled kernel), so an episode without code starts no cold kernel.
+    handing_out = loop.run_in_executor(
+        executor, _hand_out, sandbox_factory, inputs, workspace, float(limits.seconds_per_execution)
+    )
     sandbox: Any = None
     try:
         for _ in range(limits.turns + 1):
@@ -263,12 +274,7 @@ async def play(
                         episode.ended = "turn-limit"
                         return episode
                     if sandbox is None:
-                        # The factory may block (a pool handing over a kernel, or a cold start); `start` is
-                        # then a no-op. The links go in after the hand-over: a pool needs an empty workspace.
-                        sandbox = await loop.run_in_executor(
-                            executor, sandbox_factory, inputs, workspace, float(limits.seconds_per_execution)
-                        )
-                        link_inputs(sandbox, inputs, workspace)
+                        sandbox = await handing_out
                         await loop.run_in_executor(executor, sandbox.start)
                     execution = await loop.run_in_executor(executor, sandbox.execute, action.text)
                     episode.executions += 1
@@ -292,8 +298,23 @@ async def play(
         episode.ended = "turn-limit"
         return episode
     finally:
+        if sandbox is None:
+            try:
+                sandbox = await handing_out
+            except (
+                Exception
+            ):  # never needed: a sandbox that could not be had does not fail a codeless episode
+                sandbox = None
         if sandbox is not None:
             await loop.run_in_executor(executor, sandbox.close)
+
+
+def _hand_out(factory: SandboxFactory, inputs: Path, workspace: Path, seconds: float) -> Any:
+    """A sandbox from the factory (which may block: a pool handing over a kernel), with the inputs linked into
+    its workspace; the links go in after the hand-over, since a pool needs an empty workspace."""
+    sandbox = factory(inputs, workspace, seconds)
+    link_inputs(sandbox, inputs, workspace)
+    return sandbox
 
 
 def _message_step(message: dict[str, Any], error: str | None = None) -> Step:
