@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.table import Table
 
 from dareforge.config import load_config
@@ -493,7 +494,11 @@ def _print_generate(report) -> None:
 
 def _prepare_line(report) -> str:
     line = f"prepare: {len(report.prepared)} prepared, {len(report.skipped)} unchanged, {len(report.failed)} failed"
-    return line + "".join(f"\n  [red]failed[/] {sid}: {why}" for sid, why in dict(report.failed).items())
+    for sid in report.failed:
+        reason = report.reasons.get(sid, "no reason recorded")
+        reason = reason.removeprefix(f"{sid}: ")  # reasons name their source for the log; say it once here
+        line += f"\n  [red]failed[/] {escape(sid)}: {escape(reason)}"
+    return line
 
 
 @app.command()

@@ -92,3 +92,40 @@ def test_bad_config_names_the_field(cli, monkeypatch):
     monkeypatch.setenv("DAREFORGE_RULES__MIN_ROWS", "lots")
     result = cli("filter")
     assert result.exit_code == 2 and "rules.min_rows" in result.output
+
+
+def _mirror_source(root, name: str, csv_text: str) -> None:
+    folder = root / name
+    folder.mkdir(parents=True)
+    meta = {
+        "id": f"someone/{name}",
+        "title": name,
+        "licenses": [{"name": "CC0-1.0"}],
+        "lastUpdated": "2024-02-02",
+    }
+    (folder / "dataset-metadata.json").write_text(json.dumps(meta))
+    (folder / "train.csv").write_text(csv_text)
+
+
+@pytest.fixture
+def mirror_cli(cli, tmp_path, monkeypatch):
+    """The CLI over a mirror of two sources: `good` prepares, `ragged` (rows wider than its header) cannot."""
+    root = tmp_path / "mirror"
+    _mirror_source(
+        root, "good", "a,b,y\n" + "".join(f"{i},{i * 7 % 13},{i * 3 % 5 + i / 2}\n" for i in range(300))
+    )
+    header_rows = "".join(f"{i},{i * 2},{i % 2}\n" for i in range(50))
+    wide_rows = "".join(f"{i},{i},{i % 3},{i},{i}\n" for i in range(50, 300))
+    _mirror_source(root, "ragged", "a,b,y\n" + header_rows + wide_rows)
+    monkeypatch.setenv("DAREFORGE_BUILTIN__ENABLED", "false")
+    monkeypatch.setenv("DAREFORGE_MIRROR__PATHS", json.dumps([str(root)]))
+    assert "filter: 2 kept" in cli("crawl").output + cli("filter").output
+    return cli
+
+
+def test_prepare_lists_a_failed_source_with_its_reason_and_goes_on(mirror_cli):
+    result = mirror_cli("prepare")
+    assert result.exit_code == 0, result.output
+    assert "prepare: 1 prepared, 0 unchanged, 1 failed" in result.output
+    assert "failed mirror.someone--ragged: " in result.output
+    assert "mirror.someone--ragged: mirror.someone--ragged" not in result.output  # the id is said once
