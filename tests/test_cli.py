@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from dareforge.cli import app
@@ -129,3 +130,52 @@ def test_prepare_lists_a_failed_source_with_its_reason_and_goes_on(mirror_cli):
     assert "prepare: 1 prepared, 0 unchanged, 1 failed" in result.output
     assert "failed mirror.someone--ragged: " in result.output
     assert "mirror.someone--ragged: mirror.someone--ragged" not in result.output  # the id is said once
+
+
+LONG_ID = "kaggle.someone--a-source-whose-slug-runs-on-and-on-for-a-while"
+LONG_REASON = (
+    "target 'y' is not a column of train.csv (columns: a, b, c, d, e); name it under sources.x.target "
+    "in dareforge.yaml, or pick another file with sources.x.table"
+)
+WIDE_QUERY = f"select '{LONG_ID}' as source_id, 'target-identifiable' as rule, $${LONG_REASON}$$ as reason"
+
+
+@pytest.fixture
+def narrow(cli, monkeypatch):
+    """The CLI printing tables to a console of the given width."""
+    import dareforge.cli as cli_module
+
+    def at(width: int, *args: str):
+        monkeypatch.setattr(cli_module, "out", Console(width=width))
+        return cli(*args)
+
+    return at
+
+
+def test_sql_table_on_a_narrow_console_cuts_tokens_and_wraps_prose_readably(narrow):
+    result = narrow(60, "sql", WIDE_QUERY)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 60
+    assert any("│ kaggle.someone… │ target-identif… │" in line for line in lines)  # one line each, cut
+    cells = [line.split("│")[3].strip() for line in lines if line.startswith("│")]
+    assert " ".join(c for c in cells if c) == LONG_REASON  # every word whole, in order
+    assert "--format csv or --format json prints them whole" in " ".join(result.output.split())
+
+
+def test_sql_rows_print_as_records_when_columns_cannot_fit(narrow):
+    result = narrow(40, "sql", WIDE_QUERY + ", 1 as n, true as kept")
+    assert result.exit_code == 0, result.output
+    assert "row 1" in result.output and "┃" not in result.output
+    assert f"source_id: {LONG_ID}" in result.output.replace("\n", "")  # folded, but whole
+    assert "rule: target-identifiable" in result.output
+    assert "kept: True" in result.output
+    assert " ".join(result.output.split()).count(" ".join(LONG_REASON.split())) == 1
+
+
+def test_sql_csv_and_json_print_values_whole_and_tables_never_read_markup(narrow):
+    csv_out = narrow(30, "sql", WIDE_QUERY, "--format", "csv").output
+    assert csv_out.splitlines()[1] == f'{LONG_ID},target-identifiable,"{LONG_REASON}"'
+    assert json.loads(narrow(30, "sql", WIDE_QUERY, "--format", "json").output)[0]["reason"] == LONG_REASON
+    markup = narrow(80, "sql", "select '[red]x[/] [bold' as v, null as empty")
+    assert markup.exit_code == 0 and "[red]x[/] [bold" in markup.output
