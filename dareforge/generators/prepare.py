@@ -317,6 +317,39 @@ def _read_failure(table: _Table, exc: Exception) -> str:
     )
 
 
+def _check_row_lengths(table: _Table, path: Path, encoding: str, delimiter: str, sniffed: int | None) -> None:
+    """Raise a `PrepareError` naming the first row whose field count differs from the header line's.
+
+    DuckDB's sniffer, given rows wider or narrower than the header, takes a data row for the header (columns
+    named "3", "4", ...) or gives up, and a ragged row past its sample fails the read; either way the real
+    problem is the ragged row. Called with the column count DuckDB found (None after a failed read), it scans
+    the file only when that count disagrees with the header line, so well-formed files cost one line. A one-field first line is a title DuckDB skips on its
+    own (a labelled table has at least two columns), not a header to hold rows to.
+    """
+    with open(
+        path, encoding="utf-8-sig" if encoding == "utf-8" else encoding, errors="replace", newline=""
+    ) as fh:
+        rows = csv.reader(fh, delimiter=delimiter)
+        try:
+            header = next(rows, None)
+            if header is None or len(header) < 2 or sniffed == len(header):
+                return
+            ragged = next(
+                ((rows.line_num, len(row)) for row in rows if row and len(row) != len(header)), None
+            )
+        except csv.Error:  # Python's parser fails too (e.g. a field over its size limit): no verdict here
+            return
+    if ragged is None:
+        return
+    sid, (line, fields) = table.source_id, ragged
+    names = ", ".join(header[:10]) + (", ..." if len(header) > 10 else "")
+    raise PrepareError(
+        f"{sid}: {table.file.name} line {line} has {fields} fields but its header (line 1) has {len(header)} "
+        f"({names}); every row needs one field per header column: repair or remove the ragged rows (quote "
+        f"values that contain {delimiter!r}), or name another file with sources.{sid}.table"
+    )
+
+
 # -- SQL helpers ----------------------------------------------------------------------------------------------
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -498,10 +531,16 @@ class _Engine:
                 self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}")
                 described = self.con.execute("DESCRIBE src").fetchall()
                 return [_Column(name, dtype, dtype) for name, dtype, *_ in described]
-            options = f"delim={_lit(TABLE_SUFFIXES[suffix] or ',')}, header=true, encoding={_lit(encoding or 'utf-8')}"
+            delimiter, encoding = TABLE_SUFFIXES[suffix] or ",", encoding or "utf-8"
+            options = f"delim={_lit(delimiter)}, header=true, encoding={_lit(encoding)}"
             reader = f"read_csv({_lit(str(path))}, {options}"
-            sniffed = self.con.execute(f"DESCRIBE SELECT * FROM {reader})").fetchall()
-            self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}, all_varchar=true)")
+            try:
+                sniffed = self.con.execute(f"DESCRIBE SELECT * FROM {reader})").fetchall()
+                _check_row_lengths(table, path, encoding, delimiter, len(sniffed))
+                self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}, all_varchar=true)")
+            except duckdb.Error:  # a ragged row past the sniffer's sample fails the read: name it if so
+                _check_row_lengths(table, path, encoding, delimiter, None)
+                raise
         stored = self.con.execute("DESCRIBE src").fetchall()
         types = {name: dtype for name, dtype, *_ in sniffed}
         return [_Column(name, "VARCHAR", types.get(name, "VARCHAR")) for name, _dtype, *_ in stored]
