@@ -489,9 +489,9 @@ def _print_generate(report) -> None:
         f"{report.reused} reused; {report.wall_seconds:.1f}s ({report.reference_seconds:.1f}s in references)"
     )
     for key, reason in list(report.rejected.items())[:5]:
-        out.print(f"  [yellow]rejected[/] {key}: {reason}")
+        out.print(f"  [yellow]rejected[/] {escape(key)}: {escape(reason)}")
     for key, reason in list(report.failures.items())[:5]:
-        out.print(f"  [red]failed[/] {key}: {reason}")
+        out.print(f"  [red]failed[/] {escape(key)}: {escape(reason)}")
 
 
 def _prepare_line(report) -> str:

@@ -132,6 +132,20 @@ def test_prepare_lists_a_failed_source_with_its_reason_and_goes_on(mirror_cli):
     assert "mirror.someone--ragged: mirror.someone--ragged" not in result.output  # the id is said once
 
 
+def test_generate_reports_why_prepare_failed_not_that_it_never_ran(mirror_cli):
+    mirror_cli("prepare")
+    result = mirror_cli("generate")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert (
+        "failed mirror.someone--ragged: prepare failed for this source: train.csv line 52 has 5 fields"
+        in text
+    )
+    assert "run `dareforge prepare` first" not in text
+    failures = mirror_cli("sql", "select source_id, reason from prepare_failures", "--format", "json")
+    assert [row["source_id"] for row in json.loads(failures.output)] == ["mirror.someone--ragged"]
+
+
 LONG_ID = "kaggle.someone--a-source-whose-slug-runs-on-and-on-for-a-while"
 LONG_REASON = (
     "target 'y' is not a column of train.csv (columns: a, b, c, d, e); name it under sources.x.target "

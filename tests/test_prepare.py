@@ -18,6 +18,7 @@ from dareforge.generators.prepare import (
     PreparedIntegrityError,
     load_prepared,
     prepare,
+    prepare_failure,
     prepared_file,
 )
 from dareforge.schema import ColumnKind, PreparedSource, TaskType
@@ -231,11 +232,15 @@ def mirror_ctx(tmp_path):
 def test_latin1_file_with_an_encoding_override(mirror_ctx):
     ctx, sid = mirror_ctx, "mirror.someone--latin"
     ctx.config.sources[sid] = SourceOverride(target=["price"])
-    report = prepare(ctx, [sid])
-    assert report.failed == [sid] and f"set sources.{sid}.encoding (e.g. latin-1)" in report.reasons[sid]
+    report = prepare(ctx, [sid, "mirror.not-crawled"])
+    assert report.failed == [sid, "mirror.not-crawled"]
+    assert f"set sources.{sid}.encoding (e.g. latin-1)" in report.reasons[sid]
+    assert prepare_failure(ctx, sid).reason == report.reasons[sid]  # kept for generate to report
+    assert prepare_failure(ctx, "mirror.not-crawled") is None  # an id that names no source is not kept
     ctx.config.sources[sid] = SourceOverride(encoding="latin-1", target=["price"])
     report = prepare(ctx, [sid])
     assert report.prepared == [sid], report.reasons
+    assert prepare_failure(ctx, sid) is None  # prepared now: the old failure is gone
     record = load_prepared(ctx, sid)
     assert record.task_type == TaskType.CLASSIFICATION  # seven distinct values
     train = _rows(ctx, record, "train")

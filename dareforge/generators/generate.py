@@ -12,7 +12,7 @@ import time
 from dareforge.context import RunContext
 from dareforge.crawlers.filter import accepted_source_ids
 from dareforge.generators import tabular, timeseries
-from dareforge.generators.prepare import load_prepared
+from dareforge.generators.prepare import load_prepared, prepare_failure
 from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
 from dareforge.schema import PreparedSource, Task, TaskType
 
@@ -29,7 +29,7 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
                 progress.update(bar, item=source_id)
                 prepared = load_prepared(ctx, source_id)
                 if prepared is None:
-                    report.failures[source_id] = "not prepared; run `dareforge prepare` first"
+                    report.failures[source_id] = _not_prepared(ctx, source_id)
                     progress.advance(bar)
                     continue
                 writer = TaskWriter(ctx, prepared, report)
@@ -45,6 +45,14 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
         runners.close()
     report.wall_seconds = time.perf_counter() - started
     return report
+
+
+def _not_prepared(ctx: RunContext, source_id: str) -> str:
+    failure = prepare_failure(ctx, source_id)
+    if failure is None:
+        return "not prepared; run `dareforge prepare` first"
+    reason = failure.reason.removeprefix(f"{source_id}: ")
+    return f"prepare failed for this source: {reason} (then run `dareforge prepare` again)"
 
 
 def build_source_tasks(

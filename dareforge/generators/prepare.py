@@ -35,7 +35,15 @@ from dareforge.crawlers.base import fingerprint
 from dareforge.crawlers.filter import accepted_source_ids
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE
 from dareforge.errors import DareforgeError, StoreError
-from dareforge.schema import ColumnKind, ColumnProfile, PreparedSource, Source, SourceFile, TaskType
+from dareforge.schema import (
+    ColumnKind,
+    ColumnProfile,
+    PreparedSource,
+    PrepareFailure,
+    Source,
+    SourceFile,
+    TaskType,
+)
 from dareforge.store import sha256_file
 
 log = logging.getLogger(__name__)
@@ -100,8 +108,28 @@ def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareRepo
                 log.warning("prepare %s failed: %s", source_id, reason)
                 report.failed.append(source_id)
                 report.reasons[source_id] = reason
+                _record_failure(ctx, source_id, reason, report)
+            else:
+                ctx.store.remove_prefix(ctx.store.table_key(PrepareFailure.table, source_id))
             progress.advance(bar)
     return report
+
+
+def prepare_failure(ctx: RunContext, source_id: str) -> PrepareFailure | None:
+    """Why the last prepare of a source failed, or None when it did not fail (or never ran)."""
+    rows = ctx.store.read_partition(PrepareFailure, source_id)
+    return rows[-1] if rows else None
+
+
+def _record_failure(ctx: RunContext, source_id: str, reason: str, report: PrepareReport) -> None:
+    """Store the reason where `generate` (another process, maybe another machine) can tell the user; an id
+    that names no stored source is a typo, not a source to remember."""
+    sources = ctx.store.read_partition(Source, source_id)
+    if not sources:
+        return
+    failure = PrepareFailure(source_id=source_id, source_version=sources[-1].version, reason=reason)
+    if ctx.store.write_records(source_id, [failure]):
+        report.written.append(ctx.store.table_key(PrepareFailure.table, source_id))
 
 
 def load_prepared(ctx: RunContext, source_id: str) -> PreparedSource | None:
