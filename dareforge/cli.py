@@ -497,8 +497,7 @@ def _print_generate(report) -> None:
 def _prepare_line(report) -> str:
     line = f"prepare: {len(report.prepared)} prepared, {len(report.skipped)} unchanged, {len(report.failed)} failed"
     for sid in report.failed:
-        reason = report.reasons.get(sid, "no reason recorded")
-        reason = reason.removeprefix(f"{sid}: ")  # reasons name their source for the log; say it once here
+        reason = report.reasons[sid].removeprefix(f"{sid}: ")  # named for the log; say the id once here
         line += f"\n  [red]failed[/] {escape(sid)}: {escape(reason)}"
     return line
 
@@ -605,7 +604,7 @@ def _print_relation(relation, title: str | None) -> None:
         return
     table = Table(title=title, title_justify="left")
     for name, width, wraps in zip(columns, widths, prose, strict=True):
-        table.add_column(name, width=width, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+        table.add_column(Text(name), width=width, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
     for row in rows:
         table.add_row(*(Text(v) for v in row))  # Text: a value is never read as rich markup
     out.print(table)

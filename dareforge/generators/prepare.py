@@ -351,8 +351,9 @@ def _check_row_lengths(table: _Table, path: Path, encoding: str, delimiter: str,
     DuckDB's sniffer, given rows wider or narrower than the header, takes a data row for the header (columns
     named "3", "4", ...) or gives up, and a ragged row past its sample fails the read; either way the real
     problem is the ragged row. Called with the column count DuckDB found (None after a failed read), it scans
-    the file only when that count disagrees with the header line, so well-formed files cost one line. A one-field first line is a title DuckDB skips on its
-    own (a labelled table has at least two columns), not a header to hold rows to.
+    the file only when that count disagrees with the header line, so well-formed files cost one line. A
+    one-field first line is a title DuckDB skips on its own (a labelled table has at least two columns), not
+    a header to hold rows to.
     """
     with open(
         path, encoding="utf-8-sig" if encoding == "utf-8" else encoding, errors="replace", newline=""
@@ -566,7 +567,7 @@ class _Engine:
                 sniffed = self.con.execute(f"DESCRIBE SELECT * FROM {reader})").fetchall()
                 _check_row_lengths(table, path, encoding, delimiter, len(sniffed))
                 self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}, all_varchar=true)")
-            except duckdb.Error:  # a ragged row past the sniffer's sample fails the read: name it if so
+            except duckdb.InvalidInputException:  # how a ragged row past the sniffer's sample fails the read
                 _check_row_lengths(table, path, encoding, delimiter, None)
                 raise
         stored = self.con.execute("DESCRIBE src").fetchall()

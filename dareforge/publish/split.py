@@ -14,8 +14,8 @@ Every task family should be on both sides: a test split of tabular sources alone
 series. So, family by family in name order, a family that test lacks brings in its most recent new source from
 train, and a family that train lacks sends its least recent new source from test to train, each move only
 when the side it leaves still holds every family of the moved source. A move therefore never takes a family
-away from either side, the test share becomes a floor, and a family with a single source (or whose sources
-all sit where a previous version put them) stays on one side.
+away from either side; the test share bends by those moves, and a family with a single source (or whose
+sources all sit where a previous version put them) stays on one side.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def assign_splits(
         if TRAIN not in splits.values():
             splits[next(iter(reversed(new)), order[-1])] = TRAIN
     if families:
-        _spread_families(splits, [s for s in order if s in new], families)
+        _spread_families(splits, new, families)
     return {s: splits[s] for s in order}
 
 
