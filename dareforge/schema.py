@@ -243,6 +243,16 @@ class PreparedSource(Record):
     files: list[SourceFile] = Field(description="train.csv, test.csv (no target), answers.csv (id + target).")
 
 
+class PrepareFailure(Record):
+    """Why the last `prepare` of a source failed; removed once the source prepares. Generate reports it."""
+
+    table: ClassVar[str] = "prepare_failures"
+
+    source_id: str
+    source_version: str
+    reason: str = Field(description="What failed and the fix, as the prepare stage reported it.")
+
+
 class MetricSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -477,6 +487,7 @@ RECORDS: dict[str, type[Record]] = {
         FilterDecision,
         Framing,
         PreparedSource,
+        PrepareFailure,
         Task,
         Validation,
         Verdict,

@@ -62,7 +62,7 @@ def understand(ctx: RunContext, source_ids: list[str] | None = None) -> Understa
             chosen = [f for f in framings if f.status == "chosen"]
             (report.framed if chosen else report.unframed).append(source_id)
             if not chosen and framings:
-                report.reasons[source_id] = _why_none(framings)
+                report.reasons[source_id] = why_none(framings)
             report.families.update(f.task_type.value for f in chosen if f.task_type)
             progress.advance(bar)
     return report
@@ -86,7 +86,8 @@ def chosen_pairs(ctx: RunContext) -> set[tuple[str, str]]:
     return {(r[0], r[1]) for r in rows}
 
 
-def _why_none(framings: list[Framing]) -> str:
+def why_none(framings: list[Framing]) -> str:
+    """Why a source has no chosen framing: the first few candidates' reasons."""
     reasons = [f"{f.target_columns[0] if f.target_columns else 'source'}: {f.reason}" for f in framings]
     return "; ".join(reasons[:3]) or "no candidate"
 
