@@ -138,8 +138,12 @@ def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: Pre
     stored = ctx.store.read_partition(Framing, source_id)
     framings = [f for f in stored if f.status == "chosen"]
     if not framings:
-        found = f"the understand stage found no task in it ({why_none(stored)})" if stored else "not understood"
-        reason = f"{source_id}: {found}; run `dareforge understand` (see `dareforge sources --why {source_id}`)"
+        found = (
+            f"the understand stage found no task in it ({why_none(stored)})" if stored else "not understood"
+        )
+        reason = (
+            f"{source_id}: {found}; run `dareforge understand` (see `dareforge sources --why {source_id}`)"
+        )
         report.failed.append(source_id)
         report.reasons[source_id] = reason
     records: list[PreparedSource] = []
@@ -665,10 +669,10 @@ class Engine:
                 options = f"delim={_lit(delimiter)}, header=true, all_varchar=true, encoding={_lit(encoding)}"
                 relation = f"SELECT * FROM read_csv({_lit(str(path))}, {options})"
             try:
+                reader = self.con.sql(relation).to_arrow_reader(65_536)  # sniffs the CSV once
                 if suffix != ".parquet":
-                    columns = len(self.con.execute(f"DESCRIBE {relation}").fetchall())
-                    _check_row_lengths(table, path, encoding, delimiter, columns)
-                return _systematic_sample(self.con.sql(relation).to_arrow_reader(65_536), rows)
+                    _check_row_lengths(table, path, encoding, delimiter, len(reader.schema))
+                return _systematic_sample(reader, rows)
             except (duckdb.Error, UnicodeError, OSError, pa.ArrowException) as exc:
                 if suffix != ".parquet":
                     _check_row_lengths(table, path, encoding, delimiter, None)

@@ -73,7 +73,7 @@ def check_tabular(
     if not kept:
         out.reason = "no feature is left once the columns that give the target away are removed"
         return out
-    score, baseline = cross_validated(kept, y, labelled, classification, cfg.seed)
+    score, baseline = cross_validated(kept, y, labelled, classification, cfg.seed, cfg.min_learnable_margin)
     metric = "macro-F1" if classification else "R2"
     out.checks.append(f"learnable: {metric} {score:.3f} against {baseline:.3f} for the trivial predictor")
     if not classification and score >= DERIVED_SCORE:
@@ -180,7 +180,12 @@ def single_column_score(column: Column, y: np.ndarray, labelled: np.ndarray, cla
 
 
 def cross_validated(
-    features: list[Column], y: np.ndarray, labelled: np.ndarray, classification: bool, seed: int
+    features: list[Column],
+    y: np.ndarray,
+    labelled: np.ndarray,
+    classification: bool,
+    seed: int,
+    margin: float,
 ) -> tuple[float, float]:
     """(score, trivial score): the better of a pruned decision tree and (for numbers) a ridge line, scored by
     3-fold cross-validated macro-F1 or R2 on up to CV_ROWS rows. Cheap on purpose: it only has to tell a
@@ -210,11 +215,13 @@ def cross_validated(
         baseline = f1_score(target.astype(object), majority, average="macro")
         return float(f1_score(target, predicted, average="macro")), float(baseline)
     folds = list(KFold(FOLDS, shuffle=True, random_state=seed).split(x))
-    # A tree for shapes, a ridge line for small tables where a tree cannot learn (20 rows of a textbook
-    # regression): the better of the two.
+    # A tree for shapes; when it cannot learn (20 rows of a textbook regression), a ridge line too.
     tree = DecisionTreeRegressor(max_depth=6, min_samples_leaf=5, random_state=seed)
+    score = float(r2_score(target, _predict(tree, x, target, folds)))
+    if score >= margin:
+        return score, 0.0
     line = make_pipeline(StandardScaler(), Ridge(alpha=1.0))
-    return max(float(r2_score(target, _predict(m, x, target, folds))) for m in (tree, line)), 0.0
+    return max(score, float(r2_score(target, _predict(line, x, target, folds)))), 0.0
 
 
 def _predict(model, x: np.ndarray, y: np.ndarray, folds: list) -> np.ndarray:
