@@ -7,10 +7,11 @@ sandbox's own network namespace.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import (
     INPUT_DIR,
+    WORK_DIR,
     KernelPool,
     Sandbox,
     SandboxError,
@@ -27,7 +29,12 @@ from dareforge.sandbox import (
 )
 from dareforge.sandbox.execution import OutputBudget, cut_traceback, strip_ansi
 
-SECONDS = 3.0
+# No verdict here may depend on the machine's speed (CI is a busy 2-core machine): every limit is far above what
+# the code needs, except SHORT, used only where the code never ends by itself and so cannot finish first.
+SECONDS = 300.0
+GRACE = 60.0
+START = 300.0
+SHORT = 1.0
 CONFIG = SandboxConfig(memory_mb=2048, max_processes=32, max_output_bytes=2000, max_traceback_chars=400)
 ISOLATION = probe()
 needs_bwrap = pytest.mark.skipif(
@@ -52,7 +59,9 @@ def task(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def sandbox(task, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("workspace")
-    with Sandbox(task / "public", workspace, CONFIG, SECONDS, interrupt_grace_s=2.0) as box:
+    with Sandbox(
+        task / "public", workspace, CONFIG, SECONDS, interrupt_grace_s=GRACE, start_timeout_s=START
+    ) as box:
         yield box
 
 
@@ -60,6 +69,16 @@ def run_ok(box: Sandbox, code: str):
     result = box.execute(code)
     assert result.error is None, (result.error, result.traceback, result.stderr)
     return result
+
+
+@contextlib.contextmanager
+def limits(box: Sandbox, *, seconds: float = SECONDS, grace: float = GRACE):
+    saved = box.seconds_per_execution, box.interrupt_grace_s
+    box.seconds_per_execution, box.interrupt_grace_s = seconds, grace
+    try:
+        yield box
+    finally:
+        box.seconds_per_execution, box.interrupt_grace_s = saved
 
 
 @needs_bwrap
@@ -85,27 +104,60 @@ def test_state_persists_and_written_files_are_reported(sandbox):
 
 @needs_bwrap
 def test_private_files_store_and_host_secrets_are_invisible(sandbox, task):
-    answers = task / "private" / "answers.csv"
-    result = sandbox.execute(f"open({str(answers)!r}).read()")
-    assert result.error.startswith("FileNotFoundError")
-    assert sandbox.execute("open('/etc/shadow').read()").error.startswith("FileNotFoundError")
-    # Nowhere in the sandbox's file tree is there an answers file, the repo's store, or the host's home.
-    home = Path.home()
-    allowed_home = {p.relative_to(home).parts[0] for p in isolation.runtime_roots() if home in p.parents}
-    store = Path(__file__).resolve().parents[1] / "data"
-    result = run_ok(
+    """What the sandbox shows of the host is its mount table: check it, check the few places a secret could be,
+    and walk what is left (not the read-only binds of system and Python files: bounded, no clock to race)."""
+    repo = Path(__file__).resolve().parents[1]
+    runtime = [str(root) for root in isolation.runtime_roots()]
+    secret_files = [task / "private" / "answers.csv", Path("/etc/shadow")]
+    secret_dirs = [task / "private", repo / "data", repo, Path.home(), Path("/root"), Path("/home")]
+    # The Python runtime is bound whole and skipped by the walk below: no secret may be inside it.
+    assert not [(s, r) for s in secret_files + secret_dirs for r in runtime if s.is_relative_to(r)]
+    run_ok(
         sandbox,
         "import os\n"
-        "found = []\n"
-        "for top in [p for p in os.listdir('/') if p not in ('proc', 'sys', 'dev', 'usr')]:\n"
-        "    for folder, dirs, files in os.walk('/' + top):\n"
-        "        found += [os.path.join(folder, f) for f in files if f == 'answers.csv']\n"
-        f"home = sorted(os.listdir({str(home)!r})) if os.path.isdir({str(home)!r}) else []\n"
-        f"found, home, os.path.exists({str(store)!r}), os.path.exists('/home') and os.listdir('/home')",
+        "mounts = []\n"
+        "for line in open('/proc/self/mountinfo'):\n"
+        "    fields, fstype = line.split(' - ')[0].split(), line.split(' - ')[1].split()[0]\n"
+        "    mounts.append((fields[4], fstype, fields[5].split(',')[0]))\n"
+        "def listing(path):\n"
+        "    try:\n"
+        "        return sorted(os.listdir(path))\n"
+        "    except OSError as exc:\n"
+        "        return type(exc).__name__\n"
+        f"dirs = {{p: listing(p) for p in {[str(p) for p in secret_dirs]!r}}}\n"
+        f"files = {{p: os.path.exists(p) for p in {[str(p) for p in secret_files]!r}}}\n"
+        "skip = {point for point, fstype, opts in mounts if opts == 'ro' and point != '/task/input'} | {'/proc'}\n"
+        "walked, found = 0, []\n"
+        "for folder, subdirs, names in os.walk('/'):\n"
+        "    subdirs[:] = [d for d in subdirs if os.path.join(folder, d) not in skip]\n"
+        "    walked += len(subdirs) + len(names)\n"
+        "    found += [os.path.join(folder, n) for n in names]\n"
+        "    if walked > 20_000:\n"
+        "        raise RuntimeError('more than 20,000 entries outside the read-only binds: something is exposed')\n"
+        "import json\n"
+        "json.dump([mounts, dirs, files, found], open('isolation.json', 'w'))",  # more than the output limit
     )
-    found, home_entries, store_visible, home_dirs = eval(result.result)
-    assert found == [] and not store_visible and not home_dirs
-    assert set(home_entries) <= allowed_home
+    mounts, dirs, files, found = json.loads(sandbox.read_file("isolation.json"))
+    host_fs = {
+        p: (fstype, opts)
+        for p, fstype, opts in mounts
+        if fstype not in ("tmpfs", "proc", "devpts", "devtmpfs")
+    }
+    etc = {f"/etc/{name}" for name in (*isolation.ETC_FILES, *isolation.etc_files(0))}
+    read_only = {"/usr", *etc, *runtime, INPUT_DIR} | {
+        f"/{n}" for n in ("bin", "sbin", "lib", "lib64", "lib32", "libx32")
+    }
+    writable = {WORK_DIR} | {p for p in host_fs if p.startswith(f"{sandbox._runtime}/ipc")}
+    # Host folders seen inside: system and Python files read-only, the task's inputs, the workspace, the sockets.
+    assert {p for p, (_, opts) in host_fs.items() if opts == "ro"} <= read_only
+    assert {p for p, (_, opts) in host_fs.items() if opts != "ro"} <= writable
+    assert not any(files.values()), files
+    for folder, entries in dirs.items():
+        # Absent, or only the empty parents bubblewrap made for a bind further down (the venv in the repo...).
+        on_the_way = {Path(p).relative_to(folder).parts[0] for p in host_fs if Path(p).is_relative_to(folder)}
+        assert entries == "FileNotFoundError" or set(entries) <= on_the_way, (folder, entries)
+    assert f"{INPUT_DIR}/train.csv" in found  # the walk saw the task's files
+    assert not [path for path in found if path.endswith("answers.csv")]
 
 
 @needs_bwrap
@@ -138,8 +190,8 @@ def test_no_network(sandbox):
         "        errors.append(type(exc).__name__)\n"
         "errors",
     )
+    # Refused at once, not timed out (that would be TimeoutError): there is no route out to wait on.
     assert result.result == "['ConnectionRefusedError', 'OSError']"
-    assert result.seconds < 2  # refused at once, not timed out
 
 
 @needs_bwrap
@@ -164,12 +216,16 @@ def test_fork_bomb_is_contained(sandbox):
     )
     forked, error = eval(counted.result)
     assert error == "BlockingIOError" and 0 < forked < CONFIG.max_processes
-    result = sandbox.execute(
-        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
-    )
+    # A bomb left forking in the background; the next execution that runs past its limit finds processes left
+    # over and the whole sandbox is replaced. (Started by an earlier call, so no interrupt can come first.)
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    run_ok(sandbox, f"import subprocess, sys\nbomb = subprocess.Popen([sys.executable, '-c', {bomb!r}])")
+    with limits(sandbox, seconds=SHORT):
+        result = sandbox.execute("while True:\n    pass")
     assert result.timed_out and result.status == "execution-limit" and result.restarted
     assert subprocess.run(["true"], check=False).returncode == 0  # the host still forks
-    assert run_ok(sandbox, "1 + 1").result == "2"
+    alive = run_ok(sandbox, "import os\nsorted(p for p in os.listdir('/proc') if p.isdigit())").result
+    assert alive == "['1', '2']"  # the sandbox's init and the new kernel: nothing of the bomb is left
 
 
 @needs_bwrap
@@ -182,16 +238,21 @@ def test_memory_bomb_is_recorded(sandbox):
 @needs_bwrap
 def test_endless_loop_hits_the_execution_limit(sandbox):
     run_ok(sandbox, "kept = 'state'")
-    result = sandbox.execute("while True:\n    pass")
+    with limits(sandbox, seconds=SHORT):
+        result = sandbox.execute("while True:\n    pass")
     assert result.timed_out and result.status == "execution-limit" and not result.restarted
-    assert result.error.startswith("ExecutionLimit") and "KeyboardInterrupt" in result.traceback
-    assert SECONDS <= result.seconds < SECONDS + 3
+    assert result.error.startswith("ExecutionLimit") and result.error.endswith("and was interrupted")
+    assert result.seconds >= SHORT
     assert run_ok(sandbox, "kept").result == "'state'"
-    # Code that swallows the interrupt: the kernel is replaced.
-    result = sandbox.execute(
-        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    while True:\n        pass"
+    # A kernel that ignores the interrupt is replaced. (ipykernel's handler is swapped by an earlier call, so the
+    # interrupt is ignored whenever it comes.)
+    run_ok(
+        sandbox,
+        "import signal, ipykernel.kernelbase\nipykernel.kernelbase.default_int_handler = signal.SIG_IGN",
     )
-    assert result.timed_out and result.restarted
+    with limits(sandbox, seconds=SHORT, grace=SHORT):
+        result = sandbox.execute("while True:\n    pass")
+    assert result.timed_out and result.restarted and "did not stop when interrupted" in result.error
     assert run_ok(sandbox, "1 + 2").result == "3"
 
 
@@ -231,11 +292,11 @@ def test_read_file_refuses_links_out_of_the_workspace(sandbox):
 
 @needs_bwrap
 def test_pool_hands_out_started_kernels(task, tmp_path):
-    with KernelPool(CONFIG, 1, seconds_per_execution=SECONDS, root=tmp_path / "pool") as pool:
-        assert pool.wait_ready(60)
-        started = time.perf_counter()
+    pool = KernelPool(CONFIG, 1, seconds_per_execution=SECONDS, root=tmp_path / "pool", start_timeout_s=START)
+    with pool:
+        assert pool.wait_ready(2 * START)
         box = pool.acquire(task / "public", tmp_path / "ws")
-        assert time.perf_counter() - started < 0.5 and pool.hits == 1
+        assert (pool.hits, pool.misses) == (1, 0)  # handed a started kernel; none was started for it
         try:
             result = run_ok(
                 box, "import os\nopen('out.txt', 'w').write('o')\nsorted(os.listdir('/task/input'))"
