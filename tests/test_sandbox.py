@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -72,13 +74,13 @@ def run_ok(box: Sandbox, code: str):
 
 
 @contextlib.contextmanager
-def limits(box: Sandbox, *, seconds: float = SECONDS, grace: float = GRACE):
-    saved = box.seconds_per_execution, box.interrupt_grace_s
-    box.seconds_per_execution, box.interrupt_grace_s = seconds, grace
+def limits(box: Sandbox, *, seconds: float = SECONDS, grace: float = GRACE, begin: float = START):
+    saved = box.seconds_per_execution, box.interrupt_grace_s, box.begin_timeout_s
+    box.seconds_per_execution, box.interrupt_grace_s, box.begin_timeout_s = seconds, grace, begin
     try:
         yield box
     finally:
-        box.seconds_per_execution, box.interrupt_grace_s = saved
+        box.seconds_per_execution, box.interrupt_grace_s, box.begin_timeout_s = saved
 
 
 @needs_bwrap
@@ -254,6 +256,31 @@ def test_endless_loop_hits_the_execution_limit(sandbox):
         result = sandbox.execute("while True:\n    pass")
     assert result.timed_out and result.restarted and "did not stop when interrupted" in result.error
     assert run_ok(sandbox, "1 + 2").result == "3"
+
+
+@needs_bwrap
+def test_the_limit_starts_when_the_kernel_begins_the_code(sandbox):
+    """A kernel that gets no CPU for a while (a busy machine; here it is stopped) before it picks up a request:
+    between requests ipykernel ignores SIGINT, so an interrupt sent then would be lost and the kernel replaced.
+    The limit counts from when the code begins, so the interrupt reaches it and the state stays."""
+    run_ok(sandbox, "kept = 'state'")
+    pid = sandbox._kernel_pid
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(3 * SHORT, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        with limits(sandbox, seconds=SHORT):
+            result = sandbox.execute("while True:\n    pass")
+    finally:
+        resume.join()
+    assert result.timed_out and not result.restarted, result.error
+    assert run_ok(sandbox, "kept").result == "'state'"
+    # One that never begins (stopped for good) is replaced.
+    os.kill(sandbox._kernel_pid, signal.SIGSTOP)
+    with limits(sandbox, seconds=SHORT, begin=SHORT):
+        result = sandbox.execute("1")
+    assert result.timed_out and result.restarted and "did not begin the code" in result.error
+    assert run_ok(sandbox, "2 + 2").result == "4"
 
 
 @needs_bwrap

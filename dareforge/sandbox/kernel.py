@@ -2,7 +2,8 @@
 
 Process tree: bwrap (host) -> the sandbox's pid 1 (bwrap's reaper) -> the launcher, exec'd into ipykernel.
 The host talks to the kernel over ZeroMQ ipc sockets in a per-launch folder bound into the sandbox.
-Per execution: past `seconds_per_execution` the kernel gets SIGINT; if it does not answer within
+Per execution: `seconds_per_execution` after the kernel began the code (its execute_input message; a request
+it has not begun within `begin_timeout_s` restarts it) the kernel gets SIGINT; if it does not answer within
 `interrupt_grace_s`, or processes it started are still running, the whole sandbox is killed (killing bwrap
 kills its PID namespace) and a fresh kernel is started on the same folders. A kernel that dies (RLIMIT_CPU,
 SIGKILL, a crash) is restarted the same way; `Execution.killed`/`restarted` record it.
@@ -67,6 +68,7 @@ class Sandbox:
         *,
         interrupt_grace_s: float = 2.0,
         start_timeout_s: float = 60.0,
+        begin_timeout_s: float | None = None,
     ):
         self.inputs = Path(inputs).resolve()
         self.workspace = Path(workspace).resolve()
@@ -74,6 +76,9 @@ class Sandbox:
         self.seconds_per_execution = float(seconds_per_execution)
         self.interrupt_grace_s = interrupt_grace_s
         self.start_timeout_s = start_timeout_s
+        self.begin_timeout_s = start_timeout_s if begin_timeout_s is None else begin_timeout_s
+        """How long a kernel may take to begin a request's code (it answers nothing meanwhile) before it is
+        replaced; the per-execution limit counts from when it begins."""
         self.isolated = isolation.require(config)
         as_root = os.geteuid() == 0
         self.uid: int | None = _pick_uid() if self.isolated and as_root else None
@@ -166,19 +171,26 @@ class Sandbox:
         out = OutputBudget(self.config.max_output_bytes)
         for note in notes:
             out.add("stderr", note)
-        state: dict[str, Any] = {"error": None, "traceback": "", "idle": False, "reply": False}
+        state: dict[str, Any] = {"error": None, "traceback": "", "idle": False, "reply": False, "began": None}
         started = time.monotonic()
         msg_id = self._client.execute(
             code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
         )
-        outcome = self._collect(msg_id, started + self.seconds_per_execution, out, state)
+        outcome = self._collect(msg_id, out, state, started)
         timed_out = killed = must_restart = False
         error, traceback = state["error"], state["traceback"]
         lost = "the kernel was restarted (files kept, Python state lost)"
-        if outcome == "timeout":
+        if outcome == "stalled":
+            timed_out = must_restart = True
+            error = (
+                f"ExecutionLimit: the kernel did not begin the code within {self.begin_timeout_s:g} s; {lost}"
+            )
+        elif outcome == "timeout":
             timed_out = True
             self._interrupt()
-            outcome = self._collect(msg_id, time.monotonic() + self.interrupt_grace_s, out, state)
+            outcome = self._collect(
+                msg_id, out, state, started, until=time.monotonic() + self.interrupt_grace_s
+            )
             limit = f"ExecutionLimit: the execution ran past the {self.seconds_per_execution:g} s per-execution limit"
             traceback = state["traceback"]
             if outcome == "done" and not self._strays():
@@ -442,20 +454,40 @@ class Sandbox:
                 f"the kernel did not answer within {self.start_timeout_s:g} s of starting; log: {self._log_tail()}"
             )
 
-    def _collect(self, msg_id: str, deadline: float, out: OutputBudget, state: dict[str, Any]) -> str:
-        """Gather the execution's messages until its reply and idle status ("done"), `deadline` ("timeout") or
-        the kernel's death ("died")."""
+    def _collect(
+        self,
+        msg_id: str,
+        out: OutputBudget,
+        state: dict[str, Any],
+        sent: float,
+        until: float | None = None,
+    ) -> str:
+        """Gather the execution's messages until its reply and idle status ("done"), the kernel's death
+        ("died"), or a deadline: `until` if given ("timeout"), else `seconds_per_execution` after the kernel
+        began the code ("timeout"), or `begin_timeout_s` after `sent` if it has not begun by then ("stalled").
+
+        The clock starts when the kernel begins, not when the request is sent: before that ipykernel ignores
+        SIGINT, so an interrupt sent to a kernel slow to pick up the request (a busy machine) would be lost and
+        the kernel replaced for nothing. After an interrupt (`until` given) idle alone is enough: an interrupt
+        that lands in ipykernel just before or after the code ends the request without a reply, and the kernel,
+        idle and with its state, is fine."""
         client = self._client
         assert client is not None
         poller = zmq.Poller()
         poller.register(client.shell_channel.socket, zmq.POLLIN)
         poller.register(client.iopub_channel.socket, zmq.POLLIN)
-        while not (state["idle"] and state["reply"]):
+        while not (state["idle"] and (state["reply"] or until is not None)):
             if self._proc.poll() is not None:
                 return "died"
+            if until is not None:
+                deadline, expired = until, "timeout"
+            elif state["began"] is not None:
+                deadline, expired = state["began"] + self.seconds_per_execution, "timeout"
+            else:
+                deadline, expired = sent + self.begin_timeout_s, "stalled"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return "timeout"
+                return expired
             events = dict(poller.poll(max(1, int(min(remaining, 0.2) * 1000))))
             if client.iopub_channel.socket in events:
                 while client.iopub_channel.msg_ready():
@@ -479,7 +511,9 @@ class Sandbox:
         if msg["parent_header"].get("msg_id") != msg_id:
             return
         kind, content = msg["msg_type"], msg["content"]
-        if kind == "stream":
+        if kind == "execute_input" and state["began"] is None:
+            state["began"] = time.monotonic()
+        elif kind == "stream":
             out.add("stderr" if content.get("name") == "stderr" else "stdout", content.get("text", ""))
         elif kind in ("execute_result", "display_data"):
             text = content.get("data", {}).get("text/plain")
