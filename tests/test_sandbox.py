@@ -29,7 +29,8 @@ from dareforge.sandbox import (
     isolation,
     probe,
 )
-from dareforge.sandbox.execution import OutputBudget, cut_traceback, strip_ansi
+from dareforge.sandbox.execution import OutputBudget, cut_end, cut_traceback, strip_ansi
+from dareforge.sandbox.kernel_boot import OutputCap
 
 # No verdict here may depend on the machine's speed (CI is a busy 2-core machine): every limit is far above what
 # the code needs, except SHORT, used only where the code never ends by itself and so cannot finish first.
@@ -81,6 +82,17 @@ def limits(box: Sandbox, *, seconds: float = SECONDS, grace: float = GRACE, begi
         yield box
     finally:
         box.seconds_per_execution, box.interrupt_grace_s, box.begin_timeout_s = saved
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak (Linux: "5" to clear_refs), so a test measures its own peak, not an earlier test's."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 @needs_bwrap
@@ -300,13 +312,73 @@ def test_killing_the_parent_or_everything_leaves_the_host_alone(sandbox):
 @needs_bwrap
 def test_output_is_truncated_and_traceback_cut(sandbox):
     result = run_ok(sandbox, "print('x' * 10_000)\nprint('after')")
-    assert result.truncated and "output truncated" in result.stdout
-    assert result.stdout.count("x") == CONFIG.max_output_bytes
+    head, note, tail = result.stdout.split("\n", 2)
+    assert result.truncated and head == "x" * CONFIG.max_output_bytes
+    # 8,000 x's, a newline, "after" and a newline were dropped; the note says so, then the end follows.
+    assert note.startswith("[output truncated: 8007 bytes of stdout past the 2000-byte limit")
+    assert "sandbox.max_output_bytes" in note and "its last 200 bytes follow" in note
+    assert tail == "x" * 193 + "\nafter\n"
     result = sandbox.execute("def deep(n):\n    return deep(n + 1) if n < 50 else 1 / 0\ndeep(0)")
     assert result.error == "ZeroDivisionError: division by zero"
     assert len(result.traceback) <= CONFIG.max_traceback_chars
     assert "\x1b" not in result.traceback and result.traceback.rstrip().endswith("division by zero")
     assert "characters cut" in result.traceback
+
+
+@needs_bwrap
+def test_printing_hundreds_of_megabytes_costs_the_host_no_memory(sandbox):
+    """Capped where the kernel writes: printed, written to fd 1 by a subprocess, the cell's result or an
+    exception's message, hundreds of MB never reach the host, and the agent is told how much was cut. Bounded in
+    bytes, under a generous time limit."""
+    megabytes, limit = 300, CONFIG.max_output_bytes
+    cases = {
+        "print": f"chunk = 'x' * 1_000_000\nfor _ in range({megabytes}):\n    print(chunk)",
+        "subprocess": f"import os\nos.system('head -c {megabytes}000000 /dev/zero | tr \"\\\\0\" y')",
+        "result": f"'z' * {megabytes}_000_000",
+        "exception": "raise ValueError('e' * 100_000_000)",
+    }
+    seen = {}
+    for name, code in cases.items():
+        reset_peak_rss()
+        before = peak_rss_mb()
+        result = sandbox.execute(code)
+        growth = peak_rss_mb() - before
+        assert growth < 100, f"{name}: the host's peak memory grew by {growth:.0f} MB"
+        seen[name] = result
+    for name in ("print", "subprocess", "result"):
+        text = seen[name].result if name == "result" else seen[name].stdout
+        assert seen[name].error is None and seen[name].truncated, name
+        assert "sandbox.max_output_bytes" in text and len(text) < 2 * limit, name
+    assert (
+        f"{megabytes * 1_000_001 - limit} bytes of stdout past the {limit}-byte limit" in seen["print"].stdout
+    )
+    # The result's repr adds two quotes.
+    assert f"{megabytes * 1_000_000 + 2 - limit} bytes of result past" in seen["result"].result
+    error = seen["exception"].error
+    assert error.startswith("ValueError: eee") and error.endswith(" characters cut]")
+    assert len(error) <= len("ValueError: ") + CONFIG.max_traceback_chars
+    assert len(seen["exception"].traceback) <= CONFIG.max_traceback_chars
+
+
+@needs_bwrap
+def test_output_written_to_file_descriptors_reaches_the_agent_capped(sandbox):
+    # A subprocess given sys.stdout writes to its file descriptor: captured and capped like print.
+    result = run_ok(
+        sandbox, "import subprocess, sys\nsubprocess.run('seq 1 100000', shell=True, stdout=sys.stdout)"
+    )
+    assert result.stdout.startswith("1\n2\n3\n") and result.stdout.endswith("99999\n100000\n")
+    assert result.truncated and "bytes of stdout past the 2000-byte limit" in result.stdout
+    # Code writing straight to the kernel's own output (its log) costs the host neither disk nor memory.
+    reset_peak_rss()
+    before = peak_rss_mb()
+    run_ok(
+        sandbox,
+        "import os, sys\nblock = b'z' * 1_000_000\n"
+        "for _ in range(100):\n    os.write(sys.stdout._original_stdstream_copy, block)",
+    )
+    assert peak_rss_mb() - before < 50
+    on_disk = sum(f.stat().st_size for f in sandbox._runtime.rglob("*") if f.is_file())
+    assert on_disk < 1_000_000
 
 
 @needs_bwrap
@@ -358,6 +430,57 @@ def test_output_budget_and_traceback_helpers():
     assert strip_ansi(text).startswith("red y")
     cut = cut_traceback(text, 100)
     assert len(cut) == 100 and cut.endswith("y" * 50) and cut.startswith("[...")
+    assert cut_end("short", 10) == "short"
+    cut = cut_end("z" * 1000, 100)
+    kept = cut.count("z")
+    assert len(cut) <= 100 and cut == "z" * kept + f" [... {1000 - kept} characters cut]"
+
+
+def test_kernel_notices_of_dropped_output_make_the_note():
+    budget = OutputBudget(1000)
+    budget.add("stdout", "head\n")
+    assert not budget.truncated
+    budget.kernel_notice({"dropped": {"stdout": 5}, "tails": {"stdout": "a"}})
+    budget.kernel_notice({"dropped": {"stdout": 12, "result": 3}, "tails": {"stdout": "end\n", "result": ""}})
+    for malformed in (
+        {"dropped": {"stdout": "9" * 99}},
+        {"dropped": [1]},
+        {"tails": {"stdout": "x" * 10_000}},
+    ):
+        budget.kernel_notice(malformed)  # a kernel is not trusted: ignored, or bounded
+    assert budget.truncated
+    assert budget.text("stdout") == (
+        "head\n\n[output truncated: 12 bytes of stdout past the 1000-byte limit of this execution were dropped "
+        "(setting sandbox.max_output_bytes); its last 4 bytes follow]\nend\n"
+    )
+    assert budget.text("result").endswith(
+        "3 bytes of result past the 1000-byte limit of this execution were "
+        "dropped (setting sandbox.max_output_bytes)]\n"
+    )
+    budget.kernel_notice({"dropped": {}, "tails": {"stdout": "t" * 10_000}})
+    assert budget.text("stdout").endswith("its last 100 bytes follow]\n" + "t" * 100)
+
+
+def test_output_cap_counts_per_execution_and_keeps_the_end():
+    cap = OutputCap(limit=10, tail=4)
+    drops: list[int] = []
+    cap.on_drop = lambda: drops.append(1)
+    first, second = {"msg_id": "a"}, {"msg_id": "b"}
+    assert cap.admit(first, "stdout", "12345") == "12345"
+    assert cap.admit(first, "stderr", "é" * 4) == "éé"  # 2-byte characters: whole ones only, 9 of 10 bytes
+    assert (
+        cap.admit(first, "stdout", "x") == ""
+    )  # closed after the first drop: nothing slips in before the note
+    assert cap.admit(first, "stdout", b"raw bytes") == b""
+    assert cap.admit(second, "stdout", "0123456789") == "0123456789"  # a new execution, a new budget
+    assert drops == [1]  # one notice pending, however many drops
+    [(parent, notice)] = cap.notices()
+    assert parent is first and notice["limit"] == 10
+    assert notice["dropped"] == {"stderr": 4, "stdout": 10}
+    assert notice["tails"] == {"stderr": "éé", "stdout": "ytes"}
+    assert cap.notices() == []
+    assert cap.admit(second, "result", "!") == ""
+    assert [n["dropped"] for _, n in cap.notices()] == [{"result": 1}] and drops == [1, 1]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -34,7 +34,15 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import isolation, processes
 from dareforge.sandbox.errors import SandboxError
-from dareforge.sandbox.execution import Execution, OutputBudget, cut_traceback, strip_ansi
+from dareforge.sandbox.execution import (
+    OUTPUT_NOTICE,
+    Execution,
+    OutputBudget,
+    cut_end,
+    cut_traceback,
+    strip_ansi,
+    tail_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +50,10 @@ CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 UID_RANGE = (1_000_000, 2_000_000)
 """Each isolated kernel runs as a uid of its own from this range: no host account, its own process budget."""
 KERNEL_ARGS = ("--HistoryManager.hist_file=:memory:", "--IPKernelApp.quiet=True")
+KERNEL_BOOT = (Path(__file__).parent / "kernel_boot.py").read_text()
+"""The kernel's main program (run with `python -c`: the sandbox cannot import dareforge): it caps output."""
 LOG_TAIL = 2000
+LOG_WAIT_S = 2.0
 STOP_TIMEOUT_S = 10.0
 
 
@@ -89,7 +100,7 @@ class Sandbox:
         self._client: BlockingKernelClient | None = None
         self._proc: Any = None
         self._runtime: Path | None = None
-        self._log: Any = None
+        self._log: processes.LogTail | None = None
         self._reaper_pid: int | None = None
         self._kernel_pid: int | None = None
         self._launches = 0
@@ -321,9 +332,16 @@ class Sandbox:
             "mkdirs": [home],
             "cwd": self.work_path,
         }
-        kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", str(conn), *KERNEL_ARGS]
+        limit = self.config.max_output_bytes
+        boot = {
+            "limit": limit,
+            "tail": tail_bytes(limit),
+            "notice": OUTPUT_NOTICE,
+            "error_chars": self.config.max_traceback_chars,
+        }
+        kernel = [sys.executable, "-c", KERNEL_BOOT, json.dumps(boot), "-f", str(conn), *KERNEL_ARGS]
         launcher = [sys.executable, "-I", "-S", "-c", isolation.LAUNCHER, json.dumps(spec)]
-        self._log = open(self._runtime / f"kernel{self._launches}.log", "w+b")  # noqa: SIM115
+        self._log = processes.LogTail(LOG_TAIL)
         fds: list[int] = []
         info_r = None
         try:
@@ -335,8 +353,8 @@ class Sandbox:
             self._proc = processes.Spawner.popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=self._log,
+                stdout=self._log.write_fd,
+                stderr=self._log.write_fd,
                 cwd=cwd,
                 env=self._env(home),
                 pass_fds=fds,
@@ -344,6 +362,7 @@ class Sandbox:
                 close_fds=True,
             )
         finally:
+            self._log.close_writer()
             for fd in fds:
                 os.close(fd)
         self._holder.update(proc=self._proc, group=group)
@@ -500,19 +519,26 @@ class Sandbox:
                     state["reply"] = True
                     content = reply["content"]
                     if content.get("status") == "error" and state["error"] is None:
-                        state["error"] = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+                        state["error"] = self._error_line(content)
                         state["traceback"] = "\n".join(content.get("traceback", []))
                     elif content.get("status") == "aborted" and state["error"] is None:
                         state["error"] = "Aborted: the kernel aborted the execution"
         return "done"
 
-    @staticmethod
-    def _on_iopub(msg: dict[str, Any], msg_id: str, out: OutputBudget, state: dict[str, Any]) -> None:
+    def _error_line(self, content: dict[str, Any]) -> str:
+        """The line "ename: evalue", each cut to the traceback limit (an exception's message can be any size)."""
+        limit = self.config.max_traceback_chars
+        ename, evalue = str(content.get("ename", "Error")), str(content.get("evalue", ""))
+        return f"{cut_end(ename, limit)}: {cut_end(evalue, limit)}"
+
+    def _on_iopub(self, msg: dict[str, Any], msg_id: str, out: OutputBudget, state: dict[str, Any]) -> None:
         if msg["parent_header"].get("msg_id") != msg_id:
             return
         kind, content = msg["msg_type"], msg["content"]
         if kind == "execute_input" and state["began"] is None:
             state["began"] = time.monotonic()
+        elif kind == OUTPUT_NOTICE:
+            out.kernel_notice(content)
         elif kind == "stream":
             out.add("stderr" if content.get("name") == "stderr" else "stdout", content.get("text", ""))
         elif kind in ("execute_result", "display_data"):
@@ -520,7 +546,7 @@ class Sandbox:
             if text is not None:
                 out.add("result", text)
         elif kind == "error":
-            state["error"] = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+            state["error"] = self._error_line(content)
             state["traceback"] = "\n".join(content.get("traceback", []))
         elif kind == "status" and content.get("execution_state") == "idle":
             state["idle"] = True
@@ -560,12 +586,8 @@ class Sandbox:
     def _log_tail(self) -> str:
         if self._log is None:
             return ""
-        with contextlib.suppress(OSError, ValueError):
-            self._log.flush()
-            size = self._log.seek(0, os.SEEK_END)
-            self._log.seek(max(0, size - LOG_TAIL))
-            return self._log.read().decode("utf-8", "replace").strip()
-        return ""
+        dead = self._proc is not None and self._proc.poll() is not None
+        return self._log.text(wait_s=LOG_WAIT_S if dead else 0.0)
 
     def _stop(self) -> None:
         if self._client is not None:
@@ -587,7 +609,5 @@ class Sandbox:
                 deadline = time.monotonic() + STOP_TIMEOUT_S
                 while not processes.gone(self._reaper_pid) and time.monotonic() < deadline:
                     time.sleep(0.005)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._log = None  # its thread ends with the pipe, when the last process in the sandbox is gone
         self._reaper_pid = self._kernel_pid = None
