@@ -1,7 +1,9 @@
 """`Sandbox`: one persistent, isolated Python kernel per trajectory (state survives between executions).
 
-Process tree: bwrap (host) -> the sandbox's pid 1 (bwrap's reaper) -> the launcher, exec'd into ipykernel.
-The host talks to the kernel over ZeroMQ ipc sockets in a per-launch folder bound into the sandbox.
+Process tree: bwrap (host) -> the sandbox's pid 1 (bwrap's reaper) -> the launcher, exec'd into ipykernel
+(started by `kernel_boot`, which caps each execution's output where it is written). The host talks to the
+kernel over ZeroMQ ipc sockets in a per-launch folder bound into the sandbox; the kernel's own stdout and
+stderr go to a pipe the host drains into a bounded tail (`processes.LogTail`).
 Per execution: `seconds_per_execution` after the kernel began the code (its execute_input message; a request
 it has not begun within `begin_timeout_s` restarts it) the kernel gets SIGINT; if it does not answer within
 `interrupt_grace_s`, or processes it started are still running, the whole sandbox is killed (killing bwrap
