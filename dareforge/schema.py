@@ -203,6 +203,10 @@ class Framing(Record):
     excluded_columns: list[str] = Field(
         default_factory=list, description="Columns left out of features: ids, free text, constant, leaks."
     )
+    leaked_columns: list[str] = Field(
+        default_factory=list,
+        description="Columns that give the target away alone: removed from the prepared files altogether.",
+    )
     confidence: float = Field(description="0..1: how strongly the evidence points at this framing.")
     proposers: list[str] = Field(
         description="Who proposed it: config, source, description, tags, data, model."

@@ -329,7 +329,8 @@ def _version(ctx: RunContext, source: Source, framing: Framing) -> str:
         override.model_dump(mode="json") if override else None,
         facts,
         framing.model_dump(
-            mode="json", include={"framing", "table_file", "time_axis", "excluded_columns", "id_column"}
+            mode="json",
+            include={"framing", "table_file", "time_axis", "excluded_columns", "leaked_columns", "id_column"},
         ),
     )
 
@@ -767,6 +768,12 @@ class Engine:
                 raise PrepareError(_read_failure(table, exc)) from exc
             if framing.time_axis is not None and framing.time_column:
                 columns = self._derive_time(columns, framing.time_axis, framing.time_column)
+            leaked = {c for c in framing.leaked_columns if c not in framing.target_columns}
+            if leaked:
+                # Out of the public files too: an agent (or the leakage check) would find the answer there.
+                kept = ", ".join(_q(c.name) for c in columns if c.name not in leaked)
+                self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT {kept} FROM src")
+                columns = [c for c in columns if c.name not in leaked]
             return self._prepare_loaded(source, override, table, version, scratch, columns, framing)
         finally:
             for statement in ("VIEW lab", "VIEW lab_all", "TABLE held_out", "TABLE src"):
@@ -831,7 +838,14 @@ class Engine:
             )
         if id_col is None:
             with _timed(sid, "find id"):
-                id_col = self._find_id(source, columns, by_name, labelled, {t.name for t in targets})
+                id_col = self._find_id(
+                    source,
+                    columns,
+                    by_name,
+                    labelled,
+                    {t.name for t in targets},
+                    set(framing.excluded_columns),
+                )
         synthetic = id_col is None
         if synthetic:
             row_id = ROW_ID if ROW_ID not in by_name else f"__{ROW_ID}"
@@ -1017,11 +1031,17 @@ class Engine:
         by_name: dict[str, _Column],
         labelled: str,
         targets: set[str],
+        excluded: set[str],
     ) -> _Column | None:
         candidates = []
         if source.id_column in by_name:
             candidates.append(by_name[source.id_column])
-        candidates += [c for c in columns if re.search(ID_NAME, c.name.strip()) and c not in candidates]
+        # Columns the framing leaves out (a row number in file order) are never the id.
+        candidates += [
+            c
+            for c in columns
+            if re.search(ID_NAME, c.name.strip()) and c not in candidates and c.name not in excluded
+        ]
         for col in candidates:
             if col.name in targets:
                 continue

@@ -27,7 +27,7 @@ from dareforge.understand.propose import Candidate, Proposal, check, propose
 
 log = logging.getLogger(__name__)
 
-UNDERSTAND_FORMAT = 1
+UNDERSTAND_FORMAT = 2
 """Bump when the stage decides differently for the same inputs, so every source is understood again."""
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 RUNNERS_UP = 2
@@ -255,6 +255,7 @@ def _record(
     outcome = candidate.outcome
     leaks = outcome.excluded if outcome else []
     excluded = sorted({*proposal.excluded, *leaks} - {candidate.target})
+    leaked = sorted(set(leaks) - {candidate.target})
     axis = candidate.axis
     series = axis is not None and candidate.family == "series"
     known = []
@@ -275,6 +276,7 @@ def _record(
         entity_column=candidate.entity if series else None,
         known_columns=known,
         excluded_columns=excluded,
+        leaked_columns=leaked,
         confidence=candidate.confidence,
         proposers=sorted(candidate.proposers),
         evidence=candidate.evidence,
