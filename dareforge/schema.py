@@ -203,9 +203,10 @@ class Framing(Record):
     excluded_columns: list[str] = Field(
         default_factory=list, description="Columns left out of features: ids, free text, constant, leaks."
     )
-    leaked_columns: list[str] = Field(
+    dropped_columns: list[str] = Field(
         default_factory=list,
-        description="Columns that give the target away alone: removed from the prepared files altogether.",
+        description="Columns removed from the prepared files altogether: they give the target away alone, or "
+        "number the rows in file order (which may follow the target).",
     )
     confidence: float = Field(description="0..1: how strongly the evidence points at this framing.")
     proposers: list[str] = Field(

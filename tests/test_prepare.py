@@ -227,7 +227,7 @@ def mirror_ctx(tmp_path):
     _mirror(root, "latin", {"prices.csv": latin.encode("latin-1")})
     # Columns named like the SQL's own aliases (v, k, m) must not confuse it.
     grouped = "PassengerId,family,v,k,m,label\n" + "".join(
-        f"{1000 - i},f{i // 4},{i},{i % 3},x{i % 5},{'ab'[i % 2]}\n" for i in range(200)
+        f"{1000 - i},f{i // 4},{3 * i},{i % 3},x{i % 5},{'ab'[i % 2]}\n" for i in range(200)
     )
     _mirror(
         root,

@@ -330,7 +330,14 @@ def _version(ctx: RunContext, source: Source, framing: Framing) -> str:
         facts,
         framing.model_dump(
             mode="json",
-            include={"framing", "table_file", "time_axis", "excluded_columns", "leaked_columns", "id_column"},
+            include={
+                "framing",
+                "table_file",
+                "time_axis",
+                "excluded_columns",
+                "dropped_columns",
+                "id_column",
+            },
         ),
     )
 
@@ -768,12 +775,12 @@ class Engine:
                 raise PrepareError(_read_failure(table, exc)) from exc
             if framing.time_axis is not None and framing.time_column:
                 columns = self._derive_time(columns, framing.time_axis, framing.time_column)
-            leaked = {c for c in framing.leaked_columns if c not in framing.target_columns}
-            if leaked:
+            dropped = {c for c in framing.dropped_columns if c not in framing.target_columns}
+            if dropped:
                 # Out of the public files too: an agent (or the leakage check) would find the answer there.
-                kept = ", ".join(_q(c.name) for c in columns if c.name not in leaked)
+                kept = ", ".join(_q(c.name) for c in columns if c.name not in dropped)
                 self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT {kept} FROM src")
-                columns = [c for c in columns if c.name not in leaked]
+                columns = [c for c in columns if c.name not in dropped]
             return self._prepare_loaded(source, override, table, version, scratch, columns, framing)
         finally:
             for statement in ("VIEW lab", "VIEW lab_all", "TABLE held_out", "TABLE src"):

@@ -27,7 +27,7 @@ from dareforge.understand.propose import Candidate, Proposal, check, propose
 
 log = logging.getLogger(__name__)
 
-UNDERSTAND_FORMAT = 2
+UNDERSTAND_FORMAT = 3
 """Bump when the stage decides differently for the same inputs, so every source is understood again."""
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 RUNNERS_UP = 2
@@ -255,9 +255,15 @@ def _record(
     outcome = candidate.outcome
     leaks = outcome.excluded if outcome else []
     excluded = sorted({*proposal.excluded, *leaks} - {candidate.target})
-    leaked = sorted(set(leaks) - {candidate.target})
     axis = candidate.axis
     series = axis is not None and candidate.family == "series"
+    axis_parts = axis.parts if series else set()
+    numbering = [
+        c.name
+        for c in sample.columns
+        if c.sequential and c.name != proposal.id_column and c.name not in axis_parts
+    ]
+    dropped = sorted({*leaks, *numbering} - {candidate.target})
     known = []
     if series:
         skip = {candidate.target, proposal.id_column, candidate.entity, *excluded, *axis.parts}
@@ -276,7 +282,7 @@ def _record(
         entity_column=candidate.entity if series else None,
         known_columns=known,
         excluded_columns=excluded,
-        leaked_columns=leaked,
+        dropped_columns=dropped,
         confidence=candidate.confidence,
         proposers=sorted(candidate.proposers),
         evidence=candidate.evidence,
