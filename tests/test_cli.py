@@ -118,7 +118,8 @@ def mirror_cli(cli, tmp_path, monkeypatch):
         "good",
         "a,b,y\n"
         + "".join(
-            f"{i * 37 % 101},{i * 7 % 13},{i * 37 % 101 / 2 + 2 * (i * 7 % 13) + i % 3}\n" for i in range(300)
+            f"{i * 37 % 101},{i * 7 % 13},{i * 37 % 101 / 2 + 2 * (i * 7 % 13) + i * i % 17}\n"
+            for i in range(300)
         ),
     )
     header_rows = "".join(f"{i},{i * 2},{i % 2}\n" for i in range(50))

@@ -29,6 +29,8 @@ class Outcome:
     """Columns the checks found leaking the target (left out of the framing's features)."""
     reason: str = ""
     soft: bool = False
+    forecastable: bool = True
+    """For a series: a quick model forecasts its last 20% better than the training mean by the margin."""
     """The failure is one a person may overrule (learnability), not a fact of the data (rows, classes)."""
 
 
@@ -131,9 +133,10 @@ def check_series(
                 out.checks.append(f"leak: {column.name} is a copy of the target (|r| = {corr:.5f}; left out)")
     exogenous = [c for c in others if c.name not in out.excluded]
     score = forecastable(times, entity_codes(sample, entity), exogenous, values, config.understand.seed)
-    # Recorded, not decided on: a quick model says little about what a forecaster can do with a series (the
-    # validation gate measures that with the strong reference on the real split).
+    # Not a verdict (the gate measures forecasts with the strong reference on the real split): among series
+    # that pass, the understand stage prefers one a quick model forecasts.
     out.checks.append(f"forecastable: R2 {score:.3f} on the last 20% of time against 0 for the training mean")
+    out.forecastable = score >= cfg.min_learnable_margin
     out.passed = True
     return out
 
