@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from dareforge.config import load_config
 from dareforge.context import RunContext
@@ -544,16 +547,17 @@ def _print_generate(report) -> None:
         f"{report.reused} reused; {report.wall_seconds:.1f}s ({report.reference_seconds:.1f}s in references)"
     )
     for key, reason in list(report.rejected.items())[:5]:
-        out.print(f"  [yellow]rejected[/] {key}: {reason}")
+        out.print(f"  [yellow]rejected[/] {escape(key)}: {escape(reason)}")
     for key, reason in list(report.failures.items())[:5]:
-        out.print(f"  [red]failed[/] {key}: {reason}")
+        out.print(f"  [red]failed[/] {escape(key)}: {escape(reason)}")
 
 
 def _prepare_line(report) -> str:
     line = f"prepare: {len(report.prepared)} prepared, {len(report.skipped)} unchanged, {len(report.failed)} failed"
-    return line + "".join(
-        f"\n  [red]failed[/] {label}: {report.reasons.get(label, '')}" for label in report.failed
-    )
+    for label in report.failed:
+        reason = report.reasons.get(label, "").removeprefix(f"{label.split('/')[0]}: ")
+        line += f"\n  [red]failed[/] {escape(label)}: {escape(reason)}"
+    return line
 
 
 def _understand_line(report) -> str:
@@ -563,7 +567,8 @@ def _understand_line(report) -> str:
         f"{len(report.reused)} unchanged"
     )
     return line + "".join(
-        f"\n  [yellow]no task[/] {sid}: {why}" for sid, why in list(report.reasons.items())[:5]
+        f"\n  [yellow]no task[/] {escape(sid)}: {escape(why)}"
+        for sid, why in list(report.reasons.items())[:5]
     )
 
 
@@ -680,13 +685,92 @@ def _emit(relation, fmt: str, title: str | None) -> None:
         _fail(DareforgeError(f"unknown --format {fmt!r}; use table, csv or json"))
 
 
+MIN_TOKEN_WIDTH, MIN_PROSE_WIDTH = 12, 20
+"""No column is squeezed below these widths (or its widest value); below that, rows print as records."""
+TABLE_OVERHEAD = (3, 1)
+"""Rich's default table: 3 characters per column (padding and a rule) and 1 for the closing edge."""
+
+
 def _print_relation(relation, title: str | None) -> None:
+    """A query result a person can read at any terminal width.
+
+    Prose columns (a value with a space) wrap at word boundaries; token columns (ids, hashes, paths, numbers)
+    stay on one line. When the widest values do not fit, prose gives way first (down to MIN_PROSE_WIDTH),
+    then the widest tokens are cut with an ellipsis (down to MIN_TOKEN_WIDTH); when even that does not fit,
+    each row prints as a block of `column: value` lines. `--format csv|json` always prints values whole.
+    """
+    columns = list(relation.columns)
+    rows = [["" if v is None else str(v) for v in row] for row in relation.fetchall()]
+    natural = [
+        max([_text_width(name), *(_text_width(row[i]) for row in rows)]) for i, name in enumerate(columns)
+    ]
+    prose = [any(" " in row[i] for row in rows) for i in range(len(columns))]
+    per_column, edge = TABLE_OVERHEAD
+    widths = _fit_widths(natural, prose, out.width - per_column * len(columns) - edge)
+    if widths is None:
+        _print_records(columns, rows, title)
+        return
     table = Table(title=title, title_justify="left")
-    for column in relation.columns:
-        table.add_column(column, overflow="fold", no_wrap=column in ("id", "source_id", "rule"))
-    for row in relation.fetchall():
-        table.add_row(*("" if v is None else str(v) for v in row))
+    for name, width, wraps in zip(columns, widths, prose, strict=True):
+        table.add_column(Text(name), width=width, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+    for row in rows:
+        table.add_row(*(Text(v) for v in row))  # Text: a value is never read as rich markup
     out.print(table)
+    if any(not p and n > w for n, w, p in zip(natural, widths, prose, strict=True)):
+        out.print("[dim]long values are cut to fit; --format csv or --format json prints them whole[/]")
+
+
+def _text_width(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _fit_widths(natural: list[int], prose: list[bool], room: int) -> list[int] | None:
+    """Column widths within `room` (see `_print_relation`), or None when even the narrowest do not fit."""
+    if sum(natural) <= room:
+        return natural
+    floors = [min(n, MIN_PROSE_WIDTH if p else MIN_TOKEN_WIDTH) for n, p in zip(natural, prose, strict=True)]
+    if sum(floors) > room:
+        return None
+    tokens = [i for i, p in enumerate(prose) if not p]
+    texts = [i for i, p in enumerate(prose) if p]
+    token_room = sum(natural[i] for i in tokens)
+    widths = list(natural)
+    if token_room + sum(floors[i] for i in texts) <= room:  # every token whole; prose shares what is left
+        shared = _water_fill([natural[i] for i in texts], [floors[i] for i in texts], room - token_room)
+        for i, width in zip(texts, shared, strict=True):
+            widths[i] = width
+        return widths
+    cut = _water_fill(
+        [natural[i] for i in tokens], [floors[i] for i in tokens], room - sum(floors[i] for i in texts)
+    )
+    for i in texts:
+        widths[i] = floors[i]
+    for i, width in zip(tokens, cut, strict=True):
+        widths[i] = width
+    return widths
+
+
+def _water_fill(natural: list[int], floors: list[int], room: int) -> list[int]:
+    """Widths capped at the largest common cap that fits `room` (never below `floors`, which must fit)."""
+
+    def capped(cap: int) -> list[int]:
+        return [max(f, min(n, cap)) for n, f in zip(natural, floors, strict=True)]
+
+    low, high = max(floors, default=0), max(natural, default=0) + 1  # capped(low) fits
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if sum(capped(middle)) <= room else (low, middle)
+    return capped(low)
+
+
+def _print_records(columns: list[str], rows: list[list[str]], title: str | None) -> None:
+    if title:
+        out.print(Text(title, style="italic"))
+    label = max(map(cell_len, columns), default=0)
+    for number, row in enumerate(rows, start=1):
+        out.rule(f"row {number}", align="left")
+        for name, value in zip(columns, row, strict=True):
+            out.print(Text(f"{name:>{label}}: ", style="bold") + Text(value))
 
 
 def _crawl_line(report) -> str:

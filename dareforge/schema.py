@@ -203,6 +203,11 @@ class Framing(Record):
     excluded_columns: list[str] = Field(
         default_factory=list, description="Columns left out of features: ids, free text, constant, leaks."
     )
+    dropped_columns: list[str] = Field(
+        default_factory=list,
+        description="Columns removed from the prepared files altogether: they give the target away alone, or "
+        "number the rows in file order (which may follow the target).",
+    )
     confidence: float = Field(description="0..1: how strongly the evidence points at this framing.")
     proposers: list[str] = Field(
         description="Who proposed it: config, source, description, tags, data, model."
@@ -241,6 +246,16 @@ class PreparedSource(Record):
     split: Literal["stratified", "chronological", "grouped", "random"]
     seed: int
     files: list[SourceFile] = Field(description="train.csv, test.csv (no target), answers.csv (id + target).")
+
+
+class PrepareFailure(Record):
+    """Why the last `prepare` of a source failed; removed once the source prepares. Generate reports it."""
+
+    table: ClassVar[str] = "prepare_failures"
+
+    source_id: str
+    source_version: str
+    reason: str = Field(description="What failed and the fix, as the prepare stage reported it.")
 
 
 class MetricSpec(BaseModel):
@@ -505,6 +520,7 @@ RECORDS: dict[str, type[Record]] = {
         FilterDecision,
         Framing,
         PreparedSource,
+        PrepareFailure,
         Task,
         Validation,
         Verdict,

@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from dareforge.cli import app
@@ -76,9 +77,9 @@ def test_run_summarises_and_sql_answers_why(cli):
 
 def test_sources_lists_by_status_and_verdict(cli):
     cli("run")
-    dropped = cli("sources", "--dropped").output
+    dropped = cli("sources", "--dropped", "--format", "csv").output
     assert "builtin.vega-airports" in dropped and "builtin.sklearn-iris" not in dropped
-    assert "builtin.sklearn-iris" in cli("sources", "--kept").output
+    assert "builtin.sklearn-iris" in cli("sources", "--kept", "--format", "csv").output
     assert "builtin" not in cli("sources", "--status", "needs-rules").output.replace("sources", "")
 
 
@@ -93,3 +94,111 @@ def test_bad_config_names_the_field(cli, monkeypatch):
     monkeypatch.setenv("DAREFORGE_RULES__MIN_ROWS", "lots")
     result = cli("filter")
     assert result.exit_code == 2 and "rules.min_rows" in result.output
+
+
+def _mirror_source(root, name: str, csv_text: str) -> None:
+    folder = root / name
+    folder.mkdir(parents=True)
+    meta = {
+        "id": f"someone/{name}",
+        "title": name,
+        "licenses": [{"name": "CC0-1.0"}],
+        "lastUpdated": "2024-02-02",
+    }
+    (folder / "dataset-metadata.json").write_text(json.dumps(meta))
+    (folder / "train.csv").write_text(csv_text)
+
+
+@pytest.fixture
+def mirror_cli(cli, tmp_path, monkeypatch):
+    """The CLI over a mirror of two sources: `good` prepares, `ragged` (rows wider than its header) cannot."""
+    root = tmp_path / "mirror"
+    _mirror_source(
+        root,
+        "good",
+        "a,b,y\n"
+        + "".join(
+            f"{i * 37 % 101},{i * 7 % 13},{i * 37 % 101 / 2 + 2 * (i * 7 % 13) + i * i % 17}\n"
+            for i in range(300)
+        ),
+    )
+    header_rows = "".join(f"{i},{i * 2},{i % 2}\n" for i in range(50))
+    wide_rows = "".join(f"{i},{i},{i % 3},{i},{i}\n" for i in range(50, 300))
+    _mirror_source(root, "ragged", "a,b,y\n" + header_rows + wide_rows)
+    monkeypatch.setenv("DAREFORGE_BUILTIN__ENABLED", "false")
+    monkeypatch.setenv("DAREFORGE_MIRROR__PATHS", json.dumps([str(root)]))
+    assert "filter: 2 kept" in cli("crawl").output + cli("filter").output
+    return cli
+
+
+def test_prepare_lists_a_failed_source_with_its_reason_and_goes_on(mirror_cli):
+    understood = " ".join(mirror_cli("understand").output.split())
+    assert "1 without a task" in understood and "train.csv line 52 has 5 fields" in understood
+    sources = ["--source", "mirror.someone--good", "--source", "mirror.someone--ragged"]
+    result = mirror_cli("prepare", *sources)
+    assert result.exit_code == 0, result.output
+    assert "prepare: 1 prepared, 0 unchanged, 1 failed" in result.output
+    assert "failed mirror.someone--ragged: " in result.output
+    assert "mirror.someone--ragged: mirror.someone--ragged" not in result.output  # the id is said once
+
+
+def test_generate_reports_why_prepare_failed_not_that_it_never_ran(mirror_cli):
+    mirror_cli("understand")
+    mirror_cli("prepare", "--source", "mirror.someone--ragged")
+    result = mirror_cli("generate", "--source", "mirror.someone--ragged")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "failed mirror.someone--ragged: prepare failed for this source: the understand stage found" in text
+    assert "train.csv line 52 has 5 fields" in text
+    assert "run `dareforge prepare` first" not in text
+    failures = mirror_cli("sql", "select source_id, reason from prepare_failures", "--format", "json")
+    assert [row["source_id"] for row in json.loads(failures.output)] == ["mirror.someone--ragged"]
+
+
+LONG_ID = "kaggle.someone--a-source-whose-slug-runs-on-and-on-for-a-while"
+LONG_REASON = (
+    "target 'y' is not a column of train.csv (columns: a, b, c, d, e); name it under sources.x.target "
+    "in dareforge.yaml, or pick another file with sources.x.table"
+)
+WIDE_QUERY = f"select '{LONG_ID}' as source_id, 'target-identifiable' as rule, $${LONG_REASON}$$ as reason"
+
+
+@pytest.fixture
+def narrow(cli, monkeypatch):
+    """The CLI printing tables to a console of the given width."""
+    import dareforge.cli as cli_module
+
+    def at(width: int, *args: str):
+        monkeypatch.setattr(cli_module, "out", Console(width=width))
+        return cli(*args)
+
+    return at
+
+
+def test_sql_table_on_a_narrow_console_cuts_tokens_and_wraps_prose_readably(narrow):
+    result = narrow(60, "sql", WIDE_QUERY)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 60
+    assert any("│ kaggle.someone… │ target-identif… │" in line for line in lines)  # one line each, cut
+    cells = [line.split("│")[3].strip() for line in lines if line.startswith("│")]
+    assert " ".join(c for c in cells if c) == LONG_REASON  # every word whole, in order
+    assert "--format csv or --format json prints them whole" in " ".join(result.output.split())
+
+
+def test_sql_rows_print_as_records_when_columns_cannot_fit(narrow):
+    result = narrow(40, "sql", WIDE_QUERY + ", 1 as n, true as kept")
+    assert result.exit_code == 0, result.output
+    assert "row 1" in result.output and "┃" not in result.output
+    assert f"source_id: {LONG_ID}" in result.output.replace("\n", "")  # folded, but whole
+    assert "rule: target-identifiable" in result.output
+    assert "kept: True" in result.output
+    assert " ".join(result.output.split()).count(" ".join(LONG_REASON.split())) == 1
+
+
+def test_sql_csv_and_json_print_values_whole_and_tables_never_read_markup(narrow):
+    csv_out = narrow(30, "sql", WIDE_QUERY, "--format", "csv").output
+    assert csv_out.splitlines()[1] == f'{LONG_ID},target-identifiable,"{LONG_REASON}"'
+    assert json.loads(narrow(30, "sql", WIDE_QUERY, "--format", "json").output)[0]["reason"] == LONG_REASON
+    markup = narrow(80, "sql", "select '[red]x[/] [bold' as v, null as empty")
+    assert markup.exit_code == 0 and "[red]x[/] [bold" in markup.output

@@ -54,3 +54,17 @@ def test_example_config_shows_the_defaults(monkeypatch):
     example = load_config(Path(__file__).parent.parent / "dareforge.example.yaml", environ={})
     examples = {"sources": True, "llm": {"endpoints"}}
     assert example.model_dump(exclude=examples) == Config().model_dump(exclude=examples)
+
+
+def test_default_duckdb_memory_limit_keeps_prepare_under_half_a_2gb_file():
+    """`make bench` (bench/prepare_memory.py) measures prepare's peak RSS at about the limit plus 0.3 GB of
+    imports and buffers, whatever the file size; its target is a peak under half of a 2 GiB CSV."""
+    import duckdb
+
+    from dareforge.config import PrepareConfig
+
+    con = duckdb.connect(config={"memory_limit": PrepareConfig().duckdb_memory_limit})
+    limit = con.execute("select value from duckdb_settings() where name = 'memory_limit'").fetchone()[0]
+    number, unit = limit.split()
+    limit_bytes = float(number) * {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}[unit]
+    assert limit_bytes + 0.3 * 1024**3 < 0.5 * 2 * 1024**3

@@ -357,3 +357,110 @@ def test_string_paths_and_dataframes_are_accepted(tmp_path):
     answers = write(tmp_path, "answers.csv", ANSWERS)
     submission = pd.DataFrame({"id": ["007", "008", "009"], "y": [1, 0, 0]})
     assert grade(spec(), submission, str(answers)).score == pytest.approx(2 / 3)
+
+
+# --- integer keys match by value -------------------------------------------------------------------------
+
+INT_IDS = [str(i) for i in range(-3, 37)]
+"""Ids as an integer column of the test file holds them (one negative, one zero)."""
+FLOAT_IDS = [f"{int(i)}.0" for i in INT_IDS]
+"""The same ids as pandas writes them back after reading an integer column that held a missing value."""
+KEYED_FAMILIES = {
+    "Class-IF exact-match": (spec("exact-match"), LABELS),
+    "Reg-IF allclose": (spec("allclose", tolerance=1e-6), NUMBERS),
+    "Class-MM macro-f1": (spec("macro-f1"), LABELS),
+    "Reg-MM clipped-r2": (spec("clipped-r2"), NUMBERS),
+}
+
+
+def _keyed(ids: list[str], values: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({"id": ids, "y": values})
+
+
+@pytest.mark.parametrize("family", list(KEYED_FAMILIES))
+def test_integer_ids_written_as_floats_match_by_value(tmp_path, family):
+    metric, values = KEYED_FAMILIES[family]
+    answers = write(tmp_path, "answers.csv", _keyed(INT_IDS, values).to_csv(index=False))
+    submission = write(tmp_path, "submission.csv", _keyed(FLOAT_IDS, values).iloc[::-1].to_csv(index=False))
+    assert grade(metric, submission, answers) == GradeResult(score=1.0, error=None, rows=40)
+    # pandas' own round trip: an integer column with a missing value comes back as floats
+    frame = pd.DataFrame({"id": [*map(int, INT_IDS), None], "y": [*values, values[0]]}).iloc[:-1]
+    assert frame["id"].dtype == float
+    assert grade(metric, frame, answers).score == 1.0
+
+
+@pytest.mark.parametrize("family", list(KEYED_FAMILIES))
+def test_a_non_integral_float_id_does_not_match_and_is_named(tmp_path, family):
+    metric, values = KEYED_FAMILIES[family]
+    answers = write(tmp_path, "answers.csv", _keyed(INT_IDS, values).to_csv(index=False))
+    ids = [*FLOAT_IDS[:-1], "36.5"]
+    result = grade(
+        metric, write(tmp_path, "submission.csv", _keyed(ids, values).to_csv(index=False)), answers
+    )
+    assert result.score == 0.0
+    assert "1 expected key(s) are missing, e.g. id='36'" in result.error
+    assert "1 unexpected key(s) not in the test set, e.g. id='36.5'" in result.error
+    assert (
+        "key 'id' holds whole numbers in the test set, but 1 submission value(s) are not whole"
+        in result.error
+    )
+    assert "Integer keys ('id') match by value ('12' == '12.0')" in result.error
+
+
+def test_ts_cf_time_and_entity_keys_match_integers_by_value(tmp_path):
+    """TS-CF joins on time and entity: an integer year and an integer entity both match by value."""
+    metric = spec("clipped-r2", keys=("year", "store"))
+    answers = write(tmp_path, "answers.csv", "year,store,y\n2019,1,10\n2019,2,20\n2020,1,12\n2020,2,25\n")
+    floats = write(
+        tmp_path, "floats.csv", "store,year,y\n2.0,2020.0,25\n1.0,2019.0,10\n2.0,2019,20\n1,2020.00,12\n"
+    )
+    assert grade(metric, floats, answers) == GradeResult(score=1.0, error=None, rows=4)
+    half = write(tmp_path, "half.csv", "store,year,y\n2.5,2020,25\n1,2019,10\n2,2019,20\n1,2020,12\n")
+    result = grade(metric, half, answers)
+    assert result.score == 0.0
+    assert "year='2020', store='2'" in result.error and "year='2020', store='2.5'" in result.error
+    assert "key 'store' holds whole numbers" in result.error
+    # a date time key is text: it still needs its exact form, while the integer entity matches by value
+    dated = write(tmp_path, "dated.csv", TS_ANSWERS.replace("A,", "1,").replace("B,", "2,"))
+    shifted = write(
+        tmp_path,
+        "shifted.csv",
+        "date,entity,y\n2020-01-01,1.0,1\n2020-01-01,2.0,2\n2020-1-2,1.0,3\n2020-01-02,2.0,4\n",
+    )
+    result = grade(spec("allclose", keys=("date", "entity"), tolerance=1e-9), shifted, dated)
+    assert result.score == 0.0 and "date='2020-1-2', entity='1'" in result.error
+
+
+def test_a_whole_number_written_twice_is_a_duplicate_key(tmp_path):
+    answers = write(tmp_path, "answers.csv", "id,y\n1,a\n2,b\n")
+    result = grade(spec(), write(tmp_path, "submission.csv", "id,y\n1,a\n1.0,a\n2,b\n"), answers)
+    assert result.score == 0.0 and "id='1' appears 2 times" in result.error
+
+
+@pytest.mark.parametrize(
+    ("answers", "submitted"),
+    [
+        ("id,y\n007,a\n07,b\n7,c\n", "id,y\n7.0,c\n007,a\n07,b\n"),  # zero-padded ids are text
+        ("id,y\nk1,a\nk2,b\n3,c\n", "id,y\nk1,a\nk2,b\n3.0,c\n"),  # a column with any text is text
+        ("id,y\n-0,a\n1,b\n2,c\n", "id,y\n0,a\n1,b\n2,c\n"),  # "-0" is not how an integer is written
+    ],
+)
+def test_text_keys_stay_exact(tmp_path, answers, submitted):
+    result = grade(spec(), write(tmp_path, "s.csv", submitted), write(tmp_path, "a.csv", answers))
+    assert result.score == 0.0
+    assert "are compared as exact text" in result.error
+
+
+@pytest.mark.parametrize("text", ["1.2e1", "12.", "+12", " 12.000 ", "1.2E+1"])
+def test_whole_numbers_in_any_notation_match_an_integer_key(tmp_path, text):
+    answers = write(tmp_path, "answers.csv", "id,y\n12,a\n13,b\n")
+    submission = write(tmp_path, "submission.csv", f'id,y\n"{text}",a\n13,b\n')
+    assert grade(spec(), submission, answers).score == 1.0
+
+
+@pytest.mark.parametrize("text", ["1_2", "12.0001", "nan", "inf", "1e999999999", "0x0c"])
+def test_other_numbers_never_match_an_integer_key(tmp_path, text):
+    answers = write(tmp_path, "answers.csv", "id,y\n12,a\n13,b\n")
+    submission = write(tmp_path, "submission.csv", f"id,y\n{text},a\n13,b\n")
+    result = grade(spec(), submission, answers)
+    assert result.score == 0.0 and "1 expected key(s) are missing, e.g. id='12'" in result.error

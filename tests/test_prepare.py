@@ -18,6 +18,7 @@ from dareforge.generators.prepare import (
     PreparedIntegrityError,
     load_prepared,
     prepare,
+    prepare_failure,
     prepared_file,
 )
 from dareforge.schema import ColumnKind, Framing, PreparedSource, TaskType
@@ -226,7 +227,7 @@ def mirror_ctx(tmp_path):
     _mirror(root, "latin", {"prices.csv": latin.encode("latin-1")})
     # Columns named like the SQL's own aliases (v, k, m) must not confuse it.
     grouped = "PassengerId,family,v,k,m,label\n" + "".join(
-        f"{1000 - i},f{i // 4},{i},{i % 3},x{i % 5},{'ab'[i % 2]}\n" for i in range(200)
+        f"{1000 - i},f{i // 4},{3 * i},{i % 3},x{i % 5},{'ab'[i % 2]}\n" for i in range(200)
     )
     _mirror(
         root,
@@ -252,11 +253,15 @@ def test_latin1_file_with_an_encoding_override(mirror_ctx):
     understood = understand(ctx, [sid])
     assert understood.unframed == [sid]
     assert f"set sources.{sid}.encoding (e.g. latin-1)" in understood.reasons[sid]
-    assert prepare(ctx, [sid]).failed == [sid]
+    report = prepare(ctx, [sid, "mirror.not-crawled"])
+    assert report.failed == [sid, "mirror.not-crawled"]
+    assert prepare_failure(ctx, sid).reason == report.reasons[sid]  # kept for generate to report
+    assert prepare_failure(ctx, "mirror.not-crawled") is None  # an id that names no source is not kept
     ctx.config.sources[sid] = SourceOverride(encoding="latin-1", target=["price"])
     assert understand(ctx, [sid]).framed == [sid]
     report = prepare(ctx, [sid])
     assert report.prepared == [f"{sid}/classification-price"], report.reasons
+    assert prepare_failure(ctx, sid) is None  # prepared now: the old failure is gone
     record = _main(ctx, sid)
     assert record.task_type == TaskType.CLASSIFICATION  # seven distinct values
     train = _rows(ctx, record, "train")
@@ -288,3 +293,47 @@ def test_id_detection_grouped_split_and_failures(mirror_ctx):
     assert not {r["family"] for r in train} & {r["family"] for r in test}
     assert len(train) + len(test) == 200 and 30 <= len(test) <= 50
     assert [int(r["PassengerId"]) for r in test] == sorted(int(r["PassengerId"]) for r in test)
+
+
+def _rows_of(fields: int, start: int, stop: int) -> str:
+    return "".join(",".join(str(i + k) for k in range(fields)) + "\n" for i in range(start, stop))
+
+
+RAGGED = {
+    # rows wider than the header after a few good ones: DuckDB took line 52 for the header
+    "wider-later": ("a,b,y\n" + _rows_of(3, 0, 50) + _rows_of(5, 50, 300), 52, 5),
+    # every row wider than the header: DuckDB took line 2 for the header ("columns: 3, 4, 5, 6, 7")
+    "all-wider": ("a,b,y\n" + _rows_of(5, 0, 300), 2, 5),
+    # one row in the middle: DuckDB finds no dialect at all
+    "one-wide": ("a,b,y\n" + _rows_of(3, 0, 150) + _rows_of(5, 150, 151) + _rows_of(3, 151, 300), 152, 5),
+    # one row past the sniffer's sample: the sniff succeeds and the full read fails
+    "late-narrow": ("a,b,y\n" + _rows_of(3, 0, 30_000) + "1,2\n" + _rows_of(3, 0, 10), 30_002, 2),
+}
+
+
+def test_ragged_rows_are_named_by_line_not_as_a_missing_target(tmp_path):
+    root = tmp_path / "mirror"
+    for name, (text, _, _) in RAGGED.items():
+        _mirror(root, name, {"train.csv": text.encode()})
+    titled = "Measurements of something\n"
+    rows = "".join(f"{2 * i},{i * 7 % 13},{i % 5 + i / 3}\n" for i in range(200))
+    _mirror(root, "titled", {"data.csv": (titled + "a,b,y\n" + rows).encode()})
+    ctx = _ctx(tmp_path)
+    ctx.config.builtin.enabled = False
+    ctx.config.mirror.paths = [str(root)]
+    crawl(ctx)
+    ids = [f"mirror.someone--{name}" for name in RAGGED]
+    for sid in ids:
+        ctx.config.sources[sid] = SourceOverride(target=["y"])
+    report = understand(ctx, ids)
+    assert report.unframed == ids
+    for sid, (_, line, fields) in zip(ids, RAGGED.values(), strict=True):
+        reason = report.reasons[sid]
+        assert f"train.csv line {line} has {fields} fields but its header (line 1) has 3 (a, b, y)" in reason
+        assert "repair or remove the ragged rows" in reason and "is not a column" not in reason
+    # a one-field title line above the header is DuckDB's to skip, as before
+    titled_id = "mirror.someone--titled"
+    ctx.config.sources[titled_id] = SourceOverride(table="data.csv", target=["y"])
+    assert understand(ctx, [titled_id]).framed == [titled_id]
+    assert _sources(prepare(ctx, [titled_id]).prepared) == [titled_id]
+    assert _main(ctx, titled_id).n_rows == 200

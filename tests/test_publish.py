@@ -87,6 +87,87 @@ def test_split_rule_puts_recent_sources_in_test_and_sticks():
     assert set(assign_splits({"a": None, "b": None}).values()) == {"train", "test"}
 
 
+CLASS, REG, TS = {"Class-IF", "Class-MM"}, {"Reg-IF", "Reg-MM"}, {"TS-XF", "TS-CF"}
+
+
+def _dated(*names: str) -> dict[str, datetime]:
+    """Sources dated one year apart, the first the most recent."""
+    return {name: datetime(2025 - i, 1, 1, tzinfo=UTC) for i, name in enumerate(names)}
+
+
+def _families_by_side(sides: dict[str, str], families: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {
+        side: {f for s, on in sides.items() if on == side for f in families[s]} for side in ("train", "test")
+    }
+
+
+def test_split_keeps_every_family_on_both_sides_when_the_recent_sources_lack_one():
+    # The default catalog's shape: the most recent sources are tabular, the time series older.
+    names = ["tab1", "tab2", "tab3", "ts1", "tab4", "ts2", "tab5", "tab6", "ts3", "tab7", "tab8", "tab9"]
+    dates = _dated(*names)
+    families = {n: TS if n.startswith("ts") else (CLASS if int(n[-1]) % 2 else REG) for n in names}
+    assert [s for s, side in assign_splits(dates).items() if side == "test"] == ["tab1", "tab2"]
+    sides = assign_splits(dates, families=families)
+    assert [s for s, side in sides.items() if side == "test"] == ["tab1", "tab2", "ts1"]  # the newest series
+    by_side = _families_by_side(sides, families)
+    assert by_side["train"] == by_side["test"] == CLASS | REG | TS
+    assert assign_splits(dates, families=families) == sides  # deterministic
+
+
+def test_split_sends_a_family_to_train_when_only_test_had_it():
+    dates = _dated("ts1", "ts2", *(f"tab{i}" for i in range(8)))
+    families = {s: TS if s.startswith("ts") else CLASS for s in dates}
+    sides = assign_splits(dates, families=families)
+    assert (sides["ts1"], sides["ts2"]) == ("test", "train")  # the older series goes to train
+    assert _families_by_side(sides, families)["test"] == CLASS | TS  # class came in from train
+    assert [s for s, side in sides.items() if side == "test"] == ["ts1", "tab0"]
+
+
+def test_split_moves_a_source_only_when_the_side_it_leaves_keeps_all_its_families():
+    dates = _dated("a", "b", "c", "d", "e")
+    families = {"a": CLASS, "b": REG | TS, "c": REG, "d": TS, "e": CLASS}
+    sides = assign_splits(dates, families=families)
+    # test lacks Reg: "b" goes, since train keeps Reg ("c") and TS ("d"); TS then reaches test with it
+    assert [s for s, side in sides.items() if side == "test"] == ["a", "b"]
+    families["d"] = REG  # now "b" is train's only series: moving it would take TS from train
+    sides = assign_splits(dates, families=families)
+    assert sides["b"] == "train" and [s for s, side in sides.items() if side == "test"] == ["a", "c"]
+    assert _families_by_side(sides, families)["train"] >= CLASS | REG | TS
+
+
+def test_split_families_bend_to_sticky_sides_and_single_sources():
+    dates = _dated("tab1", "tab2", "tab3", "ts1", "ts2", "tab4", "tab5", "tab6", "tab7", "tab8")
+    families = {s: TS if s.startswith("ts") else CLASS for s in dates}
+    previous = {s: ("test" if s in ("tab1", "tab2") else "train") for s in dates if s != "ts2"}
+    sides = assign_splits(dates, families=families, previous=previous)
+    assert sides["ts1"] == "train"  # sticky: a train source never moves to test
+    assert sides["ts2"] == "test"  # the new series may, and train keeps ts1
+    lone = {s: (TS if s == "ts1" else CLASS) for s in dates}
+    sides = assign_splits(dates, families=lone)
+    assert sides["ts1"] == "train" and sides == assign_splits(dates)  # one series: it cannot be on both sides
+
+
+def test_release_split_is_told_each_sources_families(store, tmp_path, monkeypatch):
+    from dareforge.publish import release as release_module
+
+    told: dict[str, set[str]] = {}
+
+    def spy(dates, **kwargs):
+        told.update(kwargs["families"])
+        return assign_splits(dates, **kwargs)
+
+    monkeypatch.setattr(release_module, "assign_splits", spy)
+    result = build_release(_clone(store, tmp_path), "spied", today=DAY)
+    expected: dict[str, set[str]] = {}
+    for task in store.store.read_records(Task):
+        expected.setdefault(task.source_id, set()).add(task.family)
+    assert told == expected and len(expected) == len(SOURCES)
+    assert (
+        result.release.manifest["split_rule"]["families"]
+        == "each family on both sides where its sources allow"
+    )
+
+
 def test_release_layout_and_verdict_note(store, release, caplog):
     with caplog.at_level(logging.WARNING):
         result = build_release(store, "bench", today=DAY)  # the module's release exists: nothing new

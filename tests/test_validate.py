@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dareforge.config import Config
+from dareforge.config import Config, SourceOverride
 from dareforge.context import RunContext
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators.gate import gate
@@ -59,6 +59,12 @@ def validated(tmp_path_factory):
     cfg.builtin.enabled = False
     cfg.mirror.paths = [str(root / "mirror")]
     cfg.generate.if_variants = 1
+    # The gate is the second line of defence: with the understand stage's own guards off (it would drop the
+    # leaking column and find no task in the random labels), the planted defects reach the checks.
+    cfg.understand.max_single_column_score = 1.01
+    cfg.sources = {
+        f"mirror.someone--{name}": SourceOverride(target=["label"]) for name in ("leaky", "random")
+    }
     ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
     report = validate(ctx)
     return ctx, report

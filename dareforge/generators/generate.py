@@ -11,7 +11,7 @@ import time
 
 from dareforge.context import RunContext
 from dareforge.generators import tabular, timeseries
-from dareforge.generators.prepare import load_prepared
+from dareforge.generators.prepare import load_prepared, prepare_failure
 from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
 from dareforge.schema import PreparedSource, Task, TaskType
 from dareforge.understand.stage import framed_source_ids
@@ -39,7 +39,7 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
 def _generate_source(ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport) -> None:
     framings = load_prepared(ctx, source_id)
     if not framings:
-        report.failures[source_id] = "not prepared; run `dareforge prepare` first"
+        report.failures[source_id] = _not_prepared(ctx, source_id)
         return
     tasks = []
     for prepared in framings:
@@ -51,6 +51,14 @@ def _generate_source(ctx: RunContext, source_id: str, runners: Runners, report: 
             report.rejected[task.id] = task.reject_reason or ""
     if tasks and ctx.store.write_records(source_id, tasks):
         report.written.append(ctx.store.table_key(Task.table, source_id))
+
+
+def _not_prepared(ctx: RunContext, source_id: str) -> str:
+    failure = prepare_failure(ctx, source_id)
+    if failure is None:
+        return "not prepared; run `dareforge prepare` first"
+    reason = failure.reason.removeprefix(f"{source_id}: ")
+    return f"prepare failed for this source: {reason} (then run `dareforge prepare` again)"
 
 
 def build_source_tasks(

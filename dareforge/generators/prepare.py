@@ -41,6 +41,7 @@ from dareforge.schema import (
     ColumnProfile,
     Framing,
     PreparedSource,
+    PrepareFailure,
     Source,
     SourceFile,
     Task,
@@ -113,16 +114,39 @@ def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareRepo
     return report
 
 
+def prepare_failure(ctx: RunContext, source_id: str) -> PrepareFailure | None:
+    """Why the last prepare of a source failed, or None when it did not fail (or never ran)."""
+    rows = ctx.store.read_partition(PrepareFailure, source_id)
+    return rows[-1] if rows else None
+
+
+def _record_failure(ctx: RunContext, source_id: str, reason: str, report: PrepareReport) -> None:
+    """Store the reason where `generate` (another process, maybe another machine) can tell the user; an id
+    that names no stored source is a typo, not a source to remember."""
+    sources = ctx.store.read_partition(Source, source_id)
+    if not sources:
+        return
+    failure = PrepareFailure(source_id=source_id, source_version=sources[-1].version, reason=reason)
+    if ctx.store.write_records(source_id, [failure]):
+        report.written.append(ctx.store.table_key(PrepareFailure.table, source_id))
+
+
 def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: PrepareReport) -> None:
     """Every chosen framing of one source; the caller holds the source's lock."""
-    from dareforge.understand.stage import chosen_framings
+    from dareforge.understand.stage import why_none
 
-    framings = chosen_framings(ctx, source_id)
+    stored = ctx.store.read_partition(Framing, source_id)
+    framings = [f for f in stored if f.status == "chosen"]
     if not framings:
-        reason = f"{source_id}: no chosen framing; run `dareforge understand` (see `dareforge sources --why {source_id}`)"
+        found = (
+            f"the understand stage found no task in it ({why_none(stored)})" if stored else "not understood"
+        )
+        reason = (
+            f"{source_id}: {found}; run `dareforge understand` (see `dareforge sources --why {source_id}`)"
+        )
         report.failed.append(source_id)
         report.reasons[source_id] = reason
-    records = []
+    records: list[PreparedSource] = []
     for framing in framings:
         label = f"{source_id}/{framing.framing}"
         try:
@@ -133,6 +157,11 @@ def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: Pre
             log.warning("prepare %s failed: %s", label, reason)
             report.failed.append(label)
             report.reasons[label] = reason
+    failed = [label for label in report.failed if label.split("/")[0] == source_id]
+    if failed:
+        _record_failure(ctx, source_id, "; ".join(report.reasons[label] for label in failed), report)
+    elif framings:
+        ctx.store.remove_prefix(ctx.store.table_key(PrepareFailure.table, source_id))
     if records:
         _write_records(ctx, source_id, records, report)
     if any(label.startswith(f"{source_id}/") for label in report.prepared):
@@ -300,7 +329,15 @@ def _version(ctx: RunContext, source: Source, framing: Framing) -> str:
         override.model_dump(mode="json") if override else None,
         facts,
         framing.model_dump(
-            mode="json", include={"framing", "table_file", "time_axis", "excluded_columns", "id_column"}
+            mode="json",
+            include={
+                "framing",
+                "table_file",
+                "time_axis",
+                "excluded_columns",
+                "dropped_columns",
+                "id_column",
+            },
         ),
     )
 
@@ -399,6 +436,40 @@ def _read_failure(table: _Table, exc: Exception) -> str:
     return (
         f"{sid}: cannot read {table.file.name} ({_first_line(exc)}); if the file is not UTF-8 set "
         f"sources.{sid}.encoding (e.g. latin-1), or pick another file with sources.{sid}.table"
+    )
+
+
+def _check_row_lengths(table: _Table, path: Path, encoding: str, delimiter: str, sniffed: int | None) -> None:
+    """Raise a `PrepareError` naming the first row whose field count differs from the header line's.
+
+    DuckDB's sniffer, given rows wider or narrower than the header, takes a data row for the header (columns
+    named "3", "4", ...) or gives up, and a ragged row past its sample fails the read; either way the real
+    problem is the ragged row. Called with the column count DuckDB found (None after a failed read), it scans
+    the file only when that count disagrees with the header line, so well-formed files cost one line. A
+    one-field first line is a title DuckDB skips on its own (a labelled table has at least two columns), not
+    a header to hold rows to.
+    """
+    with open(
+        path, encoding="utf-8-sig" if encoding == "utf-8" else encoding, errors="replace", newline=""
+    ) as fh:
+        rows = csv.reader(fh, delimiter=delimiter)
+        try:
+            header = next(rows, None)
+            if header is None or len(header) < 2 or sniffed == len(header):
+                return
+            ragged = next(
+                ((rows.line_num, len(row)) for row in rows if row and len(row) != len(header)), None
+            )
+        except csv.Error:  # Python's parser fails too (e.g. a field over its size limit): no verdict here
+            return
+    if ragged is None:
+        return
+    sid, (line, fields) = table.source_id, ragged
+    names = ", ".join(header[:10]) + (", ..." if len(header) > 10 else "")
+    raise PrepareError(
+        f"{sid}: {table.file.name} line {line} has {fields} fields but its header (line 1) has {len(header)} "
+        f"({names}); every row needs one field per header column: repair or remove the ragged rows (quote "
+        f"values that contain {delimiter!r}), or name another file with sources.{sid}.table"
     )
 
 
@@ -580,10 +651,16 @@ class Engine:
                 self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}")
                 described = self.con.execute("DESCRIBE src").fetchall()
                 return [_Column(name, dtype, dtype) for name, dtype, *_ in described]
-            options = f"delim={_lit(TABLE_SUFFIXES[suffix] or ',')}, header=true, encoding={_lit(encoding or 'utf-8')}"
+            delimiter, encoding = TABLE_SUFFIXES[suffix] or ",", encoding or "utf-8"
+            options = f"delim={_lit(delimiter)}, header=true, encoding={_lit(encoding)}"
             reader = f"read_csv({_lit(str(path))}, {options}"
-            sniffed = self.con.execute(f"DESCRIBE SELECT * FROM {reader})").fetchall()
-            self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}, all_varchar=true)")
+            try:
+                sniffed = self.con.execute(f"DESCRIBE SELECT * FROM {reader})").fetchall()
+                _check_row_lengths(table, path, encoding, delimiter, len(sniffed))
+                self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT * FROM {reader}, all_varchar=true)")
+            except duckdb.InvalidInputException:  # how a ragged row past the sniffer's sample fails the read
+                _check_row_lengths(table, path, encoding, delimiter, None)
+                raise
         stored = self.con.execute("DESCRIBE src").fetchall()
         types = {name: dtype for name, dtype, *_ in sniffed}
         return [_Column(name, "VARCHAR", types.get(name, "VARCHAR")) for name, _dtype, *_ in stored]
@@ -596,25 +673,18 @@ class Engine:
             if suffix == ".parquet":
                 relation = f"SELECT COLUMNS(*)::VARCHAR FROM read_parquet({_lit(str(path))})"
             else:
-                options = (
-                    f"delim={_lit(TABLE_SUFFIXES[suffix] or ',')}, header=true, all_varchar=true, "
-                    f"encoding={_lit(encoding or 'utf-8')}"
-                )
+                delimiter, encoding = TABLE_SUFFIXES[suffix] or ",", encoding or "utf-8"
+                options = f"delim={_lit(delimiter)}, header=true, all_varchar=true, encoding={_lit(encoding)}"
                 relation = f"SELECT * FROM read_csv({_lit(str(path))}, {options})"
-            reader = self.con.sql(relation).to_arrow_reader(65_536)
-            # One pass: keep every `step`-th row; when more than `rows` are kept, double the step and keep
-            # every other one of them (so the sample stays systematic and in file order).
-            kept, position, step = [], 0, 1
-            for batch in reader:
-                first = (-position) % step
-                kept.append(batch.take(pa.array(range(first, batch.num_rows, step), type=pa.int64())))
-                position += batch.num_rows
-                while rows > 0 and sum(b.num_rows for b in kept) > rows:
-                    table = pa.Table.from_batches(kept, schema=reader.schema)
-                    kept = table.take(pa.array(range(0, table.num_rows, 2), type=pa.int64())).to_batches()
-                    step *= 2
-            sample = pa.Table.from_batches(kept, schema=reader.schema)
-        return sample, position
+            try:
+                reader = self.con.sql(relation).to_arrow_reader(65_536)  # sniffs the CSV once
+                if suffix != ".parquet":
+                    _check_row_lengths(table, path, encoding, delimiter, len(reader.schema))
+                return _systematic_sample(reader, rows)
+            except (duckdb.Error, UnicodeError, OSError, pa.ArrowException) as exc:
+                if suffix != ".parquet":
+                    _check_row_lengths(table, path, encoding, delimiter, None)
+                raise PrepareError(_read_failure(table, exc)) from exc
 
     # -- profiling ----------------------------------------------------------------------------------------
     def _profile(self, relation: str, columns: list[_Column], n: int, targets: set[str]) -> dict[str, _Stats]:
@@ -705,6 +775,12 @@ class Engine:
                 raise PrepareError(_read_failure(table, exc)) from exc
             if framing.time_axis is not None and framing.time_column:
                 columns = self._derive_time(columns, framing.time_axis, framing.time_column)
+            dropped = {c for c in framing.dropped_columns if c not in framing.target_columns}
+            if dropped:
+                # Out of the public files too: an agent (or the leakage check) would find the answer there.
+                kept = ", ".join(_q(c.name) for c in columns if c.name not in dropped)
+                self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT {kept} FROM src")
+                columns = [c for c in columns if c.name not in dropped]
             return self._prepare_loaded(source, override, table, version, scratch, columns, framing)
         finally:
             for statement in ("VIEW lab", "VIEW lab_all", "TABLE held_out", "TABLE src"):
@@ -769,7 +845,14 @@ class Engine:
             )
         if id_col is None:
             with _timed(sid, "find id"):
-                id_col = self._find_id(source, columns, by_name, labelled, {t.name for t in targets})
+                id_col = self._find_id(
+                    source,
+                    columns,
+                    by_name,
+                    labelled,
+                    {t.name for t in targets},
+                    set(framing.excluded_columns),
+                )
         synthetic = id_col is None
         if synthetic:
             row_id = ROW_ID if ROW_ID not in by_name else f"__{ROW_ID}"
@@ -955,11 +1038,17 @@ class Engine:
         by_name: dict[str, _Column],
         labelled: str,
         targets: set[str],
+        excluded: set[str],
     ) -> _Column | None:
         candidates = []
         if source.id_column in by_name:
             candidates.append(by_name[source.id_column])
-        candidates += [c for c in columns if re.search(ID_NAME, c.name.strip()) and c not in candidates]
+        # Columns the framing leaves out (a row number in file order) are never the id.
+        candidates += [
+            c
+            for c in columns
+            if re.search(ID_NAME, c.name.strip()) and c not in candidates and c.name not in excluded
+        ]
         for col in candidates:
             if col.name in targets:
                 continue
@@ -995,6 +1084,21 @@ class Engine:
             if distinct > self.cfg.max_classes:
                 return TaskType.REGRESSION
         return TaskType.CLASSIFICATION
+
+
+def _systematic_sample(reader: pa.RecordBatchReader, rows: int) -> tuple[pa.Table, int]:
+    """(every `step`-th row, rows read) in one pass: when more than `rows` are kept, the step doubles and every
+    other kept row goes, so the sample stays systematic and in file order."""
+    kept, position, step = [], 0, 1
+    for batch in reader:
+        first = (-position) % step
+        kept.append(batch.take(pa.array(range(first, batch.num_rows, step), type=pa.int64())))
+        position += batch.num_rows
+        while rows > 0 and sum(b.num_rows for b in kept) > rows:
+            so_far = pa.Table.from_batches(kept, schema=reader.schema)
+            kept = so_far.take(pa.array(range(0, so_far.num_rows, 2), type=pa.int64())).to_batches()
+            step *= 2
+    return pa.Table.from_batches(kept, schema=reader.schema), position
 
 
 def _time_sql(axis: TimeAxis) -> str | None:

@@ -136,8 +136,9 @@ def public_card(meta: dict[str, Any]) -> str:
         "## How tasks are graded",
         "",
         "The agent's `predictions.csv` must hold the metric's key columns and target columns, one row per row of "
-        "`test.csv`; rows are joined on the key columns' exact text. A missing or malformed file scores the "
-        "metric's worst value.",
+        "`test.csv`; rows are joined on the key columns: a key whose answers are all integers matches by "
+        "integer value (`12.0` finds `12`, `12.5` finds nothing), any other key by its exact text (`007` is "
+        "not `7`). A missing or malformed file scores the metric's worst value.",
         "",
         "| family | the agent | score |",
         "|---|---|---|",

@@ -559,6 +559,7 @@ def _build_release(
         test_share=test_share,
         seed=seed,
         previous=previous_sides,
+        families={s: {t.family for t in selection.tasks if t.source_id == s} for s in source_ids},
     )
     tasks = sorted(selection.tasks, key=lambda t: (sides[t.source_id], t.source_id, t.family, t.seed, t.id))
     public_rows = [_public_row(t, sides[t.source_id]) for t in tasks]
@@ -660,6 +661,7 @@ def _build_release(
         "split_rule": {
             "by": "source",
             "test": "most recently updated",
+            "families": "each family on both sides where its sources allow",
             "test_share": test_share,
             "seed": seed,
             "sticky": sticky,

@@ -9,13 +9,20 @@ which is stable across runs and machines.
 Assignments are sticky: a source keeps the side it had in the previous release version, and only sources new
 to the release are placed, so a refresh never moves a test source into train (leaking it) or a train source
 into test (contaminating it). New sources fill the test side up to the target share, most recent first.
+
+Every task family should be on both sides: a test split of tabular sources alone says nothing about time
+series. So, family by family in name order, a family that test lacks brings in its most recent new source from
+train, and a family that train lacks sends its least recent new source from test to train, each move only
+when the side it leaves still holds every family of the moved source. A move therefore never takes a family
+away from either side; the test share bends by those moves, and a family with a single source (or whose
+sources all sit where a previous version put them) stays on one side.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 
 from dareforge.schema import Source
@@ -60,8 +67,10 @@ def assign_splits(
     test_share: float = DEFAULT_TEST_SHARE,
     seed: str = DEFAULT_SEED,
     previous: Mapping[str, str] | None = None,
+    families: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, str]:
-    """Map every source id in `dates` to `train` or `test`, keeping the sides given in `previous`."""
+    """Map every source id in `dates` to `train` or `test`, keeping the sides given in `previous` and, where
+    the sources allow, every family of `families` (source id -> the families of its tasks) on both sides."""
     if not 0.0 <= test_share <= 1.0:
         raise ValueError(f"test_share must be within [0, 1], got {test_share}")
     order = recency_order(dates, seed)
@@ -79,4 +88,25 @@ def assign_splits(
             splits[next(iter(new), order[0])] = TEST
         if TRAIN not in splits.values():
             splits[next(iter(reversed(new)), order[-1])] = TRAIN
+    if families:
+        _spread_families(splits, new, families)
     return {s: splits[s] for s in order}
+
+
+def _spread_families(
+    splits: dict[str, str], movable: list[str], families: Mapping[str, Collection[str]]
+) -> None:
+    """Move sources of `movable` (most recent first) so each family is on both sides; see the module doc."""
+
+    def held(side: str, without: str = "") -> set[str]:
+        return {f for s, on in splits.items() if on == side and s != without for f in families.get(s, ())}
+
+    for family in sorted({f for fs in families.values() for f in fs}):
+        for side, other, candidates in ((TEST, TRAIN, movable), (TRAIN, TEST, movable[::-1])):
+            if family in held(side):
+                continue
+            for source_id in candidates:
+                mine = set(families.get(source_id, ()))
+                if splits[source_id] == other and family in mine and mine <= held(other, without=source_id):
+                    splits[source_id] = side
+                    break

@@ -5,14 +5,19 @@ the problem and the fix. A bad answers file, an unknown metric or bad metric par
 benchmark's fault and raise `GradingError`.
 
 Both tables are read with every column as text (so an id "007" stays "007"), cells and header names
-stripped of surrounding whitespace. Rows are joined on the exact text of `MetricSpec.key_columns`; target
-values are converted to floats only for numeric metrics. Extra submission columns are ignored.
+stripped of surrounding whitespace. Rows are joined on `MetricSpec.key_columns`: a key column whose answers
+are all plain integers ("12", "-3", no leading zeros) matches by integer value, so "12.0" (what pandas writes
+back for an integer column that held a missing value) finds "12", while "12.5" matches nothing and is named
+in the error; every other key column (text, dates, zero-padded ids such as "007") matches on its exact text.
+Target values are converted to floats only for numeric metrics. Extra submission columns are ignored.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import re
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +65,12 @@ class GradeResult(BaseModel):
 
 class _Rejected(Exception):
     """A table problem; the caller decides whose fault it is."""
+
+
+PLAIN_INTEGER = re.compile(r"0|-?[1-9][0-9]*")
+"""An integer as str(int) writes it: the form that makes an answers key column integer-valued."""
+MAX_KEY_DIGITS = 100
+"""Longer numbers are left as text: no id has them, and int() of "1e999999999" would exhaust memory."""
 
 
 def grade(
@@ -173,7 +184,37 @@ def _check_duplicates(table: pd.DataFrame, keys: list[str], what: str) -> None:
         )
 
 
-def _check_keys(truth: pd.DataFrame, table: pd.DataFrame, keys: list[str]) -> None:
+def _integer_keys(truth: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The key columns whose answers are all plain integers; they match by integer value."""
+    return [k for k in keys if all(PLAIN_INTEGER.fullmatch(v) for v in truth[k])]
+
+
+def _integer_text(text: str) -> str | None:
+    """`text` as a plain integer when it is a whole number ("12.0", "1.2e1" -> "12"), else None."""
+    if PLAIN_INTEGER.fullmatch(text):
+        return text
+    if "_" in text:  # Decimal accepts "1_2"; an id with an underscore is text
+        return None
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return None
+    if not number.is_finite() or number.adjusted() > MAX_KEY_DIGITS or number != number.to_integral_value():
+        return None
+    return str(int(number))
+
+
+def _match_integer_keys(table: pd.DataFrame, integer_keys: list[str]) -> pd.DataFrame:
+    """The submission with whole-number values of integer key columns rewritten as plain integers."""
+    if not integer_keys:
+        return table
+    table = table.copy()
+    for column in integer_keys:
+        table[column] = [_integer_text(v) or v for v in table[column]]
+    return table
+
+
+def _check_keys(truth: pd.DataFrame, table: pd.DataFrame, keys: list[str], integer_keys: list[str]) -> None:
     both = truth[keys].merge(table[keys], on=keys, how="outer", indicator="__side__")
     missing = both.loc[both["__side__"] == "left_only", keys]
     extra = both.loc[both["__side__"] == "right_only", keys]
@@ -191,11 +232,24 @@ def _check_keys(truth: pd.DataFrame, table: pd.DataFrame, keys: list[str]) -> No
             f"{len(extra)} unexpected key(s) not in the test set, e.g. "
             f"{_key_text(keys, extra.iloc[0].tolist())}"
         )
-    raise _Rejected(
-        "; ".join(parts)
-        + f". Keys ({_names(keys)}) are compared as exact text: copy them unchanged from the "
-        "test file (e.g. '007', not '7' or '7.0') and predict every test row"
-    )
+    for column in integer_keys:
+        fractional = [v for v in extra[column] if _integer_text(v) is None and _is_number(v)]
+        if fractional:
+            parts.append(
+                f"key {column!r} holds whole numbers in the test set, but {len(fractional)} submission "
+                f"value(s) are not whole, e.g. {fractional[0]!r}; write the test file's integers"
+            )
+    if integer_keys:
+        rule = (
+            f"Integer keys ({_names(integer_keys)}) match by value ('12' == '12.0'), any other key by its "
+            "exact text: copy the keys from the test file and predict every test row"
+        )
+    else:
+        rule = (
+            f"Keys ({_names(keys)}) are compared as exact text: copy them unchanged from the test file "
+            "(e.g. '007', not '7' or '7.0') and predict every test row"
+        )
+    raise _Rejected("; ".join(parts) + f". {rule}")
 
 
 def _target_values(
@@ -241,6 +295,11 @@ def _target_values(
     return array
 
 
+def _is_number(text: str) -> bool:
+    number = _to_float(text)
+    return number is not None and math.isfinite(number)
+
+
 def _to_float(text: str) -> float | None:
     if "_" in text:
         return None
@@ -256,8 +315,10 @@ def _to_float(text: str) -> float | None:
 def _score(metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.DataFrame) -> float:
     keys, targets = metric.key_columns, metric.target_columns
     _check_columns(table, metric, "submission")
+    integer_keys = _integer_keys(truth, keys)
+    table = _match_integer_keys(table, integer_keys)
     _check_duplicates(table, keys, "submission")
-    _check_keys(truth, table, keys)
+    _check_keys(truth, table, keys, integer_keys)
 
     true_names = {c: f"__true{i}" for i, c in enumerate(targets)}
     pred_names = {c: f"__pred{i}" for i, c in enumerate(targets)}

@@ -7,7 +7,7 @@ into a failed grade); invalid *answers* or arguments raise `GradingError` (the b
 Label metrics (exact-match, accuracy, macro-f1, map-at-k) compare labels by a canonical text form: the
 value's text with surrounding whitespace stripped, and numbers reduced to their exact decimal value, so
 "1" == "1.0" == " 1 " but "a" != "A" and "007" == "7" (as labels, not as row keys: the grader joins keys
-on their exact text).
+on their exact text, or by integer value for keys whose answers are all integers).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
@@ -47,6 +48,15 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+def cut_end(text: str, limit: int) -> str:
+    """The start of `text` and a note of how much was cut, within `limit` characters (the kernel cuts an
+    exception's message the same way, `kernel_boot.cut_start`: what it cut is not cut again here)."""
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - len(f" [... {len(text)} characters cut]"))
+    return f"{text[:keep]} [... {len(text) - keep} characters cut]"
+
+
 def cut_traceback(text: str, limit: int) -> str:
     """Keep the end of a traceback (where the error is) within `limit` characters, saying how much was cut."""
     if len(text) <= limit:
@@ -64,16 +74,32 @@ def cut_traceback(text: str, limit: int) -> str:
         cut = len(text) - keep
 
 
+OUTPUT_NOTICE = "dareforge_output_dropped"
+"""iopub message type of the kernel's per-execution count of output it dropped (see `kernel_boot`)."""
+OUTPUT_TAIL_BYTES = 2000
+"""At most this much of the end of a truncated stream is kept (and never more than a tenth of the limit)."""
+
+
+def tail_bytes(limit: int) -> int:
+    return min(OUTPUT_TAIL_BYTES, limit // 10)
+
+
 class OutputBudget:
     """Captured output (stdout, stderr, result text) shares one byte budget; what is past it is dropped.
 
-    Each stream that lost bytes ends with a marker saying so; the kernel still runs to completion.
+    The kernel caps output where it is written and reports what it dropped (`kernel_notice`), with the end of
+    each truncated stream; this budget is the host's second line: it keeps at most `limit` bytes of what
+    arrives, whatever the kernel sends. Each stream that lost bytes ends with a note saying how many, the
+    setting that limits them, and the kept end; the kernel still runs to completion.
     """
 
     def __init__(self, limit: int):
         self.limit = limit
+        self.tail_limit = tail_bytes(limit)
         self.used = 0
         self.dropped: dict[str, int] = {}
+        self.kernel_dropped: dict[str, int] = {}
+        self.tails: dict[str, str] = {}
         self.parts: dict[str, list[str]] = {"stdout": [], "stderr": [], "result": []}
 
     def add(self, stream: str, text: str) -> None:
@@ -88,15 +114,33 @@ class OutputBudget:
             self.used = self.limit
         self.dropped[stream] = self.dropped.get(stream, 0) + len(data) - max(room, 0)
 
+    def kernel_notice(self, content: dict[str, Any]) -> None:
+        """The kernel's running count of bytes it dropped per stream this execution, and each stream's end.
+
+        Notices repeat with growing counts; a malformed one (the kernel is not trusted) is ignored."""
+        dropped, tails = content.get("dropped"), content.get("tails")
+        if not isinstance(dropped, dict) or not isinstance(tails, dict):
+            return
+        for stream, count in dropped.items():
+            if stream in self.parts and isinstance(count, int) and count > 0:
+                self.kernel_dropped[stream] = max(self.kernel_dropped.get(stream, 0), count)
+        for stream, tail in tails.items():
+            if stream in self.parts and isinstance(tail, str):
+                end = tail.encode("utf-8", "replace")[-self.tail_limit :] if self.tail_limit else b""
+                self.tails[stream] = end.decode("utf-8", "ignore")
+
     def text(self, stream: str, sep: str = "") -> str:
         text = sep.join(self.parts[stream])
-        if stream in self.dropped:
+        dropped = self.dropped.get(stream, 0) + self.kernel_dropped.get(stream, 0)
+        if dropped:
+            tail = self.tails.get(stream, "")
             text += (
-                f"\n[output truncated: the {self.limit}-byte output limit was reached; "
-                f"{self.dropped[stream]} more bytes of {stream} dropped]\n"
+                f"\n[output truncated: {dropped} bytes of {stream} past the {self.limit}-byte limit of this "
+                "execution were dropped (setting sandbox.max_output_bytes)"
             )
+            text += f"; its last {len(tail.encode())} bytes follow]\n{tail}" if tail else "]\n"
         return text
 
     @property
     def truncated(self) -> bool:
-        return bool(self.dropped)
+        return bool(self.dropped or self.kernel_dropped)

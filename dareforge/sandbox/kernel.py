@@ -1,8 +1,11 @@
 """`Sandbox`: one persistent, isolated Python kernel per trajectory (state survives between executions).
 
-Process tree: bwrap (host) -> the sandbox's pid 1 (bwrap's reaper) -> the launcher, exec'd into ipykernel.
-The host talks to the kernel over ZeroMQ ipc sockets in a per-launch folder bound into the sandbox.
-Per execution: past `seconds_per_execution` the kernel gets SIGINT; if it does not answer within
+Process tree: bwrap (host) -> the sandbox's pid 1 (bwrap's reaper) -> the launcher, exec'd into ipykernel
+(started by `kernel_boot`, which caps each execution's output where it is written). The host talks to the
+kernel over ZeroMQ ipc sockets in a per-launch folder bound into the sandbox; the kernel's own stdout and
+stderr go to a pipe the host drains into a bounded tail (`processes.LogTail`).
+Per execution: `seconds_per_execution` after the kernel began the code (its execute_input message; a request
+it has not begun within `begin_timeout_s` restarts it) the kernel gets SIGINT; if it does not answer within
 `interrupt_grace_s`, or processes it started are still running, the whole sandbox is killed (killing bwrap
 kills its PID namespace) and a fresh kernel is started on the same folders. A kernel that dies (RLIMIT_CPU,
 SIGKILL, a crash) is restarted the same way; `Execution.killed`/`restarted` record it.
@@ -33,7 +36,15 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import isolation, processes
 from dareforge.sandbox.errors import SandboxError
-from dareforge.sandbox.execution import Execution, OutputBudget, cut_traceback, strip_ansi
+from dareforge.sandbox.execution import (
+    OUTPUT_NOTICE,
+    Execution,
+    OutputBudget,
+    cut_end,
+    cut_traceback,
+    strip_ansi,
+    tail_bytes,
+)
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
@@ -42,7 +53,10 @@ CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 UID_RANGE = (1_000_000, 2_000_000)
 """Each isolated kernel runs as a uid of its own from this range: no host account, its own process budget."""
 KERNEL_ARGS = ("--HistoryManager.hist_file=:memory:", "--IPKernelApp.quiet=True")
+KERNEL_BOOT = (Path(__file__).parent / "kernel_boot.py").read_text()
+"""The kernel's main program (run with `python -c`: the sandbox cannot import dareforge): it caps output."""
 LOG_TAIL = 2000
+LOG_WAIT_S = 2.0
 STOP_TIMEOUT_S = 10.0
 
 
@@ -68,6 +82,7 @@ class Sandbox:
         *,
         interrupt_grace_s: float = 2.0,
         start_timeout_s: float = 60.0,
+        begin_timeout_s: float | None = None,
     ):
         self.inputs = Path(inputs).resolve()
         self.workspace = Path(workspace).resolve()
@@ -75,6 +90,9 @@ class Sandbox:
         self.seconds_per_execution = float(seconds_per_execution)
         self.interrupt_grace_s = interrupt_grace_s
         self.start_timeout_s = start_timeout_s
+        self.begin_timeout_s = start_timeout_s if begin_timeout_s is None else begin_timeout_s
+        """How long a kernel may take to begin a request's code (it answers nothing meanwhile) before it is
+        replaced; the per-execution limit counts from when it begins."""
         self.isolated = isolation.require(config)
         as_root = os.geteuid() == 0
         self.uid: int | None = _pick_uid() if self.isolated and as_root else None
@@ -85,7 +103,7 @@ class Sandbox:
         self._client: BlockingKernelClient | None = None
         self._proc: Any = None
         self._runtime: Path | None = None
-        self._log: Any = None
+        self._log: processes.LogTail | None = None
         self._reaper_pid: int | None = None
         self._kernel_pid: int | None = None
         self._launches = 0
@@ -167,19 +185,26 @@ class Sandbox:
         out = OutputBudget(self.config.max_output_bytes)
         for note in notes:
             out.add("stderr", note)
-        state: dict[str, Any] = {"error": None, "traceback": "", "idle": False, "reply": False}
+        state: dict[str, Any] = {"error": None, "traceback": "", "idle": False, "reply": False, "began": None}
         started = time.monotonic()
         msg_id = self._client.execute(
             code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
         )
-        outcome = self._collect(msg_id, started + self.seconds_per_execution, out, state)
+        outcome = self._collect(msg_id, out, state, started)
         timed_out = killed = must_restart = False
         error, traceback = state["error"], state["traceback"]
         lost = "the kernel was restarted (files kept, Python state lost)"
-        if outcome == "timeout":
+        if outcome == "stalled":
+            timed_out = must_restart = True
+            error = (
+                f"ExecutionLimit: the kernel did not begin the code within {self.begin_timeout_s:g} s; {lost}"
+            )
+        elif outcome == "timeout":
             timed_out = True
             self._interrupt()
-            outcome = self._collect(msg_id, time.monotonic() + self.interrupt_grace_s, out, state)
+            outcome = self._collect(
+                msg_id, out, state, started, until=time.monotonic() + self.interrupt_grace_s
+            )
             limit = f"ExecutionLimit: the execution ran past the {self.seconds_per_execution:g} s per-execution limit"
             traceback = state["traceback"]
             if outcome == "done" and not self._strays():
@@ -310,9 +335,16 @@ class Sandbox:
             "mkdirs": [home],
             "cwd": self.work_path,
         }
-        kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", str(conn), *KERNEL_ARGS]
+        limit = self.config.max_output_bytes
+        boot = {
+            "limit": limit,
+            "tail": tail_bytes(limit),
+            "notice": OUTPUT_NOTICE,
+            "error_chars": self.config.max_traceback_chars,
+        }
+        kernel = [sys.executable, "-c", KERNEL_BOOT, json.dumps(boot), "-f", str(conn), *KERNEL_ARGS]
         launcher = [sys.executable, "-I", "-S", "-c", isolation.LAUNCHER, json.dumps(spec)]
-        self._log = open(self._runtime / f"kernel{self._launches}.log", "w+b")  # noqa: SIM115
+        self._log = processes.LogTail(LOG_TAIL)
         fds: list[int] = []
         info_r = None
         try:
@@ -324,8 +356,8 @@ class Sandbox:
             self._proc = processes.Spawner.popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=self._log,
+                stdout=self._log.write_fd,
+                stderr=self._log.write_fd,
                 cwd=cwd,
                 env=self._env(home),
                 pass_fds=fds,
@@ -333,6 +365,7 @@ class Sandbox:
                 close_fds=True,
             )
         finally:
+            self._log.close_writer()
             for fd in fds:
                 os.close(fd)
         self._holder.update(proc=self._proc, group=group)
@@ -443,20 +476,40 @@ class Sandbox:
                 f"the kernel did not answer within {self.start_timeout_s:g} s of starting; log: {self._log_tail()}"
             )
 
-    def _collect(self, msg_id: str, deadline: float, out: OutputBudget, state: dict[str, Any]) -> str:
-        """Gather the execution's messages until its reply and idle status ("done"), `deadline` ("timeout") or
-        the kernel's death ("died")."""
+    def _collect(
+        self,
+        msg_id: str,
+        out: OutputBudget,
+        state: dict[str, Any],
+        sent: float,
+        until: float | None = None,
+    ) -> str:
+        """Gather the execution's messages until its reply and idle status ("done"), the kernel's death
+        ("died"), or a deadline: `until` if given ("timeout"), else `seconds_per_execution` after the kernel
+        began the code ("timeout"), or `begin_timeout_s` after `sent` if it has not begun by then ("stalled").
+
+        The clock starts when the kernel begins, not when the request is sent: before that ipykernel ignores
+        SIGINT, so an interrupt sent to a kernel slow to pick up the request (a busy machine) would be lost and
+        the kernel replaced for nothing. After an interrupt (`until` given) idle alone is enough: an interrupt
+        that lands in ipykernel just before or after the code ends the request without a reply, and the kernel,
+        idle and with its state, is fine."""
         client = self._client
         assert client is not None
         poller = zmq.Poller()
         poller.register(client.shell_channel.socket, zmq.POLLIN)
         poller.register(client.iopub_channel.socket, zmq.POLLIN)
-        while not (state["idle"] and state["reply"]):
+        while not (state["idle"] and (state["reply"] or until is not None)):
             if self._proc.poll() is not None:
                 return "died"
+            if until is not None:
+                deadline, expired = until, "timeout"
+            elif state["began"] is not None:
+                deadline, expired = state["began"] + self.seconds_per_execution, "timeout"
+            else:
+                deadline, expired = sent + self.begin_timeout_s, "stalled"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return "timeout"
+                return expired
             events = dict(poller.poll(max(1, int(min(remaining, 0.2) * 1000))))
             if client.iopub_channel.socket in events:
                 while client.iopub_channel.msg_ready():
@@ -469,25 +522,34 @@ class Sandbox:
                     state["reply"] = True
                     content = reply["content"]
                     if content.get("status") == "error" and state["error"] is None:
-                        state["error"] = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+                        state["error"] = self._error_line(content)
                         state["traceback"] = "\n".join(content.get("traceback", []))
                     elif content.get("status") == "aborted" and state["error"] is None:
                         state["error"] = "Aborted: the kernel aborted the execution"
         return "done"
 
-    @staticmethod
-    def _on_iopub(msg: dict[str, Any], msg_id: str, out: OutputBudget, state: dict[str, Any]) -> None:
+    def _error_line(self, content: dict[str, Any]) -> str:
+        """The line "ename: evalue", each cut to the traceback limit (an exception's message can be any size)."""
+        limit = self.config.max_traceback_chars
+        ename, evalue = str(content.get("ename", "Error")), str(content.get("evalue", ""))
+        return f"{cut_end(ename, limit)}: {cut_end(evalue, limit)}"
+
+    def _on_iopub(self, msg: dict[str, Any], msg_id: str, out: OutputBudget, state: dict[str, Any]) -> None:
         if msg["parent_header"].get("msg_id") != msg_id:
             return
         kind, content = msg["msg_type"], msg["content"]
-        if kind == "stream":
+        if kind == "execute_input" and state["began"] is None:
+            state["began"] = time.monotonic()
+        elif kind == OUTPUT_NOTICE:
+            out.kernel_notice(content)
+        elif kind == "stream":
             out.add("stderr" if content.get("name") == "stderr" else "stdout", content.get("text", ""))
         elif kind in ("execute_result", "display_data"):
             text = content.get("data", {}).get("text/plain")
             if text is not None:
                 out.add("result", text)
         elif kind == "error":
-            state["error"] = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+            state["error"] = self._error_line(content)
             state["traceback"] = "\n".join(content.get("traceback", []))
         elif kind == "status" and content.get("execution_state") == "idle":
             state["idle"] = True
@@ -527,12 +589,8 @@ class Sandbox:
     def _log_tail(self) -> str:
         if self._log is None:
             return ""
-        with contextlib.suppress(OSError, ValueError):
-            self._log.flush()
-            size = self._log.seek(0, os.SEEK_END)
-            self._log.seek(max(0, size - LOG_TAIL))
-            return self._log.read().decode("utf-8", "replace").strip()
-        return ""
+        dead = self._proc is not None and self._proc.poll() is not None
+        return self._log.text(wait_s=LOG_WAIT_S if dead else 0.0)
 
     def _stop(self) -> None:
         if self._client is not None:
@@ -554,7 +612,5 @@ class Sandbox:
                 deadline = time.monotonic() + STOP_TIMEOUT_S
                 while not processes.gone(self._reaper_pid) and time.monotonic() < deadline:
                     time.sleep(0.005)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._log = None  # its thread ends with the pipe, when the last process in the sandbox is gone
         self._reaper_pid = self._kernel_pid = None

@@ -19,6 +19,7 @@ the trajectory's first execution.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -178,6 +179,15 @@ class KernelPool:
         sandbox.workspace = workspace
 
     def _fill(self) -> None:
+        try:
+            self._fill_until_closed()
+        finally:
+            # jupyter_client made an event loop for this thread: close it with the thread. Left to the garbage
+            # collector, it may be finalized after its own sockets and print "Invalid file descriptor: -1".
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_event_loop_policy().get_event_loop().close()
+
+    def _fill_until_closed(self) -> None:
         while True:
             with self._cond:
                 while not self._closed and len(self._ready) + self._starting >= self.size:

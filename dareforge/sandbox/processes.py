@@ -48,6 +48,46 @@ class Spawner:
                 reply.put((False, exc))
 
 
+class LogTail:
+    """A pipe for a kernel's own stdout and stderr, drained by a thread that keeps only the last `keep` bytes.
+
+    What reaches it: bwrap's and the launcher's errors, ipykernel's messages, and whatever code in the sandbox
+    writes to the descriptors it inherited. The kernel caps its agent output (`kernel_boot`), but code can write
+    to these descriptors directly; drained into a bounded tail they cost the host neither disk nor memory.
+    """
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self._read, self.write_fd = os.pipe()
+        self._tail = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, name="sandbox-log", daemon=True)
+        self._thread.start()
+
+    def close_writer(self) -> None:
+        """Once the kernel process holds the write end: the host's copy would keep the pipe from ending."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def text(self, wait_s: float = 0.0) -> str:
+        """The kept end; `wait_s` lets a process that just died finish writing (the pipe ends once every
+        process in the sandbox is gone)."""
+        if wait_s > 0:
+            self._thread.join(wait_s)
+        with self._lock:
+            return bytes(self._tail).decode("utf-8", "replace").strip()
+
+    def _drain(self) -> None:
+        try:
+            while chunk := os.read(self._read, 1 << 16):
+                with self._lock:
+                    self._tail += chunk
+                    del self._tail[: -self.keep]
+        finally:
+            os.close(self._read)
+
+
 def kill_process(holder: dict[str, Any]) -> None:
     """Kill the kernel process (and with it the sandbox) if it is still there."""
     proc = holder.get("proc")

@@ -94,6 +94,8 @@ NOT_OUTCOMES = re.compile(
     r"phone|fax|e_?mail|url|website|address|street)$"
 )
 """Places and contact details: features, never a prediction target."""
+TIME_PARTS = re.compile(r"(?i)^(year|yr|month|mon|day|week|weekday|quarter|qtr|date|hour|minute)s?$")
+"""Parts of a date say when a row was recorded; predicting them is no task."""
 
 
 @dataclass
@@ -164,7 +166,11 @@ def propose(
         excluded.setdefault(hint.column, hint.sentence)
     id_column = _id_column(sample, source if hints else None, override)
     for column in sample.columns:
-        if column.id_like and column.name != id_column and column.name not in excluded:
+        if column.name == id_column or column.name in excluded:
+            continue
+        if column.sequential:
+            excluded[column.name] = "numbers the rows in file order (which may follow the target)"
+        elif column.id_like:
             excluded[column.name] = "unique per row: a key, not a feature"
     axes = find_axes(sample, text.series_object)
     axis = _series_axis(axes, source if hints else None, override)
@@ -173,7 +179,11 @@ def propose(
     tabular = [c for c in sample.columns if c.name not in skip and c.missing_share <= 0.5]
     axis_parts = axis.parts if axis is not None else set()
     for position, column in enumerate(tabular):
-        if column.name in axis_parts or NOT_OUTCOMES.match(column.name.strip()):
+        if (
+            column.name in axis_parts
+            or NOT_OUTCOMES.match(column.name.strip())
+            or TIME_PARTS.search(column.name)
+        ):
             continue
         task_type = label_type(column, config, text)
         if task_type is None:
@@ -218,9 +228,9 @@ def _id_column(sample: Sample, source: Source | None, override: SourceOverride |
     for wanted in (override.id_column if override else None, source.id_column if source else None):
         if wanted and sample.column(wanted) is not None:
             return wanted
-    keys = [
-        c for c in sample.columns if c.id_like and (c.sequential or re.search(r"(?i)id|key|rownames", c.name))
-    ]
+    # A column that numbers the rows in file order is no id to keep: files are often sorted by the label, and
+    # such a number would give it away (prepare numbers rows in hash order instead).
+    keys = [c for c in sample.columns if c.id_like and not c.sequential and re.search(r"(?i)id|key", c.name)]
     return keys[0].name if keys else None
 
 

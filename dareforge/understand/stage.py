@@ -27,7 +27,7 @@ from dareforge.understand.propose import Candidate, Proposal, check, propose
 
 log = logging.getLogger(__name__)
 
-UNDERSTAND_FORMAT = 1
+UNDERSTAND_FORMAT = 4
 """Bump when the stage decides differently for the same inputs, so every source is understood again."""
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 RUNNERS_UP = 2
@@ -62,7 +62,7 @@ def understand(ctx: RunContext, source_ids: list[str] | None = None) -> Understa
             chosen = [f for f in framings if f.status == "chosen"]
             (report.framed if chosen else report.unframed).append(source_id)
             if not chosen and framings:
-                report.reasons[source_id] = _why_none(framings)
+                report.reasons[source_id] = why_none(framings)
             report.families.update(f.task_type.value for f in chosen if f.task_type)
             progress.advance(bar)
     return report
@@ -86,7 +86,8 @@ def chosen_pairs(ctx: RunContext) -> set[tuple[str, str]]:
     return {(r[0], r[1]) for r in rows}
 
 
-def _why_none(framings: list[Framing]) -> str:
+def why_none(framings: list[Framing]) -> str:
+    """Why a source has no chosen framing: the first few candidates' reasons."""
     reasons = [f"{f.target_columns[0] if f.target_columns else 'source'}: {f.reason}" for f in framings]
     return "; ".join(reasons[:3]) or "no candidate"
 
@@ -204,41 +205,59 @@ def _frame(ctx: RunContext, engine: Engine, source: Source, version: str) -> lis
 def _decide(
     ctx: RunContext, source: Source, sample: Sample, proposal: Proposal, version: str, table: str
 ) -> list[Framing]:
+    """Check candidates in rank order and choose one per family: for a table the first that passes; for a
+    series the first that passes and that a quick model forecasts, else the first that passes (a series few
+    models can forecast makes tasks the gate rejects)."""
     limit = ctx.config.understand.candidates_checked
     framings: list[Framing] = []
+
+    def record(candidate: Candidate, status: str, reason: str) -> None:
+        framings.append(_record(source, sample, proposal, candidate, version, table, status, reason))
+
     for family in ("tabular", "series"):
         ranked = [c for c in proposal.candidates if c.family == family]
         winner: Candidate | None = None
-        runners_up = 0
-        for rank, candidate in enumerate(ranked):
-            if winner is not None or rank >= limit:
-                if runners_up < RUNNERS_UP:
-                    beaten = winner.target if winner else f"the {limit} best-ranked candidates"
-                    reason = f"ranked below {beaten} (score {candidate.score:g}); not checked"
-                    framings.append(
-                        _record(source, sample, proposal, candidate, version, table, "rejected", reason)
-                    )
-                    runners_up += 1
-                continue
+        for candidate in ranked[:limit]:
             candidate.outcome = check(candidate, sample, proposal, ctx.config)
-            if candidate.outcome.passed:
+            if candidate.outcome.passed and (family == "tabular" or candidate.outcome.forecastable):
                 winner = candidate
+                break
+        passed = [c for c in ranked[:limit] if c.outcome and c.outcome.passed]
+        winner = winner or (passed[0] if passed else None)
+        runners_up = 0
+        for candidate in ranked:
+            outcome = candidate.outcome
+            if candidate is winner:
+                better = [c.target for c in passed if ranked.index(c) < ranked.index(winner)]
                 reason = f"best-ranked {family} candidate that passed every check (score {candidate.score:g})"
-                framings.append(
-                    _record(source, sample, proposal, candidate, version, table, "chosen", reason)
+                if better:
+                    reason += f"; forecasts better than the higher-ranked {', '.join(better)}"
+                record(candidate, "chosen", reason)
+            elif outcome is not None and not outcome.passed:
+                record(candidate, "rejected", _failure_reason(source, sample, table, candidate))
+            elif outcome is not None:
+                record(
+                    candidate,
+                    "rejected",
+                    f"passed its checks, but {winner.target} was chosen (see its reason)",
                 )
-            else:
-                reason = candidate.outcome.reason.replace("sources.<id>", f"sources.{source.id}")
-                if candidate.target not in {c.name for c in sample.columns}:
-                    shown = ", ".join(c.name for c in sample.columns[:30])
-                    reason = (
-                        f"sources.{source.id}.target names {candidate.target!r}, which is not a column of "
-                        f"{table} (columns: {shown}); fix sources.{source.id}.target"
-                    )
-                framings.append(
-                    _record(source, sample, proposal, candidate, version, table, "rejected", reason)
+            elif runners_up < RUNNERS_UP:
+                beaten = winner.target if winner else f"the {limit} best-ranked candidates"
+                record(
+                    candidate, "rejected", f"ranked below {beaten} (score {candidate.score:g}); not checked"
                 )
+                runners_up += 1
     return framings
+
+
+def _failure_reason(source: Source, sample: Sample, table: str, candidate: Candidate) -> str:
+    if candidate.target not in {c.name for c in sample.columns}:
+        shown = ", ".join(c.name for c in sample.columns[:30])
+        return (
+            f"sources.{source.id}.target names {candidate.target!r}, which is not a column of {table} "
+            f"(columns: {shown}); fix sources.{source.id}.target"
+        )
+    return candidate.outcome.reason.replace("sources.<id>", f"sources.{source.id}")
 
 
 def _record(
@@ -256,6 +275,13 @@ def _record(
     excluded = sorted({*proposal.excluded, *leaks} - {candidate.target})
     axis = candidate.axis
     series = axis is not None and candidate.family == "series"
+    axis_parts = axis.parts if series else set()
+    numbering = [
+        c.name
+        for c in sample.columns
+        if c.sequential and c.name != proposal.id_column and c.name not in axis_parts
+    ]
+    dropped = sorted({*leaks, *numbering} - {candidate.target})
     known = []
     if series:
         skip = {candidate.target, proposal.id_column, candidate.entity, *excluded, *axis.parts}
@@ -274,6 +300,7 @@ def _record(
         entity_column=candidate.entity if series else None,
         known_columns=known,
         excluded_columns=excluded,
+        dropped_columns=dropped,
         confidence=candidate.confidence,
         proposers=sorted(candidate.proposers),
         evidence=candidate.evidence,
