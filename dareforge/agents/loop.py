@@ -198,7 +198,7 @@ async def play(
     executor: Executor | None,
     protocol: TagsProtocol | ToolsProtocol | None = None,
 ) -> Episode:
-    """The conversation itself; the sandbox is started lazily, at the first code action."""
+    """The conversation itself; the sandbox is handed out at once and started at the first code action."""
     protocol = protocol or protocol_for("tags")
     loop = asyncio.get_running_loop()
     episode = Episode()
@@ -299,11 +299,10 @@ async def play(
         return episode
     finally:
         if sandbox is None:
+            # Never needed: a sandbox that could not be had does not fail an episode that ran no code.
             try:
                 sandbox = await handing_out
-            except (
-                Exception
-            ):  # never needed: a sandbox that could not be had does not fail a codeless episode
+            except Exception:
                 sandbox = None
         if sandbox is not None:
             await loop.run_in_executor(executor, sandbox.close)
