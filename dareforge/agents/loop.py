@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dareforge.agents.grading import PASS_BARS, PREDICTIONS, grade_predictions, is_if, passed
-from dareforge.agents.protocol import Action, TagsProtocol, ToolsProtocol, protocol_for, truncate
+from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, truncate
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.schema import SourceFile, Step, Task, Trajectory
 from dareforge.scratch import temp_root
@@ -196,7 +196,7 @@ async def play(
     sample: int,
     max_tokens: int | None,
     executor: Executor | None,
-    protocol: TagsProtocol | ToolsProtocol | None = None,
+    protocol: AgentProtocol | None = None,
 ) -> Episode:
     """The conversation itself; the sandbox is handed out at once and started at the first code action."""
     protocol = protocol or protocol_for("tags")

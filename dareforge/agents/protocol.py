@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from dareforge.errors import ConfigError
 from dareforge.schema import Task, ToolCall
@@ -173,6 +173,29 @@ class Reading:
     @property
     def usable(self) -> bool:
         return any(a.kind != "invalid" for a in self.actions)
+
+
+class AgentProtocol(Protocol):
+    """What the engine asks of a protocol: the prompts, the request's extra parameters, how a reply is read, how an
+    action's result goes back, the observation's notes about a reply, the nudge after a reply with nothing usable,
+    and the words for "finish now"."""
+
+    name: str
+    finish_now: str
+
+    def system_prompt(self, task: Task) -> str: ...
+
+    def task_prompt(self, task: Task) -> str: ...
+
+    def chat_params(self, task: Task) -> dict[str, Any]: ...
+
+    def read(self, result: Any) -> Reading: ...
+
+    def answer(self, action: Action, text: str) -> dict[str, Any]: ...
+
+    def notes(self, reading: Reading) -> list[str]: ...
+
+    def nudge(self, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]: ...
 
 
 def _cut_note(finish_reason: str | None) -> str:
@@ -384,10 +407,10 @@ def read_call(call: ToolCall) -> Action:
     return Action("answer", message if isinstance(message, str) else json.dumps(message), call.id)
 
 
-PROTOCOLS: dict[str, TagsProtocol | ToolsProtocol] = {"tags": TagsProtocol(), "tools": ToolsProtocol()}
+PROTOCOLS: dict[str, AgentProtocol] = {"tags": TagsProtocol(), "tools": ToolsProtocol()}
 
 
-def protocol_for(name: str) -> TagsProtocol | ToolsProtocol:
+def protocol_for(name: str) -> AgentProtocol:
     """The protocol named by an endpoint's `protocol` setting."""
     try:
         return PROTOCOLS[name]

@@ -33,6 +33,7 @@ from dareforge.agents.protocol import (
     PYTHON_TOOL,
     SUBMIT_TOOL,
     Action,
+    AgentProtocol,
     Reading,
     TagsProtocol,
     ToolsProtocol,
@@ -94,8 +95,8 @@ def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
 def _converted(
     trajectory: Trajectory,
     task: Task,
-    source: TagsProtocol | ToolsProtocol,
-    target: TagsProtocol | ToolsProtocol,
+    source: AgentProtocol,
+    target: AgentProtocol,
 ) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": target.system_prompt(task)},
@@ -125,7 +126,7 @@ def _converted(
     return messages
 
 
-def _reading(source: TagsProtocol | ToolsProtocol, step: Step) -> Reading:
+def _reading(source: AgentProtocol, step: Step) -> Reading:
     if isinstance(source, TagsProtocol):
         return source.read(_Text(step.content))
     actions = tuple(read_call(c) for c in step.tool_calls)
@@ -141,7 +142,7 @@ class _Text:
 
 
 def _reply(
-    trajectory: Trajectory, reading: Reading, target: TagsProtocol | ToolsProtocol, number: int
+    trajectory: Trajectory, reading: Reading, target: AgentProtocol, number: int
 ) -> tuple[dict[str, Any], dict[str | None, str]]:
     """The assistant message of one reply in the target form, and how its source call ids map to the target's."""
     content = reading.message["content"]
@@ -177,9 +178,7 @@ def _reply(
     return {"role": "assistant", "content": text}, {}  # tags answers name no call
 
 
-def _adapted(
-    text: str, source: TagsProtocol | ToolsProtocol, target: TagsProtocol | ToolsProtocol, reading: Reading
-) -> str:
+def _adapted(text: str, source: AgentProtocol, target: AgentProtocol, reading: Reading) -> str:
     """An observation in the target's words: the source's notes about the reply dropped, the last line's
     protocol wording swapped."""
     notes = set(source.notes(reading))
