@@ -214,7 +214,9 @@ async def play(
     say({"role": "user", "content": protocol.task_prompt(task)})
     # The sandbox is handed out while the first reply is awaited (a pool's hand-out may wait for a kernel to be
     # reset; that wait then overlaps the model's latency instead of following it). It is started at the first
-    # code action (a no-op for a pooled kernel), so an episode without code starts no cold kernel.
+    # code action (a no-op for a pooled kernel), so an episode without code starts no cold kernel; a pooled one
+    # it has been handed is spent all the same (a pool discards every kernel it hands out): the price of not
+    # waiting for kernels, paid only by models that never run code.
     handing_out = loop.run_in_executor(
         executor, _hand_out, sandbox_factory, inputs, workspace, float(limits.seconds_per_execution)
     )
