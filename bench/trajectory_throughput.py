@@ -4,6 +4,11 @@ synthesis (K samples per task for training data), the two users of the episode e
 Baseline from the same run: the concurrency-bound ideal, C episodes at a time, each costing its model calls'
 latency and nothing else. The ratio (ideal time / measured time) shows what sandboxes, the kernel pool,
 grading and bookkeeping cost on top (aim >= 0.9). Every episode is real: a sandboxed kernel runs the code.
+
+Where the rest goes, per episode, from the trajectories' own timings: the model calls (their latency, plus
+waiting for the client's concurrency slot and the event loop), the executions in the kernel, and the rest of the
+episode (kernel hand-out and start not hidden behind the first call, grading, listing the workspace); what is
+left of the wall time beyond the episodes is the runner's (materializing files, writing each trajectory).
 """
 
 from __future__ import annotations
@@ -62,10 +67,23 @@ def main() -> None:
         )
         _print("evaluate", report.ran, time.perf_counter() - started)
         print(f"  outcomes: {dict(report.outcomes)}")
+        _breakdown(report.trajectories)
         started = time.perf_counter()
         sampled = synthesize(ctx, "bench", samples=SAMPLES, temperature=0.7, split="all")
         _print("synthesize", sampled.ran, time.perf_counter() - started)
         print(f"  {sampled.summary()}")
+
+
+def _breakdown(trajectories) -> None:
+    n = len(trajectories)
+    model = sum(s.seconds or 0 for t in trajectories for s in t.steps if s.role == "assistant") / n
+    runs = sum(s.seconds or 0 for t in trajectories for s in t.steps if s.role == "execution") / n
+    episode = sum(t.seconds for t in trajectories) / n
+    ideal = CALLS_PER_EPISODE * LATENCY_S
+    print(
+        f"  per episode: {episode:.2f}s = model calls {model:.2f}s (ideal {ideal:.2f}s) + executions {runs:.2f}s "
+        f"+ hand-out, grading, files {episode - model - runs:.2f}s"
+    )
 
 
 def _print(what: str, episodes: int, wall: float) -> None:

@@ -260,6 +260,12 @@ class EndpointConfig(Section):
     timeout_s: float = 120.0
     max_retries: int = 4
     backoff_s: float = 1.0
+    protocol: Literal["tags", "tools"] = Field(
+        "tags",
+        description="How agents talk to this endpoint: `tags` (<code>/<answer> in the reply text, any chat "
+        "server) or `tools` (the chat API's tool calling: a `python` tool and a `submit` tool; the server must "
+        "support `tools`).",
+    )
 
 
 class LocalModelConfig(Section):

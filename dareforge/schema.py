@@ -355,18 +355,37 @@ class Verdict(Record):
     thresholds_fingerprint: str
 
 
-class Step(BaseModel):
-    """One message of a trajectory; an assistant turn may carry code, and its execution the output."""
+class ToolCall(BaseModel):
+    """One tool call of a model reply, as the endpoint sent it: `arguments` is the raw text, parsed or not."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    role: Literal["system", "user", "assistant", "execution"]
+    id: str
+    name: str
+    arguments: str
+
+
+class Step(BaseModel):
+    """One message of a trajectory; an assistant turn may carry code, and its execution the output.
+
+    Roles: `system`, `user` and `assistant` are messages as the model saw them; `tool` is the answer to one tool
+    call (`tool_call_id`) under the tools protocol; `execution` is a kernel run, recorded but never sent.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant", "execution", "tool"]
     content: str
     code: str | None = None
     error: str | None = None
     seconds: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list, description="An assistant reply's tool calls.")
+    tool_call_id: str | None = Field(None, description="The call a `tool` message answers.")
+    drift: str | None = Field(
+        None, description="How an assistant reply strayed from the protocol and was still read (tags)."
+    )
 
 
 Outcome = Literal[
@@ -376,9 +395,17 @@ Outcome = Literal[
     "execution-limit",
     "turn-limit",
     "format-error",
+    "no-code",
     "llm-error",
 ]
-"""How an agent's attempt ended; the failure categories of DARE-bench's tables."""
+"""How an agent's attempt ended; the failure categories of DARE-bench's tables, plus `no-code` (no reply held
+code to run in any form the protocol reads, nor a tool call that tried to, and no valid predictions were
+written), told apart from `format-error` (the model drifted from the protocol: code ran, or was tried in an
+unreadable tool call, but the last reply could not be read, or the predictions file is missing or ill-formed).
+See `dareforge.agents.loop.classify`."""
+
+ProtocolName = Literal["tags", "tools"]
+"""How an agent talks to its model: tags in the reply text, or the chat API's native tool calls."""
 
 
 class Trajectory(Record):
@@ -393,6 +420,7 @@ class Trajectory(Record):
     model: str
     sample: int = 0
     temperature: float = 0.0
+    protocol: ProtocolName = "tags"
     steps: list[Step]
     files: list[SourceFile] = Field(
         default_factory=list, description="Files the agent left in its workspace."

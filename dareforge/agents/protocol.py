@@ -1,17 +1,43 @@
-"""The agent protocol (DSGym / DARE-bench style): tags the model writes, and the messages it gets back.
+"""The agent protocols: how the model is told what it may do, how its replies are read, and how the kernel's
+output goes back to it. Two protocols, one engine: everything after a reply is read (sandbox, limits, grading,
+the trajectory record and its failure categories) is `dareforge.agents.loop`'s, the same for both.
 
-A reply holds `<reasoning>...</reasoning>`, then either `<code>...</code>` (Python run in a persistent kernel)
-or `<answer>...</answer>` (the episode ends; `predictions.csv` in the working directory is graded). A reply
-may hold a last `<code>` block and the `<answer>`: the code runs, then the episode ends. The kernel's output
-comes back as the next user message, truncated to `OUTPUT_CHARS`.
+**tags** (DSGym / DARE-bench style; any chat server). A reply holds `<reasoning>...</reasoning>`, then either
+`<code>...</code>` (Python run in a persistent kernel) or `<answer>...</answer>` (the episode ends;
+`predictions.csv` in the working directory is graded). A reply may hold a last `<code>` block and the
+`<answer>`: the code runs, then the episode ends. The kernel's output comes back as the next user message,
+truncated to `OUTPUT_CHARS`. How a reply is read (`parse_reply`), as one rule:
+
+- tags inside a closed `<reasoning>` never count;
+- the code is the first `<code>` block, or a `<code>` left open at the end of the reply (a reply cut by the token
+  limit), or, when the reply has no `<code>` tag at all, its first ``` fence marked python (or unmarked), wherever
+  it stands: the whole reply, after prose, inside a tag left open;
+- where that code text holds a ``` fence, the fence's content is the code (an unclosed fence runs to the end);
+- the answer is the last `<answer>`.
+
+A reply read by the fence or open-tag part of the rule runs like any other and records how it strayed
+(`Step.drift`); the observation reminds the model of the tags. A reply with nothing to run or answer is a format
+error of that turn. So an episode whose replies never held code in any form ends as `no-code`, and one that ran
+code and then stopped following the protocol as `format-error` (see `dareforge.agents.loop.classify`).
+
+**tools** (the chat API's native tool calling; the server must support `tools`). The request carries two tools:
+`python` (`{"code": str}`, run in the kernel; the output comes back as a `tool` message answering the call) and
+`submit` (`{"message": str}`: every task family is graded on `predictions.csv`, so submitting carries no answer
+of its own). A reply may hold several calls: they run in order, and `submit` ends the episode at once. A call
+whose arguments are not a JSON object of the right shape, or that names no known tool, runs nothing: it is
+answered with what is wrong, and recorded with its raw text (`Step.tool_calls`, and the answering `tool`
+step's `error`). A reply without any usable call is a format error of that turn, as in tags.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from dareforge.schema import Task
+from dareforge.errors import ConfigError
+from dareforge.schema import Task, ToolCall
 
 OUTPUT_CHARS = 4000
 """Most characters of kernel output sent back to the model (head and tail are kept)."""
@@ -55,12 +81,14 @@ Rules:
 
 @dataclass(frozen=True)
 class Parsed:
-    """What a reply asks for; `code` and `answer` are None when their tag is absent."""
+    """What a tags reply asks for; `code` and `answer` are None when absent. `drift` says how the reply strayed
+    from the tags when its code was still read (see the module doc)."""
 
     reasoning: str | None
     code: str | None
     answer: str | None
     extra_code_blocks: int = 0
+    drift: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -71,30 +99,42 @@ _TAG = {
     name: re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL | re.IGNORECASE)
     for name in ("reasoning", "code", "answer")
 }
+_CODE_TAG = re.compile(r"<code>", re.IGNORECASE)
 _OPEN_CODE = re.compile(r"<code>(.*)\Z", re.DOTALL | re.IGNORECASE)
-_FENCE = re.compile(r"\A\s*```[A-Za-z0-9_+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+PYTHON_FENCES = frozenset({"", "python", "py", "python3", "ipython"})
+"""Fence labels whose block runs when a reply has no `<code>` tag (an unmarked fence is taken as Python)."""
 
 
-def _strip_fence(code: str) -> str:
-    match = _FENCE.match(code)
-    return (match.group(1) if match else code).strip("\n")
+def _code_in(text: str) -> str:
+    """The code of a `<code>` block: its first fence's content when it holds one, else all of it."""
+    match = _FENCE.search(text)
+    return (match.group(2) if match else text).strip("\n")
+
+
+def _python_fences(text: str) -> list[str]:
+    return [m.group(2).strip("\n") for m in _FENCE.finditer(text) if m.group(1).lower() in PYTHON_FENCES]
 
 
 def parse_reply(text: str) -> Parsed:
-    """The tags of a reply. A `<code>` left open at the very end (a reply cut by the token limit) still counts."""
+    """The tags of a reply, read by the rule in the module doc."""
     reasoning = [m.strip() for m in _TAG["reasoning"].findall(text)]
     # Tags written inside the reasoning (e.g. "I will write <code> next") must not count as tags.
     outside = _TAG["reasoning"].sub("", text)
-    blocks = [_strip_fence(m) for m in _TAG["code"].findall(outside)]
+    blocks = [_code_in(m) for m in _TAG["code"].findall(outside)]
     answers = [m.strip() for m in _TAG["answer"].findall(outside)]
+    drift = None
     if not blocks and not answers and (open_code := _OPEN_CODE.search(outside)):
-        blocks = [_strip_fence(open_code.group(1))]
+        blocks, drift = [_code_in(open_code.group(1))], "a <code> tag left open"
+    elif not _CODE_TAG.search(outside) and (fenced := _python_fences(outside)):
+        blocks, drift = fenced, "a ``` fence instead of <code> tags"
     blocks = [b for b in blocks if b.strip()]
     return Parsed(
         reasoning="\n\n".join(reasoning) or None,
         code=blocks[0] if blocks else None,
         answer=answers[-1] if answers else None,
         extra_code_blocks=max(0, len(blocks) - 1),
+        drift=drift if blocks else None,
     )
 
 
@@ -102,7 +142,263 @@ def system_prompt(task: Task) -> str:
     return SYSTEM_PROMPT.format(turns=task.limits.turns, seconds=task.limits.seconds_per_execution)
 
 
-def task_prompt(task: Task) -> str:
+# -- both protocols behind one interface ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Action:
+    """One thing a reply asks for, in reply order: run `code`, end with `answer`, or nothing (`invalid`: a tool
+    call that cannot be read; `text` says why). `call_id` is the tool call it answers (tools protocol)."""
+
+    kind: Literal["code", "answer", "invalid"]
+    text: str
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A reply as a protocol reads it: the message that goes back into the conversation, its actions in order,
+    its tool calls as sent, how it strayed (tags), how many code blocks were ignored (tags), and, when nothing
+    in it can run or answer, what the turn's format error is."""
+
+    message: dict[str, Any]
+    actions: tuple[Action, ...]
+    tool_calls: tuple[ToolCall, ...] = ()
+    drift: str | None = None
+    ignored: int = 0
+    problem: str | None = None
+
+    @property
+    def code(self) -> str | None:
+        return next((a.text for a in self.actions if a.kind == "code"), None)
+
+    @property
+    def usable(self) -> bool:
+        return any(a.kind != "invalid" for a in self.actions)
+
+
+def _cut_note(finish_reason: str | None) -> str:
+    return (
+        " Your reply was cut at the token limit; keep replies shorter." if finish_reason == "length" else ""
+    )
+
+
+class TagsProtocol:
+    """`<reasoning>`, `<code>` and `<answer>` in the reply text; observations come back as user messages."""
+
+    name = "tags"
+    finish_now = "reply with <answer>"
+
+    def system_prompt(self, task: Task) -> str:
+        return system_prompt(task)
+
+    def task_prompt(self, task: Task) -> str:
+        return task_prompt(task)
+
+    def chat_params(self, task: Task) -> dict[str, Any]:
+        return {}
+
+    def read(self, result: Any) -> Reading:
+        text = result.text or ""
+        parsed = parse_reply(text)
+        actions = []
+        if parsed.code is not None:
+            actions.append(Action("code", parsed.code))
+        if parsed.answer is not None:
+            actions.append(Action("answer", parsed.answer))
+        return Reading(
+            message={"role": "assistant", "content": text},
+            actions=tuple(actions),
+            drift=parsed.drift,
+            ignored=parsed.extra_code_blocks,
+            problem=None if actions else "the last reply had no <code> or <answer> tag",
+        )
+
+    def answer(self, action: Action, text: str) -> dict[str, Any]:
+        return {"role": "user", "content": text}
+
+    def notes(self, reading: Reading) -> list[str]:
+        """Lines the observation of a reply's code adds about the reply itself."""
+        lines = []
+        if reading.drift:
+            lines.append(f"Your code was read from {reading.drift}; write code inside <code>...</code>.")
+        if reading.ignored:
+            lines.append(
+                f"Only the first <code> block ran; {reading.ignored} more were ignored (one per reply)."
+            )
+        return lines
+
+    def nudge(self, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]:
+        """The messages after a reply with nothing usable."""
+        return [
+            {
+                "role": "user",
+                "content": "Your reply had no <code>...</code> block and no <answer>...</answer>, so nothing ran."
+                f"{_cut_note(finish_reason)} Reply with <reasoning>...</reasoning> followed by either "
+                "<code>...</code> (Python to run) or <answer>...</answer> once predictions.csv is written.",
+            }
+        ]
+
+
+TOOLS_SYSTEM_PROMPT = """\
+You are an expert data scientist solving a tabular machine-learning task by writing and running Python code.
+
+You have two tools:
+- `python` runs code in a persistent Jupyter kernel (variables, imports and fitted models survive between calls)
+  and returns its output: printed text, warnings, the value of the last expression, or the error's traceback
+  (long output is cut in the middle, so print summaries, not whole tables).
+- `submit` ends the task, once `predictions.csv` is written and you have checked it.
+
+The kernel's working directory holds the task's files (`train.csv`, `test.csv`; they are read-only) and is where
+you write `predictions.csv`. In each reply, say briefly what you know so far and what you do next, then call a tool.
+
+Rules:
+- You may run code at most {turns} times; each run may take at most {seconds} seconds and is stopped after that.
+- Calls in one reply run in order; `submit` ends the task at once.
+- CPU only; no internet; no package installation. pandas, numpy, scipy, scikit-learn and statsmodels are available.
+- Only `predictions.csv` in the working directory is graded, against answers you cannot see.
+"""
+
+PYTHON_TOOL = "python"
+SUBMIT_TOOL = "submit"
+
+
+def tool_schemas(task: Task) -> list[dict[str, Any]]:
+    """The `tools` of a request for `task`, in the chat API's shape."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": PYTHON_TOOL,
+                "description": "Run Python code in the task's persistent Jupyter kernel and return its output "
+                f"(at most {task.limits.seconds_per_execution} seconds per run).",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"code": {"type": "string", "description": "Python code to run now."}},
+                    "required": ["code"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": SUBMIT_TOOL,
+                "description": "End the task: predictions.csv is written in the working directory and checked.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "message": {
+                            "type": "string",
+                            "description": "One short sentence saying that predictions.csv is written.",
+                        }
+                    },
+                    "required": ["message"],
+                },
+            },
+        },
+    ]
+
+
+class ToolsProtocol:
+    """The chat API's tool calls (`python`, `submit`); observations come back as `tool` messages."""
+
+    name = "tools"
+    finish_now = "call `submit`"
+
+    def system_prompt(self, task: Task) -> str:
+        return TOOLS_SYSTEM_PROMPT.format(turns=task.limits.turns, seconds=task.limits.seconds_per_execution)
+
+    def task_prompt(self, task: Task) -> str:
+        return task_prompt(task, finish="then call `submit`")
+
+    def chat_params(self, task: Task) -> dict[str, Any]:
+        return {"tools": tool_schemas(task)}
+
+    def read(self, result: Any) -> Reading:
+        text = result.text or ""
+        calls = tuple(getattr(result, "tool_calls", None) or ())
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = [call_message(c) for c in calls]
+        actions = tuple(read_call(c) for c in calls)
+        problem = None
+        if not calls:
+            problem = "the last reply called no tool"
+        elif not any(a.kind != "invalid" for a in actions):
+            problem = f"the last reply's calls could not be read: {actions[-1].text}"
+        return Reading(message=message, actions=actions, tool_calls=calls, problem=problem)
+
+    def answer(self, action: Action, text: str) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": action.call_id, "content": text}
+
+    def notes(self, reading: Reading) -> list[str]:
+        return []
+
+    def nudge(self, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]:
+        if reading.actions:  # unreadable calls: each is answered with what is wrong, which is the nudge
+            return []
+        return [
+            {
+                "role": "user",
+                "content": f"Your reply called no tool, so nothing ran.{_cut_note(finish_reason)} Call `python` "
+                "to run code, or `submit` once predictions.csv is written.",
+            }
+        ]
+
+
+MAX_SHOWN_ARGUMENTS = 300
+"""Most characters of a malformed call's raw arguments quoted in its error (the step keeps all of them)."""
+
+
+def call_message(call: ToolCall) -> dict[str, Any]:
+    """A tool call in the chat API's shape (as it goes back in the assistant message)."""
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def read_call(call: ToolCall) -> Action:
+    """What one tool call asks for; a call that cannot be read is `invalid`, saying why and quoting its text."""
+    raw = call.arguments
+    shown = raw if len(raw) <= MAX_SHOWN_ARGUMENTS else raw[:MAX_SHOWN_ARGUMENTS] + "..."
+    where = f"call {call.id} to `{call.name}`"
+
+    def invalid(why: str) -> Action:
+        return Action("invalid", f"{where}: {why}; its arguments were: {shown}", call.id)
+
+    if call.name not in (PYTHON_TOOL, SUBMIT_TOOL):
+        return Action(
+            "invalid",
+            f"call {call.id}: there is no tool named {call.name!r} (the tools are `python` and `submit`); "
+            f"its arguments were: {shown}",
+            call.id,
+        )
+    try:
+        args = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        return invalid(f"the arguments are not valid JSON ({exc.args[0]})")
+    if not isinstance(args, dict):
+        return invalid(f"the arguments are a JSON {type(args).__name__}, not an object")
+    if call.name == PYTHON_TOOL:
+        code = args.get("code")
+        if not isinstance(code, str) or not code.strip():
+            return invalid('the arguments have no "code" string')
+        return Action("code", code, call.id)
+    message = args.get("message", "")
+    return Action("answer", message if isinstance(message, str) else json.dumps(message), call.id)
+
+
+PROTOCOLS: dict[str, TagsProtocol | ToolsProtocol] = {"tags": TagsProtocol(), "tools": ToolsProtocol()}
+
+
+def protocol_for(name: str) -> TagsProtocol | ToolsProtocol:
+    """The protocol named by an endpoint's `protocol` setting."""
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise ConfigError(
+            f"agent protocol {name!r} is unknown; set `protocol` of the endpoint under `llm.endpoints` to one "
+            f"of {', '.join(PROTOCOLS)}"
+        ) from None
+
+
+def task_prompt(task: Task, finish: str = "then finish with <answer>") -> str:
     """The first user message: the instruction and what the working directory holds (no private facts)."""
     lines = [task.instruction.strip(), "", "Files in the working directory:"]
     for f in sorted(task.public_files, key=lambda f: f.name):
@@ -115,7 +411,7 @@ def task_prompt(task: Task) -> str:
             more = len(f.columns) - MAX_LISTED_COLUMNS
             line += f"; columns: {shown}" + (f" and {more} more" if more > 0 else "")
         lines.append(line)
-    lines += ["", "Write `predictions.csv` in the working directory, then finish with <answer>."]
+    lines += ["", f"Write `predictions.csv` in the working directory, {finish}."]
     return "\n".join(lines)
 
 

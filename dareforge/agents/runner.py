@@ -5,8 +5,9 @@ host-only answers it is graded against. `run_attempts` plays every attempt that 
 `trajectories` partition, `workers` at a time, writes each finished trajectory at once (an interrupted run
 resumes where it stopped) and returns them in attempt order.
 
-Trajectory ids hash task, endpoint, model, temperature, sample and the attempt's `kind` (empty for plain
-evaluation, e.g. "no-data" for a shortcut probe), so the same task played in another way is another record.
+Trajectory ids hash task, endpoint, model, temperature, sample, the attempt's `kind` (empty for plain
+evaluation, e.g. "no-data" for a shortcut probe) and the endpoint's protocol (when not `tags`), so the same task
+played in another way is another record.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dareforge.agents.grading import PASS_BARS, answers_file
-from dareforge.agents.loop import SandboxFactory, run_agent, trajectory_id
+from dareforge.agents.loop import SandboxFactory, endpoint_protocol, run_agent, trajectory_id
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
@@ -44,8 +45,8 @@ class Attempt:
     materialize: Materializer
     kind: str = ""
 
-    def trajectory_id(self, endpoint: str, model: str, temperature: float) -> str:
-        return trajectory_id(self.task.id, endpoint, model, temperature, self.sample, self.kind)
+    def trajectory_id(self, endpoint: str, model: str, temperature: float, protocol: str = "tags") -> str:
+        return trajectory_id(self.task.id, endpoint, model, temperature, self.sample, self.kind, protocol)
 
 
 @dataclass
@@ -183,10 +184,11 @@ async def _run(
     store = ctx.store
     endpoint = getattr(client.endpoint, "name", str(client.endpoint))
     model = getattr(client.endpoint, "model", "")
+    protocol = endpoint_protocol(client.endpoint)
     stored = {t.id: t for t in await asyncio.to_thread(store.read_partition, Trajectory, partition)}
     todo: list[Attempt] = []
     for attempt in attempts:
-        old = stored.get(attempt.trajectory_id(endpoint, model, temperature))
+        old = stored.get(attempt.trajectory_id(endpoint, model, temperature, protocol))
         if old is None or (rerun_llm_errors and old.outcome == "llm-error"):
             todo.append(attempt)
     write_lock = asyncio.Lock()
@@ -236,7 +238,7 @@ async def _run(
                 await client.__aexit__(None, None, None)
             if close_pool is not None:
                 await asyncio.to_thread(close_pool)
-    ordered = [stored[a.trajectory_id(endpoint, model, temperature)] for a in attempts]
+    ordered = [stored[a.trajectory_id(endpoint, model, temperature, protocol)] for a in attempts]
     return Played(ordered, ran=len(todo), reused=len(attempts) - len(todo))
 
 

@@ -1,6 +1,7 @@
 """Training-data exports of a release: SFT chat records and RL tasks with a reward, versioned like releases.
 
-- `sft.build_sft_export`: chosen trajectories as `messages` (and ShareGPT `conversations`) records;
+- `sft.build_sft_export`: chosen trajectories as `messages` (and ShareGPT `conversations`, and the tool-calling
+  form) records;
 - `rl.build_rl_export`: tasks as prompts, file lists and a reward spec, without answers;
 - `reward.reward` / `trajectory_reward`: DARE-bench's reward of a predictions file or a graded trajectory;
 - `base.load_export` / `list_export_versions` / `verify_export`: read finished versions under `exports/<name>/`.

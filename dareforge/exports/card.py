@@ -70,6 +70,7 @@ def sft_card(meta: dict[str, Any]) -> str:
         "",
         f'chats = load_dataset("<this folder or Hub repo>", split="{splits[0]}")  # `messages`',
         f'sharegpt = load_dataset("<this folder or Hub repo>", "sharegpt", split="{splits[0]}")  # `conversations`',
+        f'tools = load_dataset("<this folder or Hub repo>", "tools", split="{splits[0]}")  # `messages`, `tools`',
         "```",
         "",
         "Each row is one trajectory: `id`, `task_id`, `family`, `split` (the task's side in the source release: "
@@ -77,7 +78,10 @@ def sft_card(meta: dict[str, Any]) -> str:
         "endpoint/model), `outcome`, `score` (the task metric against held-out answers or, for IF tasks, the "
         "reference run), `passed`, and `messages` (`role`: system, user, assistant; `content`) or, in the "
         "`sharegpt` config, `conversations` (`from`: system, human, gpt; `value`). Assistant turns hold "
-        "`<reasoning>`, then `<code>` or `<answer>`.",
+        "`<reasoning>`, then `<code>` or `<answer>`. The `tools` config holds the same trajectories in the "
+        "tool-calling form: assistant turns with `tool_calls` (a `python` call with the code, a `submit` call to "
+        "finish; arguments as JSON text) answered by `tool` turns (`tool_call_id`), and `tools`, the JSON text "
+        "of the tools schema, which TRL's SFTTrainer hands to the chat template.",
         "",
         "## Composition",
         "",

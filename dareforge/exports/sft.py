@@ -6,20 +6,28 @@ one row per trajectory in two configs:
 - `default` (`data/<split>.parquet`): `messages`, a list of `{role, content}` with roles system, user and
   assistant, the format chat templates and TRL's SFT trainer read;
 - `sharegpt` (`sharegpt/<split>.parquet`): the same turns as `conversations`, `{from, value}` with
-  system, human and gpt.
+  system, human and gpt;
+- `tools` (`tools/<split>.parquet`): the tool-calling form, `messages` of `{role, content, tool_calls,
+  tool_call_id}` (roles system, user, assistant, tool) and `tools`, the JSON text of the tools schema: the layout
+  TRL's SFTTrainer reads (it passes `tools` to the chat template).
+
+`default` and `sharegpt` hold the tags form, `tools` the tool-calling form, of every trajectory whichever protocol
+played it (`dareforge.exports.chat` converts); a tools trajectory that a tags chat cannot express (several code
+calls in one reply) is in `tools` only, and the manifest counts it (`counts.tools_only`).
 
 Both carry `id` (the trajectory id), `task_id`, `family`, `split` (the task's side in the source release),
 `source` (`<kind>:<endpoint>/<model>`, kind `gold` or `sampled`), `outcome`, `score` and `passed`.
 
-The messages are the trajectory's system, user and assistant steps in order: its `execution` steps are left
-out because the user message after each one already tells the model what ran (as the model saw it). Assistant
-steps that carry an LLM error hold no model output and are dropped, and so are messages after the last
+In the form of the protocol that played it, a trajectory's messages are its steps in order: its `execution`
+steps are left out because the message after each one already tells the model what ran (as the model saw it).
+Assistant steps that carry an LLM error hold no model output and are dropped, and so are messages after the last
 assistant reply, which nothing learns from. The caller chooses the trajectories (selection is a query over
 stored scores); the manifest records that choice (`lineage`) so the export can be traced and rebuilt.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import date
@@ -27,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from dareforge.agents.protocol import tool_schemas
 from dareforge.context import RunContext
 from dareforge.exports import card
 from dareforge.exports.base import (
@@ -39,6 +48,7 @@ from dareforge.exports.base import (
     turns,
     write_export,
 )
+from dareforge.exports.chat import NoPlainForm, chat_form
 from dareforge.publish.release import Release
 from dareforge.publish.split import SPLITS
 from dareforge.schema import Task, Trajectory
@@ -61,23 +71,46 @@ _COMMON = [
 
 MESSAGES_SCHEMA = pa.schema([*_COMMON, turns("messages", "role", "content")])
 SHAREGPT_SCHEMA = pa.schema([*_COMMON, turns("conversations", "from", "value")])
-
-
-def chat_messages(trajectory: Trajectory) -> list[dict[str, str]]:
-    """The chat a model is trained on: see the module doc for what is left out."""
-    messages = [
-        {"role": s.role, "content": s.content}
-        for s in trajectory.steps
-        if s.role in SHAREGPT_ROLES and not (s.role == "assistant" and s.error is not None)
+_TOOL_CALL = pa.struct(
+    [
+        pa.field("id", pa.string(), False),
+        pa.field("type", pa.string(), False),
+        pa.field(
+            "function",
+            pa.struct([pa.field("name", pa.string(), False), pa.field("arguments", pa.string(), False)]),
+            False,
+        ),
     ]
-    while messages and messages[-1]["role"] != "assistant":
-        messages.pop()
-    if not messages:
-        raise ExportError(
-            f"trajectory {trajectory.id} has no assistant reply (outcome {trajectory.outcome}); leave it out of "
-            "the SFT export"
-        )
-    return messages
+)
+_TOOL_TURN = pa.struct(
+    [
+        pa.field("role", pa.string(), False),
+        pa.field("content", pa.string(), False),
+        pa.field("tool_calls", pa.list_(_TOOL_CALL), False),
+        pa.field("tool_call_id", pa.string()),
+    ]
+)
+TOOLS_SCHEMA = pa.schema(
+    [*_COMMON, pa.field("messages", pa.list_(_TOOL_TURN), False), pa.field("tools", pa.string(), False)]
+)
+
+
+def chat_messages(trajectory: Trajectory, task: Task | None = None) -> list[dict[str, str]]:
+    """The plain (tags) chat a model is trained on: see the module doc for what is left out."""
+    return chat_form(trajectory, task, "tags")
+
+
+def tool_chat(trajectory: Trajectory, task: Task) -> list[dict[str, Any]]:
+    """The tool-calling chat, every turn with all four fields (the columns of the `tools` config)."""
+    return [
+        {
+            "role": m["role"],
+            "content": m["content"],
+            "tool_calls": m.get("tool_calls", []),
+            "tool_call_id": m.get("tool_call_id"),
+        }
+        for m in chat_form(trajectory, task, "tools")
+    ]
 
 
 def sharegpt(messages: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -125,7 +158,7 @@ def build_sft_export(
     by_task = {t.id: t for t in tasks}
     splits = release.splits
     kinds = kinds or {}
-    rows = []
+    rows, tool_rows = [], []
     for t in chosen:
         task = by_task.get(t.task_id)
         if task is None:
@@ -135,23 +168,40 @@ def build_sft_export(
                 f"task {task.id} (trajectory {t.id}) is not in release {release.name}@{release.version}; "
                 "export trajectories of that release's tasks only"
             )
-        rows.append(
+        common = {
+            "id": t.id,
+            "task_id": t.task_id,
+            "family": task.family,
+            "split": splits[task.id],
+            "source": _source(t, kinds),
+            "outcome": t.outcome,
+            "score": t.score,
+            "passed": t.passed,
+        }
+        tool_rows.append(
             {
-                "id": t.id,
-                "task_id": t.task_id,
-                "family": task.family,
-                "split": splits[task.id],
-                "source": _source(t, kinds),
-                "outcome": t.outcome,
-                "score": t.score,
-                "passed": t.passed,
-                "messages": chat_messages(t),
+                **common,
+                "messages": tool_chat(t, task),
+                "tools": json.dumps(tool_schemas(task), sort_keys=True),
             }
         )
-    rows.sort(key=lambda r: (SPLITS.index(r["split"]), r["task_id"], r["source"], r["id"]))
+        try:
+            rows.append({**common, "messages": chat_messages(t, task)})
+        except NoPlainForm:
+            continue
+    order = lambda r: (SPLITS.index(r["split"]), r["task_id"], r["source"], r["id"])  # noqa: E731
+    rows.sort(key=order)
+    tool_rows.sort(key=order)
+    if not rows:
+        raise ExportError(
+            f"none of the {len(tool_rows)} trajectories for {name!r} has a plain (tags) form; export them from "
+            "a tags endpoint, or with one code call per reply"
+        )
     ref = release_ref(release)
     lineage = {"trajectory_partitions": sorted(set(partitions)), "selection": dict(selection or {})}
-    content_fp = fingerprint({"format": FORMAT, "rows": rows, "release": ref, "lineage": lineage})
+    content_fp = fingerprint(
+        {"format": FORMAT, "rows": rows, "tool_rows": tool_rows, "release": ref, "lineage": lineage}
+    )
 
     sharegpt_rows = [
         {**{k: v for k, v in r.items() if k != "messages"}, "conversations": sharegpt(r["messages"])}
@@ -160,21 +210,23 @@ def build_sft_export(
     tables = {
         "default": split_tables(rows, MESSAGES_SCHEMA),
         "sharegpt": split_tables(sharegpt_rows, SHAREGPT_SCHEMA),
+        "tools": split_tables(tool_rows, TOOLS_SCHEMA),
     }
     meta = {
         "pretty_name": pretty_name,
         "content_fingerprint": content_fp,
         "release": ref,
         "lineage": lineage,
-        "trajectory_ids": [r["id"] for r in rows],
+        "trajectory_ids": [r["id"] for r in tool_rows],
         "counts": {
-            "trajectories": len(rows),
-            "tasks": len({r["task_id"] for r in rows}),
-            "passed": sum(bool(r["passed"]) for r in rows),
+            "trajectories": len(tool_rows),
+            "tasks": len({r["task_id"] for r in tool_rows}),
+            "passed": sum(bool(r["passed"]) for r in tool_rows),
             "messages": sum(len(r["messages"]) for r in rows),
-            "splits": dict(Counter(r["split"] for r in rows)),
-            "families": family_counts(rows, "outcome"),
-            "sources": dict(sorted(Counter(r["source"] for r in rows).items())),
+            "tools_only": len(tool_rows) - len(rows),
+            "splits": dict(Counter(r["split"] for r in tool_rows)),
+            "families": family_counts(tool_rows, "outcome"),
+            "sources": dict(sorted(Counter(r["source"] for r in tool_rows).items())),
         },
     }
     return write_export(

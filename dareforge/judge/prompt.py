@@ -17,8 +17,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from dareforge.agents.protocol import task_prompt, truncate
-from dareforge.schema import Step, Task, Trajectory
+from dareforge.agents.protocol import protocol_for, read_call, truncate
+from dareforge.schema import Step, Task, ToolCall, Trajectory
 
 
 class Criterion(NamedTuple):
@@ -90,7 +90,8 @@ OUTCOME_MEANING = {
     "code-error": "the last execution raised an error",
     "execution-limit": "the last execution hit the time limit or the kernel died",
     "turn-limit": "the code runs ran out without an answer",
-    "format-error": "the reply format or predictions.csv was unusable",
+    "format-error": "after code ran, the reply format or predictions.csv was unusable",
+    "no-code": "no reply held code to run, and no predictions were written",
     "llm-error": "the agent's model endpoint failed",
 }
 
@@ -194,7 +195,7 @@ def _task_text(trajectory: Trajectory, task: Task | None) -> str:
     if task is not None:
         limits = task.limits
         return (
-            f"{task_prompt(task)}\n\nFamily: {task.family}. Metric: {task.metric.name}. Limits: "
+            f"{protocol_for(trajectory.protocol).task_prompt(task)}\n\nFamily: {task.family}. Metric: {task.metric.name}. Limits: "
             f"{limits.turns} code runs of at most {limits.seconds_per_execution} s each."
         )
     # A task no longer in the store: the first user message is what the agent was told.
@@ -246,8 +247,8 @@ def _blocks(steps: Sequence[Step]) -> list[tuple[str, str]]:
     for index, step in enumerate(steps):
         if step.role == "system":
             continue
-        if step.role == "user":
-            if not seen_task:
+        if step.role in ("user", "tool"):
+            if step.role == "user" and not seen_task:
                 seen_task = True
             elif index == 0 or steps[index - 1].role != "execution":
                 blocks.append(("environment", step.content))
@@ -255,7 +256,9 @@ def _blocks(steps: Sequence[Step]) -> list[tuple[str, str]]:
         elif step.role == "assistant":
             replies += 1
             text = step.content
-            if step.code and step.code not in text:
+            if step.tool_calls:
+                text = "\n".join([text, *(_call_text(c) for c in step.tool_calls)]).strip()
+            elif step.code and step.code not in text:
                 text = f"{text}\n```python\n{step.code}\n```".strip()
             if step.error:
                 text = f"{text}\n(error: {step.error})".strip()
@@ -266,6 +269,15 @@ def _blocks(steps: Sequence[Step]) -> list[tuple[str, str]]:
             failed = ", raised an error" if step.error else ""
             blocks.append((f"execution {runs}{seconds}{failed}", step.content or step.error or "(no output)"))
     return blocks
+
+
+def _call_text(call: ToolCall) -> str:
+    action = read_call(call)
+    if action.kind == "code":
+        return f"(calls `{call.name}`)\n```python\n{action.text}\n```"
+    if action.kind == "answer":
+        return f"(calls `{call.name}`: {action.text})"
+    return f"(an unreadable call: {action.text})"
 
 
 def _cut_middle(blocks: list[str], budget: int) -> str:

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from dareforge.config import EndpointConfig, LLMConfig
 from dareforge.errors import CredentialsError, DareforgeError
 from dareforge.llm.cache import cache_key, read_entry, request_identity, write_entry
+from dareforge.schema import ToolCall
 from dareforge.store import Store
 
 log = logging.getLogger("dareforge.llm")
@@ -57,11 +58,13 @@ class LLMError(DareforgeError):
 
 class ChatResult(BaseModel):
     """One chat completion, or the error that ended it. `attempts` counts HTTP requests made by this call
-    (0 for a cache hit); token counts are None when the server sent no usage."""
+    (0 for a cache hit); token counts are None when the server sent no usage. `tool_calls` are the reply's
+    calls as sent (arguments unparsed: what they mean is the caller's business, malformed or not)."""
 
     model_config = ConfigDict(frozen=True)
 
     text: str = ""
+    tool_calls: list[ToolCall] = []
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -194,15 +197,41 @@ def _parse(text: str) -> _Outcome:
         return _Outcome(
             kind="malformed", message=f"message content is {type(content).__name__}", response=data
         )
+    calls = message.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        return _Outcome(kind="malformed", message=f"tool_calls is {type(calls).__name__}", response=data)
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
     result = ChatResult(
         text=content or "",
+        tool_calls=_tool_calls(calls or []),
         finish_reason=choices[0].get("finish_reason"),
         prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
         completion_tokens=completion_tokens if isinstance(completion_tokens, int) else None,
     )
     return _Outcome(result=result, response=data)
+
+
+def _tool_calls(calls: list[Any]) -> list[ToolCall]:
+    """The calls of a reply with their raw arguments. A call the server sent without a function name or with
+    arguments as an object (some servers do) is kept, not dropped: its text is what a format error must show.
+    Missing or repeated ids get `call_<n>`, since every call needs its own id for its answer."""
+    found: list[ToolCall] = []
+    seen: set[str] = set()
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            name, arguments = function.get("name"), function.get("arguments")
+        else:
+            name, arguments = None, call
+        if not isinstance(arguments, str):
+            arguments = "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+        call_id = call.get("id") if isinstance(call, dict) else None
+        if not isinstance(call_id, str) or not call_id or call_id in seen:
+            call_id = f"call_{index}"
+        seen.add(call_id)
+        found.append(ToolCall(id=call_id, name=name if isinstance(name, str) else "", arguments=arguments))
+    return found
 
 
 class LLMClient:
@@ -244,17 +273,22 @@ class LLMClient:
         response_format: dict[str, Any] | None = None,
         n_sample: int = 0,
         extra_body: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> ChatResult:
         """One completion. `n_sample` only keys the cache: K samples of one prompt at temperature > 0 are
         `n_sample=0..K-1` (pass distinct seeds too if the server honours `seed`). `extra_body` carries
-        provider-specific parameters; like every parameter it is part of the cache key."""
-        params = {
+        provider-specific parameters; `tools` and `tool_choice` are the chat API's; like every parameter they
+        are part of the cache key."""
+        params: dict[str, Any] = {
             "temperature": float(temperature),
             "max_tokens": max_tokens,
             "seed": seed,
             "response_format": response_format,
             "extra_body": extra_body,
         }
+        # Only when given: requests without tools keep the cache keys they always had.
+        params.update({k: v for k, v in (("tools", tools), ("tool_choice", tool_choice)) if v is not None})
         identity = request_identity(self.endpoint.base_url, self.endpoint.model, messages, params, n_sample)
         key = cache_key(identity)
         self._count(calls=1)

@@ -30,7 +30,7 @@ from typing import Any
 from dareforge.agents.evaluate import partition_name
 from dareforge.agents.grading import PREDICTIONS, is_if
 from dareforge.agents.loop import SandboxFactory, run_agent
-from dareforge.agents.protocol import task_prompt
+from dareforge.agents.protocol import protocol_for, task_prompt
 from dareforge.agents.runner import Materializer, attempts_for, default_sandbox_factory, run_attempts
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
@@ -56,6 +56,7 @@ class GoldError(DareforgeError):
 class ScriptEndpoint:
     name: str
     model: str
+    protocol: str = "tags"
 
 
 GOLD_ENDPOINT = ScriptEndpoint("gold", f"reference-pipeline-{GOLD_VERSION}")
@@ -65,11 +66,14 @@ class GoldClient:
     """A chat client that answers from pre-written replies: per task prompt, the reply for each turn.
 
     The loop's first user message is the task prompt, so it tells the tasks apart; the number of assistant
-    messages so far says which reply comes next. A task with no replies gets an error (an `llm-error`
+    messages so far says which reply comes next; a reply is its text, or a whole `ChatResult` (with its tool
+    calls, to replay a tools trajectory). A task with no replies gets an error (an `llm-error`
     trajectory), never a made-up reply.
     """
 
-    def __init__(self, replies: Mapping[str, Sequence[str]], endpoint: ScriptEndpoint = GOLD_ENDPOINT):
+    def __init__(
+        self, replies: Mapping[str, Sequence[str | ChatResult]], endpoint: ScriptEndpoint = GOLD_ENDPOINT
+    ):
         self.endpoint = endpoint
         self.replies = {prompt: list(texts) for prompt, texts in replies.items()}
 
@@ -93,7 +97,8 @@ class GoldClient:
             return ChatResult(
                 error=f"the script has {len(replies)} replies; turn {turn + 1} asked", error_kind="script"
             )
-        return ChatResult(text=replies[turn], finish_reason="stop")
+        reply = replies[turn]
+        return reply if isinstance(reply, ChatResult) else ChatResult(text=reply, finish_reason="stop")
 
 
 # -- the replies ----------------------------------------------------------------------------------------------
@@ -417,9 +422,15 @@ def regrade(
     recorded = {f.name: f.sha256 for f in trajectory.files}
     if PREDICTIONS not in recorded:
         return Regrade(trajectory.id, None, False, f"the trajectory left no {PREDICTIONS} to regrade")
+    protocol = protocol_for(trajectory.protocol)
+    replies = [
+        ChatResult(text=s.content, tool_calls=s.tool_calls, finish_reason="stop")
+        for s in trajectory.steps
+        if s.role == "assistant"
+    ]
     client = GoldClient(
-        {task_prompt(task): [s.content for s in trajectory.steps if s.role == "assistant"]},
-        ScriptEndpoint(trajectory.endpoint, trajectory.model),
+        {protocol.task_prompt(task): replies},
+        ScriptEndpoint(trajectory.endpoint, trajectory.model, trajectory.protocol),
     )
     close = None
     if sandbox_factory is None:
