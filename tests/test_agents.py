@@ -36,7 +36,7 @@ from dareforge.sandbox import Sandbox, probe
 from dareforge.schema import Task, TaskLimits
 from dareforge.store import Store
 from tests.llm_server import Fault, LLMServer
-from tests.stores import generate_tasks, store_config
+from tests.stores import generate_tasks, prediction_only, store_config
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
@@ -49,7 +49,7 @@ HIDDEN = tuple(name[::-1] for name in PRIVATE_NAMES)
 def built(tmp_path_factory) -> tuple[Config, Path]:
     """An iris-only store with a release (no validation run: every candidate task is released)."""
     root = tmp_path_factory.mktemp("agents")
-    cfg = store_config(root, ["sklearn-iris"])
+    cfg = prediction_only(store_config(root, ["sklearn-iris"]))
     build_release(generate_tasks(RunContext.from_config(cfg, show_progress=False)), "dareforge")
     return cfg, root
 

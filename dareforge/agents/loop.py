@@ -10,7 +10,7 @@ A reply without tags uses a reply (the model is told the protocol again), not an
 How an episode ends, in order of precedence (see `classify`):
 
 - `llm-error`: the client returned an error (after its own retries); nothing is graded.
-- a valid `predictions.csv` (the grader accepts it): `graded` with its score, or, for an IF task whose
+- a valid `predictions.csv` (a question task's `answer.json`; the grader accepts it): `graded` with its score, or, for an IF task whose
   predictions do not all match the reference run, `instruction-non-adherence`. Predictions written before the
   turns ran out count even without an `<answer>` (the detail says so).
 - otherwise the last thing that went wrong: `execution-limit` (the last execution timed out or the kernel died),
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dareforge.agents.grading import PASS_BARS, PREDICTIONS, grade_predictions, is_if, passed
+from dareforge.agents.grading import PASS_BARS, grade_predictions, is_if, output_file, passed
 from dareforge.agents.protocol import parse_reply, system_prompt, task_prompt, truncate
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.schema import SourceFile, Step, Task, Trajectory
@@ -206,7 +206,7 @@ async def play(
             messages.append({"role": "assistant", "content": text})
             if parsed.empty:
                 episode.last_problem = "format-error"
-                say("user", _format_feedback(result.finish_reason))
+                say("user", _format_feedback(result.finish_reason, output_file(task)))
                 continue
             if parsed.code is not None:
                 if episode.executions >= limits.turns:
@@ -315,30 +315,31 @@ def _observation(execution: Any, done: int, turns: int, extra_blocks: int, limit
     return "\n".join(lines)
 
 
-def _format_feedback(finish_reason: str | None) -> str:
+def _format_feedback(finish_reason: str | None, output: str) -> str:
     cut = " Your reply was cut at the token limit; keep replies shorter." if finish_reason == "length" else ""
     return (
         "Your reply had no <code>...</code> block and no <answer>...</answer>, so nothing ran."
         f"{cut} Reply with <reasoning>...</reasoning> followed by either <code>...</code> (Python to run) "
-        "or <answer>...</answer> once predictions.csv is written."
+        f"or <answer>...</answer> once {output} is written."
     )
 
 
 def check_predictions(task: Task, workspace: Path, answers: Path | None) -> GradeResult | None:
-    """Grade the workspace's predictions.csv. It is first copied out with O_NOFOLLOW to a host-only folder, so
-    a symlink (to the answers, say), a FIFO or an oversized file planted by agent code is refused, not read."""
+    """Grade the workspace's predictions.csv (a question task's answer.json). It is first copied out with
+    O_NOFOLLOW to a host-only folder, so a symlink (to the answers, say), a FIFO or an oversized file planted by
+    agent code is refused, not read."""
+    output = output_file(task)
     try:
-        data = read_regular_file(workspace / PREDICTIONS, MAX_PREDICTIONS_BYTES)
+        data = read_regular_file(workspace / output, MAX_PREDICTIONS_BYTES)
     except FileNotFoundError:
-        return GradeResult(score=0.0, error=f"{PREDICTIONS} was not written in the working directory")
+        return GradeResult(score=0.0, error=f"{output} was not written in the working directory")
     except OSError as exc:
-        return GradeResult(
-            score=0.0, error=f"{PREDICTIONS} could not be read: {exc}; write a regular CSV file"
-        )
+        kind = "JSON" if task.is_question else "CSV"
+        return GradeResult(score=0.0, error=f"{output} could not be read: {exc}; write a regular {kind} file")
     if answers is None:
         return GradeResult(score=float("nan"), error=None)
     with tempfile.TemporaryDirectory(prefix="dareforge-grade-", dir=temp_root()) as tmp:
-        copy = Path(tmp) / PREDICTIONS
+        copy = Path(tmp) / output
         copy.write_bytes(data)
         return grade_predictions(task, copy, answers)
 
@@ -378,7 +379,8 @@ def classify(
         if is_if(task) and grade.score < 1.0:
             detail = f"{grade.score:.4f} of predictions match the reference run{unanswered}"
             return "instruction-non-adherence", grade.score, False, detail
-        return "graded", grade.score, ok, f"score {grade.score:.4f} on {grade.rows} rows{unanswered}"
+        graded_on = f"({grade.method})" if task.is_question else f"on {grade.rows} rows"
+        return "graded", grade.score, ok, f"score {grade.score:.4f} {graded_on}{unanswered}"
     why = grade.error if grade is not None else None
     if episode.last_problem is not None:
         last = {
@@ -390,7 +392,7 @@ def classify(
     if episode.ended == "turn-limit":
         detail = f"turns ran out after {episode.executions} executions without an answer"
         return "turn-limit", None, False, f"{detail}; {why}" if why else detail
-    return "format-error", None, False, why or f"{PREDICTIONS} is missing or ill-formed"
+    return "format-error", None, False, why or f"{output_file(task)} is missing or ill-formed"
 
 
 def list_files(workspace: Path, exclude: set[str] = frozenset()) -> tuple[list[SourceFile], int]:

@@ -1,7 +1,8 @@
 """The agent protocol (DSGym / DARE-bench style): tags the model writes, and the messages it gets back.
 
 A reply holds `<reasoning>...</reasoning>`, then either `<code>...</code>` (Python run in a persistent kernel)
-or `<answer>...</answer>` (the episode ends; `predictions.csv` in the working directory is graded). A reply
+or `<answer>...</answer>` (the episode ends; `predictions.csv`, or a question task's `answer.json`, in the
+working directory is graded). A reply
 may hold a last `<code>` block and the `<answer>`: the code runs, then the episode ends. The kernel's output
 comes back as the next user message, truncated to `OUTPUT_CHARS`.
 """
@@ -53,6 +54,42 @@ Rules:
 """
 
 
+QUESTION_SYSTEM_PROMPT = """\
+You are an expert data analyst answering a question about data files by writing and running Python code.
+
+You work in turns. Each reply has this form:
+
+<reasoning>
+What you know so far and what you do next.
+</reasoning>
+<code>
+# Python code to run now
+</code>
+
+The code runs in a persistent Jupyter kernel (variables and imports survive between turns). Its working
+directory holds the task's files (read-only) and is where you write `answer.json`. After each <code> block you
+get its output as the next message: printed text, warnings, the value of the last expression, or the error's
+traceback (long output is cut in the middle, so print summaries, not whole tables).
+
+When `answer.json` is written and you have checked it, finish with:
+
+<reasoning>
+Why the answer is right.
+</reasoning>
+<answer>
+The answer, as written in answer.json.
+</answer>
+
+Rules:
+- Exactly one <code> block or one <answer> per reply. A reply may end with both: the code runs, then the task ends
+  without showing you its output.
+- You may run code at most {turns} times; each run may take at most {seconds} seconds and is stopped after that.
+- CPU only; no internet; no package installation. pandas, numpy, scipy, scikit-learn and statsmodels are available.
+- Only `answer.json` in the working directory is graded: a JSON object {{"answer": <value>}} in the format the
+  question asks for.
+"""
+
+
 @dataclass(frozen=True)
 class Parsed:
     """What a reply asks for; `code` and `answer` are None when their tag is absent."""
@@ -99,7 +136,8 @@ def parse_reply(text: str) -> Parsed:
 
 
 def system_prompt(task: Task) -> str:
-    return SYSTEM_PROMPT.format(turns=task.limits.turns, seconds=task.limits.seconds_per_execution)
+    template = QUESTION_SYSTEM_PROMPT if task.is_question else SYSTEM_PROMPT
+    return template.format(turns=task.limits.turns, seconds=task.limits.seconds_per_execution)
 
 
 def task_prompt(task: Task) -> str:
@@ -115,7 +153,8 @@ def task_prompt(task: Task) -> str:
             more = len(f.columns) - MAX_LISTED_COLUMNS
             line += f"; columns: {shown}" + (f" and {more} more" if more > 0 else "")
         lines.append(line)
-    lines += ["", "Write `predictions.csv` in the working directory, then finish with <answer>."]
+    output = "answer.json" if task.is_question else "predictions.csv"
+    lines += ["", f"Write `{output}` in the working directory, then finish with <answer>."]
     return "\n".join(lines)
 
 
