@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from dareforge.config import Config
@@ -30,3 +31,20 @@ def generate_tasks(ctx: RunContext) -> RunContext:
     prepare(ctx)
     generate(ctx)
     return ctx
+
+
+def mirror_dataset(root: Path, name: str, files: dict[str, bytes], **meta: str) -> str:
+    """A mirror folder laid out like a Kaggle dataset download (`someone/<name>`, CC0); returns its source id."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    record = {
+        "id": f"someone/{name}",
+        "title": name,
+        "licenses": [{"name": "CC0-1.0"}],
+        "lastUpdated": "2024-02-02",
+        **meta,
+    }
+    (folder / "dataset-metadata.json").write_text(json.dumps(record))
+    for fname, data in files.items():
+        (folder / fname).write_bytes(data)
+    return f"mirror.someone--{name}"

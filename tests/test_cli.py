@@ -10,6 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dareforge.cli import app
+from tests.stores import mirror_dataset
 
 COMMANDS = ["crawl", "filter", "run", "sources", "sql"]
 
@@ -97,16 +98,7 @@ def test_bad_config_names_the_field(cli, monkeypatch):
 
 
 def _mirror_source(root, name: str, csv_text: str) -> None:
-    folder = root / name
-    folder.mkdir(parents=True)
-    meta = {
-        "id": f"someone/{name}",
-        "title": name,
-        "licenses": [{"name": "CC0-1.0"}],
-        "lastUpdated": "2024-02-02",
-    }
-    (folder / "dataset-metadata.json").write_text(json.dumps(meta))
-    (folder / "train.csv").write_text(csv_text)
+    mirror_dataset(root, name, {"train.csv": csv_text.encode()})
 
 
 @pytest.fixture

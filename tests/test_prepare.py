@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -24,6 +23,7 @@ from dareforge.generators.prepare import (
 from dareforge.schema import ColumnKind, Framing, PreparedSource, TaskType
 from dareforge.store import sha256_file
 from dareforge.understand.stage import understand
+from tests.stores import mirror_dataset
 
 BUILTINS = ["sklearn-iris", "vega-cars", "vega-stocks", "sklearn-diabetes"]
 IRIS, CARS, STOCKS, DIABETES = (f"builtin.{name}" for name in BUILTINS)
@@ -205,17 +205,7 @@ def test_a_tampered_prepared_file_is_caught(fresh):
 
 # -- mirror folders laid out by the tests ------------------------------------------------------------------------
 def _mirror(root: Path, name: str, files: dict[str, bytes]) -> None:
-    folder = root / name
-    folder.mkdir(parents=True)
-    meta = {
-        "id": f"someone/{name}",
-        "title": name,
-        "licenses": [{"name": "CC0-1.0"}],
-        "lastUpdated": "2024-02-02",
-    }
-    (folder / "dataset-metadata.json").write_text(json.dumps(meta))
-    for fname, data in files.items():
-        (folder / fname).write_bytes(data)
+    mirror_dataset(root, name, files)
 
 
 @pytest.fixture
