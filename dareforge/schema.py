@@ -258,16 +258,55 @@ class PrepareFailure(Record):
     reason: str = Field(description="What failed and the fix, as the prepare stage reported it.")
 
 
+AnswerType = Literal[
+    "string_exact",
+    "string_approximate",
+    "numeric_exact",
+    "numeric_approximate",
+    "list_exact",
+    "list_approximate",
+    "boolean",
+]
+"""KramaBench's answer types (its own spelling, so its evaluator reads ours), plus boolean."""
+
+QUESTION_FAMILIES = frozenset({"QA", "Lake"})
+"""Families whose tasks ask a question with one typed answer: QA over one source, Lake over a folder of files."""
+
+ANSWER_METRIC = "answer"
+"""The metric name of a question task (QA, Lake): one typed answer in `answer.json`, graded by its type."""
+
+
 class MetricSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="exact-match, allclose, macro-f1, clipped-r2, or a competition metric.")
-    target_columns: list[str]
+    name: str = Field(
+        description="exact-match, allclose, macro-f1, clipped-r2, a competition metric, or `answer` (questions)."
+    )
+    target_columns: list[str] = Field(description="Prediction columns graded; empty for an `answer` metric.")
     key_columns: list[str] = Field(
-        description="Columns that identify a prediction row (id; time+entity for CF)."
+        description="Columns that identify a prediction row (id; time+entity for CF); empty for `answer`."
     )
     tolerance: float | None = Field(None, description="Relative tolerance of allclose.")
     k: int | None = Field(None, description="For MAP@k.")
+    answer_type: AnswerType | None = Field(None, description="How an `answer` metric grades the value.")
+    decimals: int | None = Field(
+        None, description="`answer`: the decimals the question asks to round a number to (None: not rounded)."
+    )
+    unit: str | None = Field(
+        None,
+        description="`answer`: the unit the question states (e.g. '%'); a number may carry it as a suffix.",
+    )
+
+
+class SubTask(BaseModel):
+    """A key step of a question task's pipeline, asked as its own question with its own certified answer
+    (KramaBench's sub-tasks); its answer lives in the task's private `subtask-<id>.json`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(description="Short id within the task, e.g. 's1'.")
+    question: str
+    metric: MetricSpec
 
 
 class TaskLimits(BaseModel):
@@ -300,7 +339,7 @@ class Task(Record):
     table: ClassVar[str] = "tasks"
 
     id: str = Field(description="Hash of source version, spec and seed: stable across identical refreshes.")
-    family: Literal["Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF"]
+    family: Literal["Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake"]
     source_id: str
     source_version: str
     framing: str = Field(
@@ -317,7 +356,13 @@ class Task(Record):
     metric: MetricSpec
     limits: TaskLimits = Field(default_factory=TaskLimits)
     scores: TaskScores = Field(default_factory=TaskScores)
-    spec: str | None = Field(None, description="The sampled IF workflow spec as JSON.")
+    spec: str | None = Field(
+        None,
+        description="The sampled IF workflow spec, or a question task's program and parameters, as JSON.",
+    )
+    subtasks: list[SubTask] = Field(
+        default_factory=list, description="Question tasks: the key steps, each with its own certified answer."
+    )
     package_versions: list[str] = Field(description="'name==version' of the stack that made the reference.")
     status: Literal["candidate", "rejected"] = "candidate"
     reject_reason: str | None = None
@@ -325,6 +370,11 @@ class Task(Record):
         None,
         description="For an obscured variant (renamed, rescaled, re-keyed data): the original task's id.",
     )
+
+    @property
+    def is_question(self) -> bool:
+        """A question task (QA, Lake): the agent writes `answer.json`, not predictions."""
+        return self.family in QUESTION_FAMILIES
 
 
 class Validation(Record):
