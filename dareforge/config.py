@@ -214,6 +214,15 @@ class GenerateConfig(Section):
     limits_turns: int = 5
     limits_seconds: int = 200
     reference_timeout_s: int = 600
+    qa_per_source: int = Field(
+        2, description="QA tasks (questions with a typed answer) asked on each source's first framing."
+    )
+    lakes_per_source: int = Field(
+        1, description="Lake tasks (a question over a folder of files, with sub-tasks) per source."
+    )
+    question_attempts: int = Field(
+        4, description="Candidate questions drawn per wanted QA/Lake task; degenerate ones are rejected."
+    )
 
 
 class CrawlConfig(Section):

@@ -1,4 +1,6 @@
-"""The generate stage: turn each prepared framing into IF, MM and time-series tasks with seeded references.
+"""The generate stage: turn each prepared framing into IF, MM and time-series tasks with seeded references, and
+each source's first framing into question tasks (QA on its table, Lake on a folder of files with distractors
+from other sources).
 
 A task is written as `tasks/<id>/public/` (what an agent sees), `tasks/<id>/private/` (answers, reference code
 and outputs) and `tasks/<id>/_MANIFEST.json` (checksums and the task record), the manifest last. The id hashes
@@ -12,15 +14,20 @@ import time
 from dareforge.context import RunContext
 from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared, prepare_failure
+from dareforge.generators.questions.lake import lake_tasks
+from dareforge.generators.questions.qa import qa_tasks
 from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
-from dareforge.schema import PreparedSource, Task, TaskType
+from dareforge.schema import PreparedSource, Source, Task, TaskType
 from dareforge.understand.stage import framed_source_ids
 
 
 def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateReport:
     started = time.perf_counter()
     report = GenerateReport()
-    ids = source_ids if source_ids is not None else framed_source_ids(ctx)
+    every = framed_source_ids(ctx)
+    ids = source_ids if source_ids is not None else every
+    # Lake distractors come from the other sources of the whole store, whichever sources this run generates.
+    lake_pool = [p for source_id in every for p in load_prepared(ctx, source_id)]
     runners = Runners.start(ctx.config.generate.reference_timeout_s)
     try:
         with ctx.progress() as progress:
@@ -28,7 +35,7 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
             for source_id in ids:
                 progress.update(bar, item=source_id)
                 with ctx.source_lock(source_id):
-                    _generate_source(ctx, source_id, runners, report)
+                    _generate_source(ctx, source_id, runners, report, lake_pool)
                 progress.advance(bar)
     finally:
         runners.close()
@@ -36,8 +43,10 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
     return report
 
 
-def _generate_source(ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport) -> None:
-    framings = load_prepared(ctx, source_id)
+def _generate_source(
+    ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport, lake_pool: list[PreparedSource]
+) -> None:
+    framings = sorted(load_prepared(ctx, source_id), key=lambda p: p.framing)
     if not framings:
         report.failures[source_id] = _not_prepared(ctx, source_id)
         return
@@ -45,6 +54,8 @@ def _generate_source(ctx: RunContext, source_id: str, runners: Runners, report: 
     for prepared in framings:
         writer = TaskWriter(ctx, prepared, report)
         tasks += build_source_tasks(ctx, prepared, writer, runners)
+    # Questions on the first framing only: a second framing's table is the same data split another way.
+    tasks += build_question_tasks(ctx, framings[0], TaskWriter(ctx, framings[0], report), runners, lake_pool)
     for task in tasks:
         report.families[task.family] += task.status == "candidate"
         if task.status == "rejected":
@@ -73,3 +84,17 @@ def build_source_tasks(
         tasks = [tabular.if_task(ctx, prepared, frames, writer, runners, seed) for seed in seeds]
         tasks.append(tabular.mm_task(ctx, prepared, frames, writer, runners))
     return [t for t in tasks if t is not None]
+
+
+def build_question_tasks(
+    ctx: RunContext,
+    prepared: PreparedSource,
+    writer: TaskWriter,
+    runners: Runners,
+    lake_pool: list[PreparedSource],
+) -> list[Task]:
+    sources = ctx.store.read_partition(Source, prepared.source_id)
+    title = sources[-1].title if sources else prepared.source_id
+    train = read_frames(ctx, prepared)[0]
+    tasks = qa_tasks(ctx, prepared, train, writer, runners, title)
+    return tasks + lake_tasks(ctx, prepared, lake_pool, writer, runners, title)

@@ -1,0 +1,217 @@
+"""Filling a question task's draft: run the reference twice, judge the answer, write the private files.
+
+`fill_question` is what QA and Lake builders hand to `TaskWriter.build`. It runs the reference script in the
+reference worker twice, in two processes at once, on copies of the clean files; the two `answer.json` files
+must be byte-identical (the determinism certificate). A Lake task is run a third time on copies of its public,
+messy files with its recorded cleaning step in front, and must give the same answers. Then the answer is
+judged: a degenerate question is stored as a rejected task with the reason and no files.
+
+Degenerate: an undefined (NaN) or empty answer or sub-answer; a count of 0 (a guess gets it right); an exact
+0 where the grade is a relative error; an answer that appears in the question or a sub-question (a column
+name, a value, a number stated in the text); and whatever the program's own rule says (a tie for a top-1, a
+p-value at the test's threshold).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dareforge.context import RunContext
+from dareforge.generators.questions.programs import PROGRAMS, Question
+from dareforge.generators.questions.scripts import ANSWER_FILE, Step, reference_script, with_cleaning
+from dareforge.generators.tabular import limits_of
+from dareforge.generators.taskio import Draft, Runners
+from dareforge.schema import ANSWER_METRIC, MetricSpec, SubTask, TaskScores
+
+REFERENCE = "reference.py"
+CLEANING = "cleaning.py"
+REFERENCE_OUTPUT = "reference_output.json"
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+
+
+def subtask_file(sub_id: str) -> str:
+    """The private file holding a sub-task's certified answer (`{"answer": ...}`, like answer.json)."""
+    return f"subtask-{sub_id}.json"
+
+
+def answer_metric(question: Question | None = None, **fields: Any) -> MetricSpec:
+    if question is not None:
+        fields = {
+            "answer_type": question.answer_type,
+            "decimals": question.decimals,
+            "unit": question.unit,
+            **fields,
+        }
+    return MetricSpec(name=ANSWER_METRIC, target_columns=[], key_columns=[], **fields)
+
+
+@dataclass
+class Posed:
+    """A question posed on a set of files: everything a draft needs besides the files themselves."""
+
+    question: Question
+    load: str
+    instruction: str
+    spec: dict[str, Any]
+    subtasks: list[tuple[SubTask, Step]] = field(default_factory=list)
+    cleaning: str | None = None
+
+    @property
+    def script(self) -> str:
+        q = self.question
+        steps = {sub.id: step for sub, step in self.subtasks}
+        return reference_script(self.load, Step(q.body, q.answer_type, q.decimals), steps)
+
+    @property
+    def spec_key(self) -> str:
+        return json.dumps(self.spec, sort_keys=True, default=str)
+
+
+def fill_question(ctx: RunContext, runners: Runners, posed: Posed, stage: Callable[[Draft], Path]):
+    """The `fill` of a question task; `stage(draft)` writes the public files and returns the clean files' folder."""
+
+    def fill(draft: Draft) -> None:
+        clean = stage(draft)
+        seconds, output, problem = certify_answer(runners, draft, posed, clean)
+        if problem is None:
+            problem = degenerate(posed, output)
+        if problem is None:
+            _write_private(draft, posed, output)
+        else:
+            for side in (draft.public, draft.private):
+                shutil.rmtree(side)
+                side.mkdir()
+        draft.fields = {
+            "instruction": posed.instruction,
+            "metric": answer_metric(posed.question),
+            "limits": limits_of(ctx),
+            "scores": TaskScores(reference_seconds=seconds),
+            "spec": posed.spec_key,
+            "subtasks": [sub for sub, _ in posed.subtasks],
+            "status": "rejected" if problem else "candidate",
+            "reject_reason": problem,
+        }
+
+    return fill
+
+
+def _copy_folder(source: Path, target: Path) -> Path:
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target)
+    return target
+
+
+def _last_line(error: str | None) -> str:
+    lines = [line for line in (error or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no error message"
+
+
+def certify_answer(
+    runners: Runners, draft: Draft, posed: Posed, clean: Path
+) -> tuple[float, dict[str, Any], str | None]:
+    """(CPU seconds of the runs, the first run's answer.json, why the task must be rejected or None)."""
+    script = posed.script
+    folders = {name: _copy_folder(clean, draft.folder / f"run-{name}") for name in ("main", "twin")}
+    runners.main.submit(script, folders["main"])
+    runners.twin.submit(script, folders["twin"])
+    outcomes = {"main": runners.main.collect(), "twin": runners.twin.collect()}
+    if posed.cleaning is not None:
+        folders["public"] = _copy_folder(draft.public, draft.folder / "run-public")
+        outcomes["public"] = runners.main.run(with_cleaning(posed.cleaning, script), folders["public"])
+    seconds = sum(o.cpu_seconds for o in outcomes.values())
+    texts = {}
+    for name, outcome in outcomes.items():
+        if not outcome.ok:
+            return seconds, {}, f"reference failed in the {name} run: {_last_line(outcome.error)}"
+        path = folders[name] / ANSWER_FILE
+        if not path.exists():
+            return seconds, {}, f"reference wrote no {ANSWER_FILE} in the {name} run"
+        texts[name] = path.read_bytes()
+    output = json.loads(texts["main"])
+    if texts["twin"] != texts["main"]:
+        return seconds, output, "not deterministic: the twin run's answer.json differs from the first run's"
+    if "public" in texts:
+        public = json.loads(texts["public"])
+        for key in ("answer", "subtasks"):
+            if public[key] != output[key]:
+                return (
+                    seconds,
+                    output,
+                    f"the recorded cleaning step does not reproduce the {key} from the public files: "
+                    f"{_short(public[key])} instead of {_short(output[key])}",
+                )
+    return seconds, output, None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _empty(value: Any) -> str | None:
+    if value is None:
+        return "undefined (NaN or missing)"
+    if value == "" or value == []:
+        return "empty"
+    if isinstance(value, list) and any(v is None or v == "" for v in value):
+        return "a list with an undefined item"
+    return None
+
+
+def degenerate(posed: Posed, output: dict[str, Any]) -> str | None:
+    """Why the answered question is degenerate, or None; see the module docstring."""
+    question, answer = posed.question, output["answer"]
+    if why := _empty(answer):
+        return f"the answer is {why}"
+    if question.answer_type == "numeric_exact" and not question.answer_in_data and answer == 0:
+        return "a count of 0: a guess of 0 gets it right"
+    if question.answer_type == "numeric_approximate" and answer == 0:
+        return "an answer of exactly 0: its relative error is undefined"
+    if why := PROGRAMS[question.program].problem(output.get("checks") or {}):
+        return why
+    public = [posed.instruction, *(sub.question for sub, _ in posed.subtasks)]
+    if shown := visible(answer, public):
+        return f"the answer ({shown}) appears in the question or a sub-question"
+    for sub, _ in posed.subtasks:
+        value = output["subtasks"].get(sub.id)
+        if why := _empty(value):
+            return f"sub-task {sub.id}'s answer is {why}"
+        if shown := visible(value, [sub.question]):
+            return f"sub-task {sub.id}'s answer ({shown}) appears in its question"
+    return None
+
+
+def visible(answer: Any, texts: list[str]) -> str | None:
+    """The part of `answer` that a text states (a name as a whole word, case-insensitive; a number equal to
+    one written in the text), or None. Booleans are never 'visible'."""
+    items = answer if isinstance(answer, list) else [answer]
+    numbers = [float(m) for text in texts for m in _NUMBER.findall(text)]
+    for item in items:
+        if isinstance(item, bool) or item is None:
+            continue
+        if isinstance(item, int | float):
+            if any(math.isclose(item, n, rel_tol=1e-9, abs_tol=1e-12) for n in numbers):
+                return repr(item)
+            continue
+        word = re.compile(rf"(?<!\w){re.escape(str(item).strip())}(?!\w)", re.IGNORECASE)
+        if str(item).strip() and any(word.search(text) for text in texts):
+            return repr(item)
+    return None
+
+
+def _write_private(draft: Draft, posed: Posed, output: dict[str, Any]) -> None:
+    private = draft.private
+    (private / REFERENCE).write_text(posed.script)
+    if posed.cleaning is not None:
+        (private / CLEANING).write_text(posed.cleaning)
+    (private / ANSWER_FILE).write_text(json.dumps({"answer": output["answer"]}) + "\n")
+    for sub, _ in posed.subtasks:
+        (private / subtask_file(sub.id)).write_text(json.dumps({"answer": output["subtasks"][sub.id]}) + "\n")
+    (private / REFERENCE_OUTPUT).write_text(json.dumps(output, sort_keys=True, indent=1) + "\n")

@@ -1,0 +1,100 @@
+"""QA tasks: a question about one table, the public training rows of a prepared framing (`data.csv`).
+
+The table is the framing's `train.csv`, which every prediction task of the source already publishes; a
+question never sees the held-out rows, so no task's private answers reach another task's public files.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dareforge.context import RunContext
+from dareforge.generators.prepare import prepared_file
+from dareforge.generators.questions.build import Posed, fill_question
+from dareforge.generators.questions.programs import PROGRAMS, Question, Table
+from dareforge.generators.taskio import Draft, Runners, TaskWriter
+from dareforge.schema import PreparedSource, Task
+
+DATA = "data.csv"
+ANSWER_NOTE = (
+    'Write the answer to `answer.json` in the working directory as a JSON object with the single key "answer", '
+    'e.g. {"answer": <your answer>}. Only `answer.json` is graded.'
+)
+
+
+def seeded(*parts: object) -> np.random.Generator:
+    """A generator seeded by what a choice belongs to (non-negative integers as they are, anything else by the
+    CRC32 of its text)."""
+    return np.random.default_rng(
+        [p if isinstance(p, int) and p >= 0 else zlib.crc32(str(p).encode()) for p in parts]
+    )
+
+
+def answer_lines(question: Question) -> list[str]:
+    return [f"Question: {question.text}", "", f"Answer format: {question.format_note}.", ANSWER_NOTE]
+
+
+def qa_instruction(question: Question, rows: int, title: str) -> str:
+    return "\n".join(
+        [
+            f'Answer a question about the table in `{DATA}` ({rows} rows, from the dataset "{title}").',
+            "",
+            *answer_lines(question),
+        ]
+    )
+
+
+def program_order(rng: np.random.Generator, exclude: frozenset[str] = frozenset()) -> list[str]:
+    names = sorted(n for n in PROGRAMS if n not in exclude)
+    return [names[i] for i in rng.permutation(len(names))]
+
+
+def qa_tasks(
+    ctx: RunContext,
+    prepared: PreparedSource,
+    train: pd.DataFrame,
+    writer: TaskWriter,
+    runners: Runners,
+    title: str,
+) -> list[Task]:
+    """Up to `generate.qa_per_source` questions on the framing's training rows; degenerate candidates are
+    stored as rejected tasks with their reason. Each attempt's choices are seeded by the source, the framing
+    and the attempt's number, so a re-run asks the same questions."""
+    cfg = ctx.config.generate
+    table = Table.of(train, prepared)
+    order = program_order(seeded(cfg.seed, prepared.source_id, prepared.framing, "qa"))
+    tasks: dict[str, Task] = {}
+    accepted = 0
+    for attempt in range(cfg.qa_per_source * cfg.question_attempts):
+        if accepted >= cfg.qa_per_source:
+            break
+        rng = seeded(cfg.seed, prepared.source_id, prepared.framing, "qa", attempt)
+        question = PROGRAMS[order[attempt % len(order)]].propose(table, rng)
+        if question is None:
+            continue
+        posed = Posed(
+            question=question,
+            load=f"df = pd.read_csv({DATA!r})",
+            instruction=qa_instruction(question, len(train), title),
+            spec={
+                "kind": "qa",
+                "program": question.program,
+                "params": question.params,
+                "answer_in_data": question.answer_in_data,
+                "data": DATA,
+            },
+        )
+
+        def stage(draft: Draft) -> Path:
+            (draft.public / DATA).write_bytes(prepared_file(ctx, prepared, "train.csv").read_bytes())
+            return draft.public
+
+        task = writer.build("QA", cfg.seed, posed.spec_key, fill_question(ctx, runners, posed, stage))
+        if task is not None and task.id not in tasks:
+            tasks[task.id] = task
+            accepted += task.status == "candidate"
+    return list(tasks.values())
