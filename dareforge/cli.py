@@ -324,6 +324,9 @@ def evaluate(
     concurrency: Annotated[
         int | None, typer.Option(help="Episodes at once (default: the endpoint's max_concurrency).")
     ] = None,
+    subtasks: Annotated[
+        bool, typer.Option(help="Also play each Lake task's sub-tasks on their own (column Lake-sub).")
+    ] = False,
 ) -> None:
     """Run an endpoint's agent on a release's tasks in sandboxes, grade by execution, print the table.
 
@@ -346,6 +349,7 @@ def evaluate(
                 samples=samples,
                 temperature=temperature,
                 concurrency=concurrency,
+                subtasks=subtasks,
             )
     except DareforgeError as exc:
         _fail(exc)
@@ -537,7 +541,7 @@ def _run_with_airflow(release: str) -> None:
     out.print(f"release: {release}@{versions[-1] if versions else '(none)'}")
 
 
-FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF")
+FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake")
 
 
 def _print_generate(report) -> None:

@@ -17,6 +17,13 @@ def store_config(root: Path, sources: list[str]) -> Config:
     return cfg
 
 
+def prediction_only(cfg: Config) -> Config:
+    """No question tasks (QA, Lake): for tests about the prediction families that count their tasks."""
+    cfg.generate.qa_per_source = 0
+    cfg.generate.lakes_per_source = 0
+    return cfg
+
+
 def generate_tasks(ctx: RunContext) -> RunContext:
     """Crawl, filter, understand, prepare and generate: the store a task-level test starts from."""
     from dareforge.crawlers.crawl import crawl

@@ -40,7 +40,7 @@ from dareforge.schema import Task, TaskLimits
 from dareforge.store import Store
 from dareforge.trajectories.gold import regrade
 from tests.llm_server import Fault, LLMServer, Reply
-from tests.stores import generate_tasks, store_config
+from tests.stores import generate_tasks, prediction_only, store_config
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
@@ -53,7 +53,7 @@ HIDDEN = tuple(name[::-1] for name in PRIVATE_NAMES)
 def built(tmp_path_factory) -> tuple[Config, Path]:
     """An iris-only store with a release (no validation run: every candidate task is released)."""
     root = tmp_path_factory.mktemp("agents")
-    cfg = store_config(root, ["sklearn-iris"])
+    cfg = prediction_only(store_config(root, ["sklearn-iris"]))
     build_release(generate_tasks(RunContext.from_config(cfg, show_progress=False)), "dareforge")
     return cfg, root
 

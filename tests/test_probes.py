@@ -51,7 +51,7 @@ from dareforge.schema import (
 from dareforge.store import Store
 from dareforge.validators.gate import gate
 from tests.llm_server import LLMServer
-from tests.stores import generate_tasks, store_config
+from tests.stores import generate_tasks, prediction_only, store_config
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
@@ -63,7 +63,7 @@ DONE = "<reasoning>The predictions are written.</reasoning>\n<answer>predictions
 def built(tmp_path_factory) -> Path:
     """An iris-only store with its tasks generated (no validation: the gate has never run)."""
     root = tmp_path_factory.mktemp("probes")
-    cfg = store_config(root, ["sklearn-iris"])
+    cfg = prediction_only(store_config(root, ["sklearn-iris"]))
     cfg.generate.if_variants = 1
     generate_tasks(RunContext.from_config(cfg, show_progress=False))
     return root

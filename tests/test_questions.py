@@ -3,6 +3,7 @@ messy public files by the recorded cleaning step."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -11,21 +12,32 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dareforge.agents.evaluate import evaluate
+from dareforge.agents.loop import run_agent
+from dareforge.agents.protocol import task_prompt
+from dareforge.agents.runner import default_sandbox_factory
+from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
+from dareforge.exports.reward import reward, reward_spec
 from dareforge.generators.generate import generate
 from dareforge.generators.questions.build import (
     CLEANING,
     REFERENCE,
     Posed,
     degenerate,
-    subtask_file,
+    is_subtask_id,
+    subtask_task,
     visible,
 )
 from dareforge.generators.questions.programs import PROGRAMS, Question, Table
-from dareforge.generators.questions.scripts import ANSWER_FILE, with_cleaning
+from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
+from dareforge.probes.shortcut import no_data_task
+from dareforge.publish.release import build_release
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.runner import ReferenceRunner
-from dareforge.schema import Task
+from dareforge.sandbox import probe
+from dareforge.schema import Task, Trajectory
+from dareforge.trajectories.gold import GOLD_ENDPOINT, GoldClient, gold_replies, gold_trajectories
 from tests.stores import generate_tasks, store_config
 
 SOURCES = ["sklearn-iris", "vega-seattle-weather", "vega-stocks", "statsmodels-grunfeld", "vega-barley"]
@@ -273,3 +285,133 @@ def test_question_bodies_run_on_their_table(tmp_path):
                 _run(runner, posed.script, folder)
                 ran.add(name)
     assert ran == set(PROGRAMS)
+
+
+# --- the agent side: gold trajectories, grading an attempt, sub-tasks, the no-data probe, the reward -------
+
+needs_sandbox = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
+
+
+@needs_sandbox
+def test_gold_trajectories_of_question_tasks_are_verified_in_the_sandbox(built):
+    """Each QA and Lake reference played as agent turns (look, clean, compute, write answer.json) in the
+    sandbox, where the inputs are read-only links, grades 1."""
+    ctx, tasks = built
+    chosen = _candidates(tasks, "QA")[:3] + _candidates(tasks, "Lake")
+    report = gold_trajectories(ctx, release=None, task_ids=[t.id for t in chosen])
+    assert report.skipped == {} and report.failed == {}
+    assert len(report.verified) == len(chosen)
+    lake = next(t for t in report.trajectories if t.family == "Lake")
+    code = "\n".join(s.code or "" for s in lake.steps if s.role == "assistant")
+    assert "def clean(" in code and "answer.json" in code
+
+
+def _reply(code: str) -> str:
+    return f"<reasoning>Write it.</reasoning>\n<code>\n{code}\n</code>"
+
+
+FINISH = "<reasoning>Done.</reasoning>\n<answer>answer.json is written.</answer>"
+
+
+def _scripted(ctx, task: Task, answer) -> Trajectory:
+    """One episode of `task` whose agent writes `answer` straight away, graded against the private answer."""
+    client = GoldClient(
+        {
+            task_prompt(task): [
+                _reply(f"import json\njson.dump({{'answer': {answer!r}}}, open('answer.json', 'w'))"),
+                FINISH,
+            ]
+        }
+    )
+    public = ctx.store.local_path(f"tasks/{task.id}/public")
+    answers = ctx.store.local_path(f"tasks/{task.id}/private/{ANSWER_FILE}")
+    factory, close = default_sandbox_factory(ctx, 1)
+    try:
+        return asyncio.run(run_agent(task, public, client, factory, answers=answers))
+    finally:
+        close()
+
+
+@needs_sandbox
+def test_an_agent_s_answer_json_is_graded_by_its_type(built):
+    ctx, tasks = built
+    task = next(t for t in _candidates(tasks, "QA") if t.metric.answer_type == "numeric_exact")
+    truth = _private(ctx, task, ANSWER_FILE)["answer"]
+    right, wrong = _scripted(ctx, task, truth), _scripted(ctx, task, truth + 1)
+    assert (right.outcome, right.score, right.passed) == ("graded", 1.0, True)
+    assert "numeric exact" in right.detail
+    assert (wrong.outcome, wrong.score, wrong.passed) == ("graded", 0.0, False)
+    assert "answer.json" in right.steps[0].content  # the system prompt names the file that is graded
+
+
+def test_a_subtask_is_a_task_of_its_own_with_the_main_question_as_context(built):
+    _, tasks = built
+    lake = _candidates(tasks, "Lake")[0]
+    sub = lake.subtasks[0]
+    derived = subtask_task(lake, sub)
+    assert derived.id == f"{lake.id}-{sub.id}" and is_subtask_id(derived.id) and not is_subtask_id(lake.id)
+    assert derived.metric == sub.metric and derived.public_files == lake.public_files
+    main = next(line for line in lake.instruction.splitlines() if line.startswith("Question: "))
+    assert main[len("Question: ") :] in derived.instruction
+    assert f"Question: {sub.question}" in derived.instruction
+    assert derived.instruction.splitlines()[-1] == lake.instruction.splitlines()[-1]  # where the answer goes
+
+
+@needs_sandbox
+def test_evaluate_scores_lake_tasks_and_their_subtasks(built):
+    """`evaluate(subtasks=True)` plays each Lake task and each of its sub-tasks; an agent that answers every
+    sub-question right passes the Lake-sub column."""
+    ctx, tasks = built
+    ctx = RunContext(config=ctx.config.model_copy(deep=True), store=ctx.store, show_progress=False)
+    ctx.config.llm.endpoints = [
+        EndpointConfig(name=GOLD_ENDPOINT.name, base_url="http://127.0.0.1:9/v1", model=GOLD_ENDPOINT.model)
+    ]
+    build_release(ctx, "questions")
+    lakes = _candidates(tasks, "Lake")[:2]
+    replies = {task_prompt(t): gold_replies(t) for t in lakes}
+    for lake in lakes:
+        for sub in lake.subtasks:
+            value = _private(ctx, lake, subtask_file(sub.id))["answer"]
+            code = f"import json\njson.dump({{'answer': {value!r}}}, open('answer.json', 'w'))"
+            replies[task_prompt(subtask_task(lake, sub))] = [_reply(code), FINISH]
+    report = evaluate(
+        ctx,
+        GOLD_ENDPOINT.name,
+        release="questions",
+        split="all",
+        task_ids=[t.id for t in lakes],
+        subtasks=True,
+        client_factory=lambda endpoint: GoldClient(replies),
+    )
+    cells = report.cells
+    assert cells["Lake"].attempts == len(lakes) and cells["Lake"].passed == len(lakes)
+    subs = sum(len(t.subtasks) for t in lakes)
+    assert cells["Lake-sub"].attempts == subs and cells["Lake-sub"].passed == subs
+
+
+def test_the_no_data_probe_shows_a_question_without_any_file(built):
+    ctx, tasks = built
+    task = _candidates(tasks, "Lake")[0]
+    shown, data = no_data_task(ctx.store, task)
+    assert data is None and shown.public_files == []
+    assert shown.instruction.startswith(task.instruction) and "holds no files" in shown.instruction
+
+
+def test_the_rl_reward_of_a_question_is_format_plus_grade(built, tmp_path):
+    ctx, tasks = built
+    task = next(t for t in _candidates(tasks, "QA") if t.metric.answer_type == "numeric_approximate")
+    truth = _private(ctx, task, ANSWER_FILE)["answer"]
+    answers = ctx.store.local_path(f"tasks/{task.id}/private/{ANSWER_FILE}")
+    spec = reward_spec(task)
+    assert (spec.predictions_file, spec.graded_against, spec.max_reward) == (
+        "answer.json",
+        "answer.json",
+        1.1,
+    )
+    submitted = tmp_path / "answer.json"
+    submitted.write_text(json.dumps({"answer": truth}))
+    assert reward(spec, submitted, answers).value == pytest.approx(1.1)
+    submitted.write_text(json.dumps({"answer": truth * 2}))
+    assert reward(spec, submitted, answers).value == pytest.approx(0.1 + 1 / 2)  # RAE 1 -> 1/(1+1)
+    submitted.write_text("not json")
+    assert reward(spec, submitted, answers).value == 0.0

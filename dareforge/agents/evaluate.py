@@ -3,7 +3,9 @@
 `evaluate` plays every (task, sample) of the chosen split with `run_agent`, grades the predictions on the host
 against the private half of the release, stores each trajectory in the `trajectories` table (partition
 `<endpoint>--<release>`, so endpoints can be compared with SQL) and returns an `EvaluationReport`: per family the
-share of attempts that passed and the mean score, and counts of every outcome.
+share of attempts that passed and the mean score, and counts of every outcome. With `subtasks=True` each Lake
+task's sub-tasks are also played as tasks of their own (id `<task>-<sub-task>`, KramaBench's sub-task setting)
+and reported in their own column, `Lake-sub`.
 
 It is idempotent: a trajectory's id hashes task id, endpoint, model, temperature and sample, and a stored id is
 not played again (pass `rerun_llm_errors=True` to replay attempts the endpoint failed). Each finished trajectory
@@ -25,15 +27,18 @@ from rich.table import Table
 from dareforge.agents.grading import PASS_BARS
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
+    Attempt,
     attempts_for,
     episode_workers,
     make_client,
+    release_subtask_files,
     release_task_files,
     run_attempts,
 )
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError, DareforgeError
+from dareforge.generators.questions.build import is_subtask_id, subtask_task
 from dareforge.publish.release import Release, load_release
 from dareforge.schema import Outcome, Task, Trajectory
 from dareforge.store import Store
@@ -47,9 +52,12 @@ FAMILY_COLUMNS: Mapping[str, str] = {
     "Reg-MM": "Reg-MM",
     "TS-XF": "Time-XF",
     "TS-CF": "Time-CF",
+    "QA": "QA",
+    "Lake": "Lake",
 }
-"""Task family -> the column DARE-bench's tables call it."""
-COLUMNS = (*FAMILY_COLUMNS.values(), "total")
+"""Task family -> the column DARE-bench's tables call it (QA and Lake are ours)."""
+SUBTASK_COLUMN = "Lake-sub"
+COLUMNS = (*FAMILY_COLUMNS.values(), SUBTASK_COLUMN, "total")
 OUTCOMES = typing.get_args(Outcome)
 SPLIT_CHOICES = ("train", "test", "all")
 
@@ -96,7 +104,8 @@ class EvaluationReport:
         cells = {c: Cell() for c in COLUMNS}
         for t in self.trajectories:
             score = t.score if t.score is not None and t.score == t.score else 0.0
-            for column in (FAMILY_COLUMNS.get(t.family, t.family), "total"):
+            family = SUBTASK_COLUMN if is_subtask_id(t.task_id) else FAMILY_COLUMNS.get(t.family, t.family)
+            for column in (family, "total"):
                 old = cells.get(column, Cell())
                 cells[column] = Cell(
                     old.attempts + 1, old.passed + int(bool(t.passed)), old.score_sum + score
@@ -219,6 +228,7 @@ def evaluate(
     task_ids: Iterable[str] | None = None,
     sandbox_factory: SandboxFactory | None = None,
     client_factory: Callable[[EndpointConfig], Any] | None = None,
+    subtasks: bool = False,
 ) -> EvaluationReport:
     """Run `endpoint_name` on the `split` tasks of `release` (latest version unless `version`); see the module doc.
 
@@ -242,12 +252,15 @@ def evaluate(
     client = (
         client_factory(endpoint) if client_factory is not None else make_client(ctx, endpoint, "evaluate")
     )
+    attempts = attempts_for(
+        tasks, samples, lambda t: release_task_files(ctx.store, rel.prefix, rel.private_prefix, t)
+    )
+    if subtasks:
+        attempts += subtask_attempts(ctx.store, rel, tasks, samples)
     played = run_attempts(
         ctx,
         client,
-        attempts_for(
-            tasks, samples, lambda t: release_task_files(ctx.store, rel.prefix, rel.private_prefix, t)
-        ),
+        attempts,
         partition=partition,
         workers=workers,
         temperature=temperature,
@@ -281,3 +294,17 @@ def evaluate(
         report.reused,
     )
     return report
+
+
+def subtask_attempts(store: Store, release: Release, tasks: Iterable[Task], samples: int) -> list[Attempt]:
+    """Each sub-task of each Lake task as an attempt of its own, graded against its certified answer."""
+    return [
+        Attempt(
+            subtask_task(task, sub),
+            sample,
+            release_subtask_files(store, release.prefix, release.private_prefix, task, sub.id),
+        )
+        for task in tasks
+        for sub in task.subtasks
+        for sample in range(samples)
+    ]

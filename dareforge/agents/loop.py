@@ -17,7 +17,7 @@ but not shown).
 How an episode ends, in order of precedence (see `classify`):
 
 - `llm-error`: the client returned an error (after its own retries); nothing is graded.
-- a valid `predictions.csv` (the grader accepts it): `graded` with its score, or, for an IF task whose
+- a valid `predictions.csv` (a question task's `answer.json`; the grader accepts it): `graded` with its score, or, for an IF task whose
   predictions do not all match the reference run, `instruction-non-adherence`. Predictions written before the
   turns ran out count even without an `<answer>` (the detail says so).
 - `no-code`: no code ever ran and no reply even tried (no code in any form the protocol reads, no tool call that
@@ -32,6 +32,7 @@ How an episode ends, in order of precedence (see `classify`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import shutil
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dareforge.agents.grading import PASS_BARS, PREDICTIONS, grade_predictions, is_if, passed
+from dareforge.agents.grading import PASS_BARS, grade_predictions, is_if, output_file, passed
 from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, truncate
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.schema import SourceFile, Step, Task, Trajectory
@@ -253,7 +254,7 @@ async def play(
                 episode.unreadable_calls += len(reading.actions)
                 for action in reading.actions:
                     say(protocol.answer(action, _not_run(action)), error=action.text)
-                for message in protocol.nudge(reading, result.finish_reason):
+                for message in protocol.nudge(task, reading, result.finish_reason):
                     say(message)
                 continue
             # What the actions record, in order; messages (the answers to them) go out only if the episode
@@ -269,6 +270,10 @@ async def play(
                 elif action.kind == "answer":
                     episode.steps += [step for step, message in pending if message is None]
                     episode.ended, episode.answer = "answer", action.text
+                    if action.submitted is not None and task.is_question:
+                        # A folder planted there stops the write; the grader then says answer.json is no file.
+                        with contextlib.suppress(OSError):
+                            write_submitted(workspace / output_file(task), action.submitted)
                     return episode
                 else:
                     if episode.executions >= limits.turns:
@@ -407,22 +412,39 @@ def _observation(
 
 
 def check_predictions(task: Task, workspace: Path, answers: Path | None) -> GradeResult | None:
-    """Grade the workspace's predictions.csv. It is first copied out with O_NOFOLLOW to a host-only folder, so
-    a symlink (to the answers, say), a FIFO or an oversized file planted by agent code is refused, not read."""
+    """Grade the workspace's predictions.csv (a question task's answer.json). It is first copied out with
+    O_NOFOLLOW to a host-only folder, so a symlink (to the answers, say), a FIFO or an oversized file planted by
+    agent code is refused, not read."""
+    output = output_file(task)
     try:
-        data = read_regular_file(workspace / PREDICTIONS, MAX_PREDICTIONS_BYTES)
+        data = read_regular_file(workspace / output, MAX_PREDICTIONS_BYTES)
     except FileNotFoundError:
-        return GradeResult(score=0.0, error=f"{PREDICTIONS} was not written in the working directory")
+        return GradeResult(score=0.0, error=f"{output} was not written in the working directory")
     except OSError as exc:
-        return GradeResult(
-            score=0.0, error=f"{PREDICTIONS} could not be read: {exc}; write a regular CSV file"
-        )
+        kind = "JSON" if task.is_question else "CSV"
+        return GradeResult(score=0.0, error=f"{output} could not be read: {exc}; write a regular {kind} file")
     if answers is None:
         return GradeResult(score=float("nan"), error=None)
     with tempfile.TemporaryDirectory(prefix="dareforge-grade-", dir=temp_root()) as tmp:
-        copy = Path(tmp) / PREDICTIONS
+        copy = Path(tmp) / output
         copy.write_bytes(data)
         return grade_predictions(task, copy, answers)
+
+
+def write_submitted(path: Path, answer_json: str) -> None:
+    """Write a `submit` call's answer as `{"answer": ...}` to `path`, replacing whatever agent code left there:
+    a symlink is removed, never followed (the write refuses links), so the answer cannot land outside."""
+    data = f'{{"answer": {answer_json}}}'.encode()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        path.unlink()
+        fd = os.open(path, flags, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def read_regular_file(path: Path, max_bytes: int) -> bytes:
@@ -460,7 +482,8 @@ def classify(
         if is_if(task) and grade.score < 1.0:
             detail = f"{grade.score:.4f} of predictions match the reference run{unanswered}"
             return "instruction-non-adherence", grade.score, False, detail
-        return "graded", grade.score, ok, f"score {grade.score:.4f} on {grade.rows} rows{unanswered}"
+        graded_on = f"({grade.method})" if task.is_question else f"on {grade.rows} rows"
+        return "graded", grade.score, ok, f"score {grade.score:.4f} {graded_on}{unanswered}"
     why = grade.error if grade is not None else None
     if episode.executions == 0 and not episode.unreadable_calls:
         parts = ["no code ran"]
@@ -481,7 +504,7 @@ def classify(
     if episode.ended == "turn-limit":
         detail = f"turns ran out after {episode.executions} executions without an answer"
         return "turn-limit", None, False, f"{detail}; {why}" if why else detail
-    return "format-error", None, False, why or f"{PREDICTIONS} is missing or ill-formed"
+    return "format-error", None, False, why or f"{output_file(task)} is missing or ill-formed"
 
 
 def list_files(workspace: Path, exclude: set[str] = frozenset()) -> tuple[list[SourceFile], int]:

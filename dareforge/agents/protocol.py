@@ -4,8 +4,8 @@ the trajectory record and its failure categories) is `dareforge.agents.loop`'s, 
 
 **tags** (DSGym / DARE-bench style; any chat server). A reply holds `<reasoning>...</reasoning>`, then either
 `<code>...</code>` (Python run in a persistent kernel) or `<answer>...</answer>` (the episode ends;
-`predictions.csv` in the working directory is graded). A reply may hold a last `<code>` block and the
-`<answer>`: the code runs, then the episode ends. The kernel's output comes back as the next user message,
+`predictions.csv`, or a question task's `answer.json`, in the working directory is graded). A reply may hold
+a last `<code>` block and the `<answer>`: the code runs, then the episode ends. The kernel's output comes back as the next user message,
 truncated to `OUTPUT_CHARS`. How a reply is read (`parse_reply`), as one rule:
 
 - tags inside a closed `<reasoning>` never count;
@@ -22,8 +22,9 @@ code and then stopped following the protocol as `format-error` (see `dareforge.a
 
 **tools** (the chat API's native tool calling; the server must support `tools`). The request carries two tools:
 `python` (`{"code": str}`, run in the kernel; the output comes back as a `tool` message answering the call) and
-`submit` (`{"message": str}`: every task family is graded on `predictions.csv`, so submitting carries no answer
-of its own). A reply may hold several calls: they run in order, and `submit` ends the episode at once. A call
+`submit`. A prediction task is graded on `predictions.csv`, so its `submit` carries only `{"message": str}`; a
+question task's `submit` carries `{"answer": ...}`, typed by the question's answer type (`ANSWER_SCHEMAS`), and
+the loop writes it to `answer.json`, which is graded as the tags protocol's is. A reply may hold several calls: they run in order, and `submit` ends the episode at once. A call
 whose arguments are not a JSON object of the right shape, or that names no known tool, runs nothing: it is
 answered with what is wrong, and recorded with its raw text (`Step.tool_calls`, and the answering `tool`
 step's `error`). A reply without any usable call is a format error of that turn, as in tags.
@@ -33,9 +34,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
+from dareforge.agents.grading import output_file
 from dareforge.errors import ConfigError
 from dareforge.schema import Task, ToolCall
 
@@ -43,8 +45,44 @@ OUTPUT_CHARS = 4000
 """Most characters of kernel output sent back to the model (head and tail are kept)."""
 MAX_LISTED_COLUMNS = 60
 
+
+@dataclass(frozen=True)
+class TaskKind:
+    """The words a prompt uses for a kind of task: a prediction task writes `predictions.csv`, a question task
+    (QA, Lake) answers in `answer.json` (tags) or in its `submit` call (tools)."""
+
+    role: str
+    files: str
+    kept: str
+    graded: str
+    why: str
+    answer_tag: str
+
+
+PREDICTION = TaskKind(
+    role="data scientist solving a tabular machine-learning task",
+    files="the task's files (`train.csv`, `test.csv`; they are read-only)",
+    kept="variables, imports and fitted models",
+    graded="against answers you cannot see",
+    why="Why the predictions are complete.",
+    answer_tag="One short sentence saying that predictions.csv is written.",
+)
+QUESTION = TaskKind(
+    role="data analyst answering a question about data files",
+    files="the task's files (read-only)",
+    kept="variables and imports",
+    graded='as a JSON object {"answer": <value>} in the format the question asks for',
+    why="Why the answer is right.",
+    answer_tag="The answer, as written in answer.json.",
+)
+
+
+def task_kind(task: Task) -> TaskKind:
+    return QUESTION if task.is_question else PREDICTION
+
+
 SYSTEM_PROMPT = """\
-You are an expert data scientist solving a tabular machine-learning task by writing and running Python code.
+You are an expert {role} by writing and running Python code.
 
 You work in turns. Each reply has this form:
 
@@ -55,19 +93,19 @@ What you know so far and what you do next.
 # Python code to run now
 </code>
 
-The code runs in a persistent Jupyter kernel (variables, imports and fitted models survive between turns).
-Its working directory holds the task's files (`train.csv`, `test.csv`; they are read-only) and is where you
-write `predictions.csv`. After each <code> block you get its output as the next message: printed text,
+The code runs in a persistent Jupyter kernel ({kept} survive between turns).
+Its working directory holds {files} and is where you
+write `{output}`. After each <code> block you get its output as the next message: printed text,
 warnings, the value of the last expression, or the error's traceback (long output is cut in the middle, so
 print summaries, not whole tables).
 
-When `predictions.csv` is written and you have checked it, finish with:
+When `{output}` is written and you have checked it, finish with:
 
 <reasoning>
-Why the predictions are complete.
+{why}
 </reasoning>
 <answer>
-One short sentence saying that predictions.csv is written.
+{answer_tag}
 </answer>
 
 Rules:
@@ -75,7 +113,7 @@ Rules:
   without showing you its output.
 - You may run code at most {turns} times; each run may take at most {seconds} seconds and is stopped after that.
 - CPU only; no internet; no package installation. pandas, numpy, scipy, scikit-learn and statsmodels are available.
-- Only `predictions.csv` in the working directory is graded, against answers you cannot see.
+- Only `{output}` in the working directory is graded, {graded}.
 """
 
 
@@ -139,7 +177,18 @@ def parse_reply(text: str) -> Parsed:
 
 
 def system_prompt(task: Task) -> str:
-    return SYSTEM_PROMPT.format(turns=task.limits.turns, seconds=task.limits.seconds_per_execution)
+    return _fill(SYSTEM_PROMPT, task)
+
+
+def _fill(template: str, task: Task, **words: str) -> str:
+    kind = task_kind(task)
+    return template.format(
+        **asdict(kind),
+        **words,
+        output=output_file(task),
+        turns=task.limits.turns,
+        seconds=task.limits.seconds_per_execution,
+    )
 
 
 # -- both protocols behind one interface ------------------------------------------------------------------------
@@ -151,6 +200,9 @@ class Action:
     kind: Literal["code", "answer", "invalid"]
     text: str
     call_id: str | None = None
+    submitted: str | None = None
+    """A `submit` call's typed answer, as JSON text (question tasks, tools protocol): the loop writes it to
+    `answer.json`, which is then graded like one the agent's code wrote."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +247,7 @@ class AgentProtocol(Protocol):
 
     def notes(self, reading: Reading) -> list[str]: ...
 
-    def nudge(self, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]: ...
+    def nudge(self, task: Task, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]: ...
 
 
 def _cut_note(finish_reason: str | None) -> str:
@@ -249,43 +301,91 @@ class TagsProtocol:
             )
         return lines
 
-    def nudge(self, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]:
+    def nudge(self, task: Task, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]:
         """The messages after a reply with nothing usable."""
         return [
             {
                 "role": "user",
                 "content": "Your reply had no <code>...</code> block and no <answer>...</answer>, so nothing ran."
                 f"{_cut_note(finish_reason)} Reply with <reasoning>...</reasoning> followed by either "
-                "<code>...</code> (Python to run) or <answer>...</answer> once predictions.csv is written.",
+                f"<code>...</code> (Python to run) or <answer>...</answer> once {output_file(task)} is written.",
             }
         ]
 
 
 TOOLS_SYSTEM_PROMPT = """\
-You are an expert data scientist solving a tabular machine-learning task by writing and running Python code.
+You are an expert {role} by writing and running Python code.
 
 You have two tools:
-- `python` runs code in a persistent Jupyter kernel (variables, imports and fitted models survive between calls)
+- `python` runs code in a persistent Jupyter kernel ({kept} survive between calls)
   and returns its output: printed text, warnings, the value of the last expression, or the error's traceback
   (long output is cut in the middle, so print summaries, not whole tables).
-- `submit` ends the task, once `predictions.csv` is written and you have checked it.
+- `submit` ends the task, {submit_when}.
 
-The kernel's working directory holds the task's files (`train.csv`, `test.csv`; they are read-only) and is where
-you write `predictions.csv`. In each reply, say briefly what you know so far and what you do next, then call a tool.
+The kernel's working directory holds {files} and is where
+you {writes}. In each reply, say briefly what you know so far and what you do next, then call a tool.
 
 Rules:
 - You may run code at most {turns} times; each run may take at most {seconds} seconds and is stopped after that.
 - Calls in one reply run in order; `submit` ends the task at once.
 - CPU only; no internet; no package installation. pandas, numpy, scipy, scikit-learn and statsmodels are available.
-- Only `predictions.csv` in the working directory is graded, against answers you cannot see.
+- Only {graded_tools}.
 """
 
 PYTHON_TOOL = "python"
 SUBMIT_TOOL = "submit"
 
+ANSWER_SCHEMAS: dict[str, dict[str, Any]] = {
+    "string_exact": {"type": "string"},
+    "string_approximate": {"type": "string"},
+    "numeric_exact": {"type": "number"},
+    "numeric_approximate": {"type": "number"},
+    "list_exact": {"type": "array", "items": {"type": ["string", "number"]}},
+    "list_approximate": {"type": "array", "items": {"type": ["string", "number"]}},
+    "boolean": {"type": "boolean"},
+}
+"""The JSON schema of a `submit` call's answer, by the question's answer type (KramaBench's types)."""
+
+
+def _tools_words(task: Task) -> dict[str, str]:
+    if task.is_question:
+        return {
+            "submit_when": "with your answer in the format the question asks for (it is written to `answer.json`)",
+            "writes": "may write files",
+            "graded_tools": "the answer given to `submit` is graded (as `answer.json`)",
+        }
+    return {
+        "submit_when": "once `predictions.csv` is written and you have checked it",
+        "writes": "write `predictions.csv`",
+        "graded_tools": "`predictions.csv` in the working directory is graded, against answers you cannot see",
+    }
+
+
+def _submit_parameters(task: Task) -> dict[str, Any]:
+    if task.is_question:
+        answer = dict(ANSWER_SCHEMAS[task.metric.answer_type or "string_exact"])
+        answer["description"] = "The answer to the question, in the format it asks for."
+        return {"type": "object", "properties": {"answer": answer}, "required": ["answer"]}
+    return {
+        "type": "object",
+        "properties": {
+            "message": {
+                "type": "string",
+                "description": "One short sentence saying that predictions.csv is written.",
+            }
+        },
+        "required": ["message"],
+    }
+
 
 def tool_schemas(task: Task) -> list[dict[str, Any]]:
-    """The `tools` of a request for `task`, in the chat API's shape."""
+    """The `tools` of a request for `task`, in the chat API's shape; a question task's `submit` takes the answer,
+    typed by the question's answer type."""
+    done = (
+        "give the answer"
+        if task.is_question
+        else "predictions.csv is written in the working directory and checked"
+    )
     return [
         {
             "type": "function",
@@ -304,17 +404,8 @@ def tool_schemas(task: Task) -> list[dict[str, Any]]:
             "type": "function",
             "function": {
                 "name": SUBMIT_TOOL,
-                "description": "End the task: predictions.csv is written in the working directory and checked.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "message": {
-                            "type": "string",
-                            "description": "One short sentence saying that predictions.csv is written.",
-                        }
-                    },
-                    "required": ["message"],
-                },
+                "description": f"End the task: {done}.",
+                "parameters": _submit_parameters(task),
             },
         },
     ]
@@ -327,10 +418,16 @@ class ToolsProtocol:
     finish_now = "call `submit`"
 
     def system_prompt(self, task: Task) -> str:
-        return TOOLS_SYSTEM_PROMPT.format(turns=task.limits.turns, seconds=task.limits.seconds_per_execution)
+        return _fill(TOOLS_SYSTEM_PROMPT, task, **_tools_words(task))
 
     def task_prompt(self, task: Task) -> str:
-        return task_prompt(task, finish="then call `submit`")
+        if task.is_question:
+            return _task_prompt(
+                task, "Call `submit` with the answer; it is written to `answer.json` and graded."
+            )
+        return _task_prompt(
+            task, f"Write `{output_file(task)}` in the working directory, then call `submit`."
+        )
 
     def chat_params(self, task: Task) -> dict[str, Any]:
         return {"tools": tool_schemas(task)}
@@ -355,14 +452,14 @@ class ToolsProtocol:
     def notes(self, reading: Reading) -> list[str]:
         return []
 
-    def nudge(self, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]:
+    def nudge(self, task: Task, reading: Reading, finish_reason: str | None) -> list[dict[str, Any]]:
         if reading.actions:  # unreadable calls: each is answered with what is wrong, which is the nudge
             return []
         return [
             {
                 "role": "user",
                 "content": f"Your reply called no tool, so nothing ran.{_cut_note(finish_reason)} Call `python` "
-                "to run code, or `submit` once predictions.csv is written.",
+                f"to run code, or `submit` {_tools_words(task)['submit_when']}.",
             }
         ]
 
@@ -403,6 +500,9 @@ def read_call(call: ToolCall) -> Action:
         if not isinstance(code, str) or not code.strip():
             return invalid('the arguments have no "code" string')
         return Action("code", code, call.id)
+    if "answer" in args:
+        submitted = json.dumps(args["answer"], ensure_ascii=False)
+        return Action("answer", submitted, call.id, submitted=submitted)
     message = args.get("message", "")
     return Action("answer", message if isinstance(message, str) else json.dumps(message), call.id)
 
@@ -421,8 +521,16 @@ def protocol_for(name: str) -> AgentProtocol:
         ) from None
 
 
-def task_prompt(task: Task, finish: str = "then finish with <answer>") -> str:
-    """The first user message: the instruction and what the working directory holds (no private facts)."""
+def task_prompt(task: Task) -> str:
+    """The tags protocol's first user message."""
+    return _task_prompt(
+        task, f"Write `{output_file(task)}` in the working directory, then finish with <answer>."
+    )
+
+
+def _task_prompt(task: Task, finish: str) -> str:
+    """The first user message: the instruction, what the working directory holds (no private facts), and how
+    to finish."""
     lines = [task.instruction.strip(), "", "Files in the working directory:"]
     for f in sorted(task.public_files, key=lambda f: f.name):
         line = f"- `{f.name}` ({_size(f.size)}"
@@ -434,7 +542,7 @@ def task_prompt(task: Task, finish: str = "then finish with <answer>") -> str:
             more = len(f.columns) - MAX_LISTED_COLUMNS
             line += f"; columns: {shown}" + (f" and {more} more" if more > 0 else "")
         lines.append(line)
-    lines += ["", f"Write `predictions.csv` in the working directory, {finish}."]
+    lines += ["", finish]
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ from dareforge.agents.loop import SandboxFactory, endpoint_protocol, run_agent, 
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.generators.questions.scripts import subtask_file
 from dareforge.schema import Task, Trajectory
 from dareforge.scratch import temp_root
 from dareforge.store import Store
@@ -67,6 +68,14 @@ def release_task_files(store: Store, public_prefix: str, private_prefix: str, ta
     """Files of a task in a release: public under `<public_prefix>/files/<id>/`, answers in the private half."""
     answers = f"{private_prefix}/answers/{task.id}/{answers_file(task)}"
     return _files_under(store, task, f"{public_prefix}/files/{task.id}", answers)
+
+
+def release_subtask_files(
+    store: Store, public_prefix: str, private_prefix: str, parent: Task, sub_id: str
+) -> Materializer:
+    """A Lake task's files in a release, graded against one sub-task's certified answer."""
+    answers = f"{private_prefix}/answers/{parent.id}/{subtask_file(sub_id)}"
+    return _files_under(store, parent, f"{public_prefix}/files/{parent.id}", answers)
 
 
 def _files_under(store: Store, task: Task, public_prefix: str, answers_key: str) -> Materializer:

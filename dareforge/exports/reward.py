@@ -4,7 +4,9 @@
   columns, one row per test row, values the metric can read);
 - plus, for an IF task, 1.0 (`score_reward`) when it matches the reference run's predictions exactly (score 1.0:
   following the stated workflow is the task, so a near miss earns nothing more);
-- plus, for an MM or TS task, `score_reward` times the metric score (macro-F1, clipped R²) clipped to [0, 1].
+- plus, for an MM or TS task, `score_reward` times the metric score (macro-F1, clipped R²) clipped to [0, 1];
+- plus, for a QA or Lake task (its `answer.json` is the file), `score_reward` times the answer's grade in
+  [0, 1] (KramaBench's: exact types 0 or 1, approximate numbers 1 / (1 + relative error), lists F1).
 
 A missing or malformed file earns 0.0, with the grader's error as `detail`. Only higher-is-better metrics
 bounded by 1 make a reward on this scale, so a task graded by e.g. RMSE raises `RewardError`.
@@ -23,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dareforge.agents.grading import PREDICTIONS, answers_file, is_if
+from dareforge.agents.grading import PREDICTIONS, answers_file, is_if, output_file
 from dareforge.agents.loop import MAX_PREDICTIONS_BYTES, read_regular_file
 from dareforge.errors import DareforgeError
 from dareforge.reference_solutions.graders import GradeResult, grade
@@ -68,6 +70,14 @@ class RewardResult(BaseModel):
 
 
 def reward_spec(task: Task) -> RewardSpec:
+    if task.is_question:
+        return RewardSpec(
+            family=task.family,
+            mode="metric",
+            metric=task.metric,
+            predictions_file=output_file(task),
+            graded_against=answers_file(task),
+        )
     metric = get_metric(task.metric.name)
     if not metric.higher_is_better:
         raise RewardError(
@@ -96,7 +106,8 @@ def graded_reward(spec: RewardSpec, result: GradeResult) -> RewardResult:
         detail = "exact match" if exact else f"{result.score:.4f} of predictions match the reference run"
     else:
         bonus = spec.score_reward * min(max(result.score, 0.0), 1.0)
-        detail = f"{spec.metric.name} {result.score:.4f}"
+        name = spec.metric.answer_type or spec.metric.name
+        detail = f"{name} {result.score:.4f}"
     return RewardResult(value=spec.format_reward + bonus, well_formed=True, score=result.score, detail=detail)
 
 
@@ -119,7 +130,7 @@ def reward(task: Task | RewardSpec, predictions: Path | str, answers: Path | str
 
 
 def workspace_reward(task: Task | RewardSpec, workspace: Path | str, answers: Path | str) -> RewardResult:
-    """Reward what an episode left in its working directory (its `predictions.csv`)."""
+    """Reward what an episode left in its working directory (its `predictions.csv` or `answer.json`)."""
     spec = _spec(task)
     return reward(spec, Path(workspace) / spec.predictions_file, answers)
 

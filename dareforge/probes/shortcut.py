@@ -138,6 +138,11 @@ def score_of(result: ProbeResult) -> float:
 
 # -- the no-data probe -------------------------------------------------------------------------------------------
 def withheld_note(task: Task) -> str:
+    if task.is_question:
+        return (
+            "Note: the data of this task is withheld. The working directory holds no files; write `answer.json` "
+            "as described above from what you know."
+        )
     keys = ", ".join(f"`{c}`" for c in task.metric.key_columns)
     return (
         "Note: the data of this task is withheld. There is no `train.csv` and no `test.csv`; the working "
@@ -146,18 +151,17 @@ def withheld_note(task: Task) -> str:
     )
 
 
-def no_data_task(store: Store, task: Task) -> tuple[Task, bytes]:
+def no_data_task(store: Store, task: Task) -> tuple[Task, bytes | None]:
     """The task as the probe shows it (instruction with the note, `test_ids.csv` as its only file) and that
-    file's bytes (the key columns of the public test.csv, exactly as written there)."""
+    file's bytes (the key columns of the public test.csv, exactly as written there). A question task keeps no
+    file at all (its question is all it asks)."""
+    note = f"{task.instruction.rstrip()}\n\n{withheld_note(task)}"
+    if task.is_question:
+        return task.model_copy(update={"instruction": note, "public_files": []}), None
     with store.open(f"tasks/{task.id}/public/test.csv") as fh:
         test = pd.read_csv(fh, dtype=str, keep_default_na=False)
     data = test[task.metric.key_columns].to_csv(index=False).encode()
-    probe_task = task.model_copy(
-        update={
-            "instruction": f"{task.instruction.rstrip()}\n\n{withheld_note(task)}",
-            "public_files": [_describe(data)],
-        }
-    )
+    probe_task = task.model_copy(update={"instruction": note, "public_files": [_describe(data)]})
     return probe_task, data
 
 
@@ -174,10 +178,13 @@ def no_data_attempts(store: Store, tasks: Sequence[Task], samples: int) -> list[
         probe_task, data = no_data_task(store, task)
         answers_only = store_task_files(store, task.model_copy(update={"public_files": []}))
 
-        def materialize(tmp: Path, data: bytes = data, answers_only=answers_only) -> tuple[Path, Path | None]:
+        def materialize(
+            tmp: Path, data: bytes | None = data, answers_only=answers_only
+        ) -> tuple[Path, Path | None]:
             public = tmp / NO_DATA
             public.mkdir()
-            (public / TEST_IDS).write_bytes(data)
+            if data is not None:
+                (public / TEST_IDS).write_bytes(data)
             return public, answers_only(tmp)[1]
 
         attempts += [Attempt(probe_task, sample, materialize, NO_DATA) for sample in range(samples)]

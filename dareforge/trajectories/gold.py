@@ -1,4 +1,5 @@
-"""Gold trajectories: each IF task's reference pipeline played as an agent episode, for SFT data with no LLM.
+"""Gold trajectories: each IF task's reference pipeline (and each QA/Lake task's question program) played as an
+agent episode, for SFT data with no LLM.
 
 The replies are written from the task's spec, which is what its instruction states: look at the data; apply
 the filters, printing the rows left after each; build the features and the pipeline and fit it; predict, write
@@ -11,6 +12,10 @@ other: a gold trajectory is **verified** when every prediction matches the refer
 unverified one points at a bug (the reference code changed since certification, or the sandbox's stack differs
 from the one that certified the task); it is stored all the same and reported with its outcome and detail.
 
+A question task's replies come from the reference recorded in its spec: look at the files (names, sizes,
+first lines); for a Lake task, run the recorded cleaning step; load the data and compute the answer with the
+program's own code; write `answer.json`; answer. Verified when the answer grades 1 against the certified one.
+
 `regrade` replays a stored trajectory's replies in a fresh sandbox and grades what they write, so anyone can
 check an exported trajectory without trusting the record: the predictions must be byte-identical and score 1.
 """
@@ -18,6 +23,7 @@ check an exported trajectory without trusting the record: the predictions must b
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -28,12 +34,13 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from dareforge.agents.evaluate import partition_name
-from dareforge.agents.grading import PREDICTIONS, is_if
+from dareforge.agents.grading import ANSWER, PREDICTIONS, is_if, output_file
 from dareforge.agents.loop import SandboxFactory, run_agent
 from dareforge.agents.protocol import protocol_for, task_prompt
 from dareforge.agents.runner import Materializer, attempts_for, default_sandbox_factory, run_attempts
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.generators.questions.scripts import HEADER, Reference, compute_code
 from dareforge.generators.spec import IFSpec, RangeFilter
 from dareforge.llm import ChatResult
 from dareforge.reference_solutions.pipeline import Section, if_reference_sections, literal
@@ -119,8 +126,79 @@ def spec_of(task: Task) -> IFSpec:
     return IFSpec.model_validate_json(task.spec)
 
 
+LOOK_AT_FILES = """\
+import os
+
+for name in sorted(os.listdir(".")):
+    if name.endswith(".csv"):
+        with open(name) as fh:
+            head = [next(fh, "").rstrip() for _ in range(3)]
+        print(f"{name}: {os.path.getsize(name)} bytes")
+        for line in head:
+            print("    " + line[:200])
+"""
+
+
+def question_replies(task: Task) -> list[str]:
+    """The gold agent's replies to a QA or Lake task, from the reference recorded in its spec."""
+    if not task.spec:
+        raise GoldError(f"{task.family} task {task.id} has no spec; regenerate it with `dareforge generate`")
+    try:
+        reference = Reference.from_spec(task.spec)
+        files = json.loads(task.spec).get("files") or {}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise GoldError(
+            f"{task.family} task {task.id} records no reference in its spec ({exc}); regenerate it"
+        ) from exc
+    turns = [Turn("I start by looking at the files: their names, sizes and first lines.", LOOK_AT_FILES)]
+    if reference.cleaning is not None:
+        mess = "; ".join(f"`{name}`: {', '.join(kinds) or 'clean'}" for name, kinds in sorted(files.items()))
+        turns.append(
+            Turn(
+                "The question needs the files of its table, and they are untidy "
+                f"({mess}). I clean each one on its text, so no value changes: drop the extra header line, "
+                "read the missing-value markers as empty, remove thousands separators, bring columns given in "
+                "thousands back to their unit, and write every date as YYYY-MM-DD.",
+                f"{reference.cleaning.rstrip()}\nprint('cleaned:', {sorted(files)!r})",
+            )
+        )
+    compute = "\n".join(
+        [
+            HEADER,
+            reference.load,
+            "print(df.shape)",
+            compute_code(reference.main, {}),
+            "print('answer:', result)",
+        ]
+    )
+    turns.append(
+        Turn(
+            "I load the data into one table and compute what the question asks, in its stated format.",
+            compute,
+        )
+    )
+    turns.append(
+        Turn(
+            f"I write the answer to {ANSWER} and read it back.",
+            f'with open("{ANSWER}", "w") as fh:\n    json.dump({{"answer": result}}, fh)\nprint(open("{ANSWER}").read())',
+        )
+    )
+    if len(turns) > task.limits.turns:
+        raise GoldError(
+            f"task {task.id} allows {task.limits.turns} code executions; its gold needs {len(turns)}"
+        )
+    answer = (
+        "<reasoning>\n"
+        f"{ANSWER} holds the answer computed from the data as the question asks, in its stated format.\n"
+        f"</reasoning>\n<answer>\n{ANSWER} is written.\n</answer>"
+    )
+    return [turn.reply() for turn in turns] + [answer]
+
+
 def gold_replies(task: Task) -> list[str]:
     """The gold agent's replies to `task`: code turns within `task.limits.turns` executions, then the answer."""
+    if task.is_question:
+        return question_replies(task)
     spec = spec_of(task)
     if task.limits.turns < 1:
         raise GoldError(f"task {task.id} allows no code execution (limits.turns = {task.limits.turns})")
@@ -339,7 +417,7 @@ class GoldReport:
 
     def summary(self) -> str:
         return (
-            f"gold on {self.source}: {self.tasks} IF tasks, {len(self.verified)} verified, {len(self.failed)} "
+            f"gold on {self.source}: {self.tasks} IF/QA/Lake tasks, {len(self.verified)} verified, {len(self.failed)} "
             f"not verified, {len(self.skipped)} skipped; {self.ran} played, {self.reused} reused in "
             f"{self.seconds:.1f}s"
         )
@@ -362,7 +440,7 @@ def gold_trajectories(
     started = time.perf_counter()
     found = task_set(ctx, release, split, version, task_ids)
     playable, skipped = [], {}
-    for task in (t for t in found.tasks if is_if(t)):
+    for task in (t for t in found.tasks if is_if(t) or t.is_question):
         try:
             gold_replies(task)
             playable.append(task)
@@ -420,8 +498,9 @@ def regrade(
     that the code, which is what training sees, reproduces the recorded predictions byte for byte.
     """
     recorded = {f.name: f.sha256 for f in trajectory.files}
-    if PREDICTIONS not in recorded:
-        return Regrade(trajectory.id, None, False, f"the trajectory left no {PREDICTIONS} to regrade")
+    output = output_file(task)
+    if output not in recorded:
+        return Regrade(trajectory.id, None, False, f"the trajectory left no {output} to regrade")
     protocol = protocol_for(trajectory.protocol)
     replies = [
         ChatResult(text=s.content, tool_calls=s.tool_calls, finish_reason="stop")
@@ -447,6 +526,4 @@ def regrade(
         if close is not None:
             close()
     now = {f.name: f.sha256 for f in replayed.files}
-    return Regrade(
-        trajectory.id, replayed.score, now.get(PREDICTIONS) == recorded[PREDICTIONS], replayed.detail
-    )
+    return Regrade(trajectory.id, replayed.score, now.get(output) == recorded[output], replayed.detail)

@@ -38,6 +38,10 @@ class TaskView:
     prepared: PreparedSource
     folder: Path = field(repr=False)
 
+    @property
+    def is_question(self) -> bool:
+        return self.task.is_question
+
     def path(self, side: str, name: str) -> Path:
         return self.folder / side / name
 

@@ -118,8 +118,10 @@ class DuplicateSource:
 
     def run_all(self, views: list[TaskView], config: Config) -> dict[str, Finding]:
         by_source: dict[str, list[TaskView]] = defaultdict(list)
+        questions: dict[str, list[TaskView]] = defaultdict(list)
         for view in views:
-            by_source[view.task.source_id].append(view)
+            (questions if view.is_question else by_source)[view.task.source_id].append(view)
+        # A source's data is compared through its prediction tasks; its question tasks share their finding.
         signatures = {
             source: minhash(source_tokens(_representative(group))) for source, group in by_source.items()
         }
@@ -141,8 +143,13 @@ class DuplicateSource:
             else:
                 best, reason = 0.0, "first source by id: no earlier source to duplicate"
                 details = {"source": None, "similarity": 0.0, "compared": 0}
-            for view in by_source[source]:
+            for view in by_source[source] + questions.pop(source, []):
                 findings[view.task.id] = Finding(reason, best, details=details)
+        for group in questions.values():
+            for view in group:
+                findings[view.task.id] = Finding(
+                    "no prediction task of the source to compare its data by", 0.0
+                )
         return findings
 
 
@@ -169,13 +176,13 @@ class DuplicateTask:
             key = (task.source_id, _canonical_spec(task.spec))
             if key in first:
                 findings[task.id] = Finding(
-                    f"same IF spec as task `{first[key]}` of the same source",
+                    f"same spec as task `{first[key]}` of the same source",
                     1.0,
                     details={"twin": first[key]},
                 )
             else:
                 first[key] = task.id
-                findings[task.id] = Finding("IF spec differs from every earlier task of the source", 0.0)
+                findings[task.id] = Finding("spec differs from every earlier task of the source", 0.0)
         return findings
 
 

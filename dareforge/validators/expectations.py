@@ -30,15 +30,16 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from dareforge.config import Config
+from dareforge.schema import ANSWER_METRIC
 from dareforge.validators.base import Finding, TaskView
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_validation_result import ExpectationValidationResult
     from great_expectations.expectations import Expectation
 
-SUITES_VERSION = "1"
+SUITES_VERSION = "2"
 
-FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF")
+FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake")
 METRICS_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "Class-IF": ("exact-match", "allclose"),
     "Reg-IF": ("exact-match", "allclose"),
@@ -46,6 +47,8 @@ METRICS_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "Reg-MM": ("clipped-r2",),
     "TS-XF": ("clipped-r2",),
     "TS-CF": ("clipped-r2",),
+    "QA": (ANSWER_METRIC,),
+    "Lake": (ANSWER_METRIC,),
 }
 STATUSES = ("candidate", "rejected")
 RECORD_REQUIRED = (
@@ -66,6 +69,11 @@ RECORD_REQUIRED = (
     "seconds_per_execution",
     "status",
 )
+QUESTION_RECORD_REQUIRED = (
+    *(f for f in RECORD_REQUIRED if f not in ("target_columns", "key_columns")),
+    "answer_type",
+)
+"""A question task grades one answer: no prediction columns, an answer type instead."""
 KEY = "key"  # index name of the derived key frames; Data Docs and observed values show it
 KEY_SEPARATOR = "|"  # joins the text of compound keys (time + entity)
 MAX_REASON = 400
@@ -239,7 +247,16 @@ class _GXCheck(ABC):
     def __init__(self, gx: GXRun) -> None:
         self.gx = gx
 
+    prediction_only = False
+    """A suite about prediction files (train/test/answers, reference predictions): not run on question tasks,
+    whose answer files the `reference-runs` check reads."""
+
     def run(self, view: TaskView, config: Config) -> Finding:
+        if self.prediction_only and view.task.is_question:
+            reason = (
+                f"{view.task.family} task: no prediction files (its answer.json is checked by reference-runs)"
+            )
+            return Finding(reason, None, details={"suites_version": SUITES_VERSION, "skipped": self.name})
         try:
             outcomes, skipped = self.outcomes(view)
         except _Missing as exc:
@@ -255,6 +272,7 @@ class PreparedExpectations(_GXCheck):
     answers complete and keyed exactly like test."""
 
     name = "gx-prepared"
+    prediction_only = True
 
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
         train = _read(view, "public", "train.csv")
@@ -359,7 +377,11 @@ class TaskRecordExpectations(_GXCheck):
         record = record_frame(view.task)
         # Required fields are checked on the record turned into one row per field: one expectation names
         # every missing field (GX's cost grows with the number of expectations, not with rows).
-        fields = record[list(RECORD_REQUIRED)].T.set_axis(["value"], axis=1).rename_axis(KEY)
+        required = QUESTION_RECORD_REQUIRED if view.task.is_question else RECORD_REQUIRED
+        if view.task.is_question and view.task.status == "rejected":
+            # A degenerate question is stored with its reason and no files (the certificate check says why).
+            required = tuple(f for f in required if f not in ("public_files", "private_files"))
+        fields = record[list(required)].T.set_axis(["value"], axis=1).rename_axis(KEY)
         out = self.gx.validate("gx-task-record.fields", fields, view.task.id)
         out += self.gx.validate("gx-task-record", record, view.task.id)
         return out, {}
@@ -370,6 +392,7 @@ class ReferenceExpectations(_GXCheck):
     row, keyed exactly like test (as text), no NaN in a target."""
 
     name = "gx-reference"
+    prediction_only = True
 
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
         name = reference_file(view.task.family)
@@ -472,6 +495,7 @@ def record_frame(task: Any) -> pd.DataFrame:
         "metric_name": text(metric.name) if metric is not None else None,
         "target_columns": joined(metric.target_columns) if metric is not None else None,
         "key_columns": joined(metric.key_columns) if metric is not None else None,
+        "answer_type": text(metric.answer_type) if metric is not None else None,
         "turns": limits.turns if limits is not None else None,
         "seconds_per_execution": limits.seconds_per_execution if limits is not None else None,
         "status": text(task.status),

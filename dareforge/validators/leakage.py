@@ -37,6 +37,15 @@ def key_columns(view: TaskView) -> set[str]:
     return {view.prepared.id_column, *view.task.metric.key_columns}
 
 
+QUESTION_NOTE = (
+    "{family} task: a question with one answer, no prediction features to leak (see the shortcut probe)"
+)
+
+
+def question_finding(view: TaskView) -> Finding:
+    return Finding(QUESTION_NOTE.format(family=view.task.family), None)
+
+
 def family_metric(view: TaskView) -> str:
     """The metric a single feature is scored with: macro-F1 for classification, clipped R² otherwise.
 
@@ -83,6 +92,8 @@ class LeakageFeature:
     name = "leakage-feature"
 
     def run(self, view: TaskView, config: Config) -> Finding:
+        if view.is_question:
+            return question_finding(view)
         train, targets = view.train, view.task.metric.target_columns
         excluded = key_columns(view) | set(targets)
         if is_time_series(view) and view.prepared.time_column:
@@ -166,6 +177,8 @@ class LeakageOrder:
     name = "leakage-order"
 
     def run(self, view: TaskView, config: Config) -> Finding:
+        if view.is_question:
+            return question_finding(view)
         if is_time_series(view):
             return Finding("time-series task: row order is time, which the target follows by design", None)
         train = view.train
@@ -237,6 +250,8 @@ class LeakageSharedRows:
     name = "leakage-shared-rows"
 
     def run(self, view: TaskView, config: Config) -> Finding:
+        if view.is_question:
+            return question_finding(view)
         if not view.has("public", "test.csv"):
             return Finding("public/test.csv is missing; no rows to compare", None, flagged=True)
         train, test = view.train, view.test

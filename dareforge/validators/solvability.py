@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from dareforge.config import Config
+from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
 from dareforge.validators.base import Finding, TaskView
 
 IF_CERTIFICATE_RUNS = 3
+QUESTION_RUNS = {"QA": 2, "Lake": 3}
+"""Reference runs a question task's certificate makes: twice on the clean files, a Lake once more on the public
+files behind its cleaning step."""
 
 
 def is_if(view: TaskView) -> bool:
@@ -22,6 +28,8 @@ class Learnable:
     def run(self, view: TaskView, config: Config) -> Finding:
         if is_if(view):
             return Finding("IF tasks are judged by exact reproduction", None)
+        if view.is_question:
+            return Finding("question tasks are judged by their certified answer", None)
         scores = view.task.scores
         if scores.strong is None or scores.baseline is None:
             return Finding("no strong or baseline score recorded; the margin cannot be measured", None)
@@ -49,6 +57,10 @@ class Runtime:
         if is_if(view):
             seconds /= IF_CERTIFICATE_RUNS
             note = " (a third of the certificate's three runs)"
+        elif view.is_question:
+            runs = QUESTION_RUNS[task.family]
+            seconds /= runs
+            note = f" (one of the certificate's {runs} runs)"
         share = seconds / limit
         return Finding(
             f"reference takes {seconds:.2f}s{note}, {share:.1%} of the {limit}s limit",
@@ -74,6 +86,8 @@ class ReferenceRuns:
     name = "reference-runs"
 
     def run(self, view: TaskView, config: Config) -> Finding:
+        if view.is_question:
+            return self._answers(view)
         name = "reference_predictions.csv" if is_if(view) else "strong_predictions.csv"
         if not view.has("private", name):
             return Finding(f"reference output private/{name} is missing", None, flagged=True)
@@ -93,6 +107,24 @@ class ReferenceRuns:
                 f"reference output private/{name} has NaN targets: {nan}", None, flagged=True, details=nan
             )
         return Finding(f"reference output private/{name} has {len(frame)} complete rows", 1.0)
+
+    def _answers(self, view: TaskView) -> Finding:
+        """A question task: answer.json and each sub-task's file hold a defined answer."""
+        if view.task.status == "rejected":
+            return Finding(
+                "rejected at generation, so no certified answer (the certificate check says why)", None
+            )
+        names = [ANSWER_FILE, *(subtask_file(s.id) for s in view.task.subtasks)]
+        for name in names:
+            if not view.has("private", name):
+                return Finding(f"certified answer private/{name} is missing", None, flagged=True)
+            try:
+                answer = json.loads(view.path("private", name).read_text())["answer"]
+            except (ValueError, KeyError, TypeError) as exc:
+                return Finding(f'private/{name} is not {{"answer": ...}} JSON: {exc}', None, flagged=True)
+            if answer is None or answer == "" or answer == []:
+                return Finding(f"private/{name} holds no answer ({answer!r})", None, flagged=True)
+        return Finding(f"{len(names)} certified answer file(s) hold a defined answer", 1.0)
 
 
 TASK_CHECKS = (Learnable(), Runtime(), Certificate(), ReferenceRuns())

@@ -25,20 +25,24 @@ from typing import Any
 
 from dareforge.context import RunContext
 from dareforge.generators.questions.programs import PROGRAMS, Question
-from dareforge.generators.questions.scripts import ANSWER_FILE, Step, reference_script, with_cleaning
+from dareforge.generators.questions.scripts import (
+    ANSWER_FILE,
+    Reference,
+    Step,
+    subtask_file,
+    with_cleaning,
+)
 from dareforge.generators.tabular import limits_of
 from dareforge.generators.taskio import Draft, Runners
-from dareforge.schema import ANSWER_METRIC, MetricSpec, SubTask, TaskScores
+from dareforge.schema import ANSWER_METRIC, MetricSpec, SubTask, Task, TaskScores
 
 REFERENCE = "reference.py"
 CLEANING = "cleaning.py"
 REFERENCE_OUTPUT = "reference_output.json"
+SUBTASK_SEPARATOR = "-"
+"""A sub-task played on its own has the id `<task id>-<sub-task id>` (task ids are hex: no '-' of their own)."""
+QUESTION_PREFIX = "Question: "
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-
-
-def subtask_file(sub_id: str) -> str:
-    """The private file holding a sub-task's certified answer (`{"answer": ...}`, like answer.json)."""
-    return f"subtask-{sub_id}.json"
 
 
 def answer_metric(question: Question | None = None, **fields: Any) -> MetricSpec:
@@ -64,14 +68,25 @@ class Posed:
     cleaning: str | None = None
 
     @property
-    def script(self) -> str:
+    def reference(self) -> Reference:
         q = self.question
-        steps = {sub.id: step for sub, step in self.subtasks}
-        return reference_script(self.load, Step(q.body, q.answer_type, q.decimals), steps)
+        return Reference(
+            load=self.load,
+            main=Step(q.body, q.answer_type, q.decimals),
+            subtasks={sub.id: step for sub, step in self.subtasks},
+            cleaning=self.cleaning,
+        )
+
+    @property
+    def script(self) -> str:
+        return self.reference.script
 
     @property
     def spec_key(self) -> str:
-        return json.dumps(self.spec, sort_keys=True, default=str)
+        """The task's spec as stored (private, like an IF spec): the choices and the reference's code parts, so
+        the reference (and a gold trajectory) can be rebuilt from the record alone."""
+        record = {**self.spec, "reference": self.reference.as_dict()}
+        return json.dumps(record, sort_keys=True, default=str)
 
 
 def fill_question(ctx: RunContext, runners: Runners, posed: Posed, stage: Callable[[Draft], Path]):
@@ -215,3 +230,33 @@ def _write_private(draft: Draft, posed: Posed, output: dict[str, Any]) -> None:
     for sub, _ in posed.subtasks:
         (private / subtask_file(sub.id)).write_text(json.dumps({"answer": output["subtasks"][sub.id]}) + "\n")
     (private / REFERENCE_OUTPUT).write_text(json.dumps(output, sort_keys=True, indent=1) + "\n")
+
+
+def is_subtask_id(task_id: str) -> bool:
+    return SUBTASK_SEPARATOR in task_id
+
+
+def subtask_task(parent: Task, sub: SubTask) -> Task:
+    """A sub-task as a task of its own (KramaBench's sub-task setting): the parent's files and introduction,
+    its main question for context, and the sub-question to answer, graded by the sub-task's metric against
+    `subtask-<id>.json`. Never stored: built when an evaluation asks for sub-tasks."""
+    lines = parent.instruction.splitlines()
+    main = next((line[len(QUESTION_PREFIX) :] for line in lines if line.startswith(QUESTION_PREFIX)), "")
+    intro = lines[: next((i for i, line in enumerate(lines) if line.startswith(QUESTION_PREFIX)), len(lines))]
+    instruction = "\n".join(
+        [
+            *intro,
+            f"The task's main question (do not answer it here): {main}",
+            "",
+            f"{QUESTION_PREFIX}{sub.question}",
+            lines[-1],
+        ]
+    )
+    return parent.model_copy(
+        update={
+            "id": f"{parent.id}{SUBTASK_SEPARATOR}{sub.id}",
+            "instruction": instruction,
+            "metric": sub.metric,
+            "subtasks": [],
+        }
+    )

@@ -370,6 +370,7 @@ def _mess_subtask(plan: LakePlan) -> tuple[SubTask, Step] | None:
 
 CLEANING_HEADER = f'''\
 """Undo the mess of the needed files, in place: the reference then reads them as clean tables."""
+import os
 from datetime import datetime
 from decimal import Decimal
 
@@ -402,6 +403,8 @@ def clean(name, header_lines=1, missing=(), thousands=(), scaled=(), dates=()):
         table = table.rename(columns={{given: column}})
     for column in dates:
         table[column] = table[column].map(iso_date)
+    # The inputs may be read-only links (an agent's sandbox): replace the link, never write through it.
+    os.remove(name)
     table.to_csv(name, index=False)
 '''
 

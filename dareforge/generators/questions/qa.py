@@ -35,6 +35,7 @@ def seeded(*parts: object) -> np.random.Generator:
 
 
 def answer_lines(question: Question) -> list[str]:
+    """The question, its format, and where the answer goes: the last lines of every question instruction."""
     return [f"Question: {question.text}", "", f"Answer format: {question.format_note}.", ANSWER_NOTE]
 
 

@@ -8,11 +8,19 @@ and the numbers the program's degeneracy rules judge).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from dareforge.schema import AnswerType
 
 ANSWER_FILE = "answer.json"
+
+
+def subtask_file(sub_id: str) -> str:
+    """The private file holding a sub-task's certified answer (`{"answer": ...}`, like answer.json)."""
+    return f"subtask-{sub_id}.json"
+
 
 HEADER = '''\
 import json
@@ -103,3 +111,32 @@ def reference_script(load: str, main: Step, subtasks: dict[str, Step]) -> str:
 def with_cleaning(cleaning: str, script: str) -> str:
     """The reference run on the public (messy) files: the recorded cleaning step, then the reference."""
     return f"{cleaning.rstrip()}\n\n\n{script}"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The parts of a question task's reference: how `df` is loaded, the main answer's code, each sub-task's,
+    and for a Lake task the cleaning step that turns its public files into the clean ones."""
+
+    load: str
+    main: Step
+    subtasks: dict[str, Step] = field(default_factory=dict)
+    cleaning: str | None = None
+
+    @property
+    def script(self) -> str:
+        return reference_script(self.load, self.main, self.subtasks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_spec(cls, spec: str) -> Reference:
+        """The reference recorded in a question task's spec (JSON, key "reference")."""
+        parts = json.loads(spec)["reference"]
+        return cls(
+            load=parts["load"],
+            main=Step(**parts["main"]),
+            subtasks={k: Step(**v) for k, v in parts["subtasks"].items()},
+            cleaning=parts["cleaning"],
+        )
