@@ -75,16 +75,19 @@ def export(
         typer.Option(
             "--format",
             help="sft: chosen trajectories as chat messages; rl: tasks with a reward spec; "
-            "dare-bench: DARE-bench's own layout.",
+            "dare-bench: DARE-bench's own layout; kramabench: KramaBench's workload (QA and Lake tasks).",
         ),
     ] = "sft",
     release: ReleaseOption = "dareforge",
     strategy: Annotated[
         str | None, typer.Option(help="fastest-valid, all-valid, diverse-valid or top2-diverse.")
     ] = None,
-    dest: Annotated[Path, typer.Option("--dest", help="dare-bench: folder to write.")] = Path(
-        "data/export/dare-bench"
-    ),
+    dest: Annotated[
+        Path | None,
+        typer.Option(
+            "--dest", help="dare-bench, kramabench: folder to write (default data/export/<format>)."
+        ),
+    ] = None,
     to: ToOption = None,
     hub: HubOption = None,
 ) -> None:
@@ -99,10 +102,13 @@ def export(
     name, version = parse_release(release)
     try:
         if fmt == "dare-bench":
-            _export_dare_bench(name, version, dest)
+            _export_dare_bench(name, version, dest or Path("data/export/dare-bench"))
+            return
+        if fmt == "kramabench":
+            _export_kramabench(name, version, dest or Path("data/export/kramabench"))
             return
         if fmt not in ("sft", "rl"):
-            raise DareforgeError(f"unknown --format {fmt!r}; choose sft, rl or dare-bench")
+            raise DareforgeError(f"unknown --format {fmt!r}; choose sft, rl, dare-bench or kramabench")
         from dareforge.trajectories.corpus import build_corpus
 
         result = build_corpus(_ctx(), name, version, formats=[fmt], strategy=strategy)
@@ -133,6 +139,16 @@ def _export_dare_bench(name: str, version: str | None, dest: Path) -> None:
     out.print(f"exported {name}@{loaded.version} to {report.dest}: {len(report.folders)} folders")
     for key, why in sorted(report.skipped.items()):
         out.print(f"  skipped {key}: {why}")
+
+
+def _export_kramabench(name: str, version: str | None, dest: Path) -> None:
+    from dareforge.publish.kramabench import export_kramabench
+
+    report = export_kramabench(_ctx(), name, version, dest)
+    out.print(
+        f"exported {len(report.tasks)} QA/Lake tasks ({report.subtasks} sub-tasks) of {name} to {report.dest}: "
+        f"workload {report.workload}"
+    )
 
 
 def _publish(export, to: Path | None, hub: str | None) -> None:

@@ -25,7 +25,7 @@ from dareforge.publish.release import read_build_record
 from dareforge.publish.split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.schema import Task, Verdict
-from tests.stores import generate_tasks, store_config
+from tests.stores import generate_tasks, prediction_only, store_config
 
 SOURCES = ["sklearn-iris", "vega-cars", "vega-stocks"]
 DAY = date(2026, 1, 15)
@@ -40,7 +40,7 @@ SECRET_NAMES = {
 
 
 def _context(root: Path, include: list[str]) -> RunContext:
-    return RunContext.from_config(store_config(root, include), show_progress=False)
+    return RunContext.from_config(prediction_only(store_config(root, include)), show_progress=False)
 
 
 _pipeline = generate_tasks

@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from dareforge.generators.questions.build import (
     CLEANING,
     REFERENCE,
     Posed,
+    answer_metric,
     degenerate,
     is_subtask_id,
     subtask_task,
@@ -31,13 +33,17 @@ from dareforge.generators.questions.build import (
 )
 from dareforge.generators.questions.programs import PROGRAMS, Question, Table
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
+from dareforge.probes.obscure import obscure_tasks
 from dareforge.probes.shortcut import no_data_task
-from dareforge.publish.release import build_release
-from dareforge.reference_solutions.graders import grade
+from dareforge.publish.kramabench import export_kramabench
+from dareforge.publish.release import build_release, load_release
+from dareforge.publish.report import write_release_report
+from dareforge.reference_solutions.graders import grade, score_answer
 from dareforge.reference_solutions.runner import ReferenceRunner
 from dareforge.sandbox import probe
 from dareforge.schema import Task, Trajectory
 from dareforge.trajectories.gold import GOLD_ENDPOINT, GoldClient, gold_replies, gold_trajectories
+from dareforge.validators.validate import validate
 from tests.stores import generate_tasks, store_config
 
 SOURCES = ["sklearn-iris", "vega-seattle-weather", "vega-stocks", "statsmodels-grunfeld", "vega-barley"]
@@ -415,3 +421,114 @@ def test_the_rl_reward_of_a_question_is_format_plus_grade(built, tmp_path):
     assert reward(spec, submitted, answers).value == pytest.approx(0.1 + 1 / 2)  # RAE 1 -> 1/(1+1)
     submitted.write_text("not json")
     assert reward(spec, submitted, answers).value == 0.0
+
+
+# --- KramaBench's layout ---------------------------------------------------------------------------------
+
+KRAMA_TYPES = {
+    "string_exact",
+    "string_approximate",
+    "numeric_exact",
+    "numeric_approximate",
+    "list_exact",
+    "list_approximate",
+}
+KRAMA_METRIC = {"string_exact": "success", "numeric_exact": "success", "numeric_approximate": "rae_score"}
+KRAMA_METRIC.update({"list_exact": "f1"})
+
+
+@pytest.fixture(scope="module")
+def krama(built, tmp_path_factory):
+    ctx, _ = built
+    build_release(ctx, "kb")
+    dest = tmp_path_factory.mktemp("krama") / "kramabench"
+    report = export_kramabench(ctx, "kb", None, dest)
+    return report, json.loads(report.workload.read_text())
+
+
+def _krama_entries(workload):
+    for entry in workload:
+        yield entry
+        yield from entry["subtasks"]
+
+
+def test_kramabench_workload_has_its_fields_files_and_id_scheme(built, krama):
+    _, tasks = built
+    report, workload = krama
+    released = {t.id for t in tasks if t.status == "candidate"}
+    assert {e["dareforge"]["task_id"] for e in workload} == released
+    assert report.subtasks == sum(len(e["subtasks"]) for e in workload) > 0
+    for entry in workload:
+        assert entry["id"].count("-") == 2  # KramaBench's evaluate.py keeps ids with < 3 '-' as main tasks
+        assert "answer.json" not in entry["query"] and entry["query"]
+        for sub in entry["subtasks"]:
+            assert sub["id"].startswith(entry["id"] + "-") and sub["id"].count("-") == 3
+    for item in _krama_entries(workload):
+        assert set(item) >= {"id", "query", "answer", "answer_type", "data_sources"}
+        assert item["answer_type"] in KRAMA_TYPES
+        assert all((report.dest / "data" / "dareforge" / "input" / s).is_file() for s in item["data_sources"])
+
+
+def test_kramabench_answers_grade_1_under_their_own_types(krama):
+    """The exported answers, graded as KramaBench types by our grader, score 1 against themselves; a boolean
+    went over as the string "true"/"false"."""
+    _, workload = krama
+    for item in _krama_entries(workload):
+        metric = answer_metric(answer_type=item["answer_type"])
+        assert score_answer(metric, item["answer"], item["answer"])[0] == 1.0, item["id"]
+    booleans = [e for e in workload if e["dareforge"]["answer_type"] == "boolean"]
+    assert all(e["answer"] in ("true", "false") and e["answer_type"] == "string_exact" for e in booleans)
+
+
+def test_kramabench_own_metrics_score_the_exported_answers_1(krama):
+    """With KramaBench's code installed (its `benchmark.metrics`), its metric for each answer type scores our
+    gold answers 1. Skipped when it is not installed: it is not a dependency of dareforge."""
+    metrics = pytest.importorskip("benchmark.metrics")
+    if not hasattr(metrics, "metric_factory"):
+        pytest.skip("the installed `benchmark` package is not KramaBench's")
+    _, workload = krama
+    for item in _krama_entries(workload):
+        metric = metrics.metric_factory(KRAMA_METRIC[item["answer_type"]])
+        assert metric(predicted=item["answer"], target=item["answer"])[0] == 1, item["id"]
+
+
+def test_card_and_report_describe_the_question_families_and_their_answer_types(built, krama):
+    ctx, tasks = built
+    release = load_release(ctx, "kb")
+    card = ctx.store.read_bytes(f"{release.prefix}/README.md").decode()
+    for family in ("QA", "Lake"):
+        assert f"| {family} | " in card
+    kinds = {t.metric.answer_type for t in tasks if t.status == "candidate"}
+    assert all(f"| {kind} |" in card for kind in kinds)
+    assert "answer.json" in card and "table-question-answering" in card
+    page = ctx.store.read_bytes(write_release_report(ctx, "kb")).decode()
+    assert "id='answer-types'" in page and all(kind in page for kind in kinds)
+    rows = release.rows(None)
+    lake_row = next(r for r in rows if r["family"] == "Lake")
+    # Public rows carry the sub-questions and how they are graded, never their answers.
+    assert lake_row["subtasks"] and all(
+        set(sub) == {"id", "question", "metric"} for sub in lake_row["subtasks"]
+    )
+    public = {f["name"] for f in release.manifest["files"]}
+    assert not any(Path(n).name in {ANSWER_FILE, REFERENCE, CLEANING} for n in public)
+
+
+def test_question_tasks_pass_validation_and_degenerate_ones_fail_on_their_reason(built):
+    ctx, tasks = built
+    config = ctx.config.model_copy(deep=True)
+    config.validate_.data_docs = False
+    report = validate(RunContext(config=config, store=ctx.store, show_progress=False))
+    verdicts = {v.task_id: v for v in report.verdicts}
+    for task in tasks:
+        verdict = verdicts[task.id]
+        if task.status == "candidate":
+            assert verdict.accepted, (task.id, verdict.reasons)
+        else:
+            assert verdict.reasons == [f"certificate: {task.reject_reason}"]
+
+
+def test_question_tasks_are_skipped_by_obscure_with_the_reason(built):
+    ctx, tasks = built
+    task = _candidates(tasks, "QA")[0]
+    report = obscure_tasks(ctx, [task.id])
+    assert report.variants == [] and "no obscured variant" in report.skipped[task.id]

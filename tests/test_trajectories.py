@@ -49,7 +49,7 @@ from dareforge.trajectories import (
 )
 from dareforge.trajectories.synthesize import task_set
 from tests.llm_server import Fault
-from tests.stores import generate_tasks, store_config
+from tests.stores import generate_tasks, prediction_only, store_config
 
 needs_sandbox = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
@@ -111,7 +111,7 @@ CERTIFIED = {
 def built(tmp_path_factory) -> Config:
     """An iris + diabetes store with a release (no validation run: every candidate task is released)."""
     root = tmp_path_factory.mktemp("trajectories")
-    cfg = store_config(root, ["sklearn-iris", "sklearn-diabetes"])
+    cfg = prediction_only(store_config(root, ["sklearn-iris", "sklearn-diabetes"]))
     build_release(generate_tasks(RunContext.from_config(cfg, show_progress=False)), "dareforge")
     return cfg
 

@@ -13,7 +13,7 @@ from dareforge.context import RunContext
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators.gate import gate
 from dareforge.validators.validate import validate
-from tests.stores import generate_tasks
+from tests.stores import generate_tasks, prediction_only
 
 ROWS = 400
 
@@ -65,7 +65,7 @@ def validated(tmp_path_factory):
     cfg.sources = {
         f"mirror.someone--{name}": SourceOverride(target=["label"]) for name in ("leaky", "random")
     }
-    ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
+    ctx = generate_tasks(RunContext.from_config(prediction_only(cfg), show_progress=False))
     report = validate(ctx)
     return ctx, report
 

@@ -411,6 +411,13 @@ def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> Obs
     key = settings_key(ctx)
     by_source: dict[str, list[Task]] = defaultdict(list)
     for task in originals(ctx, task_ids):
+        if task.is_question:
+            # A question's program would have to be re-posed through the map (its thresholds rescaled, its
+            # values relabelled) before its answer could be recomputed; until then it has no variant.
+            report.skipped[task.id] = (
+                f"{task.family} tasks have no obscured variant (their questions are not mapped)"
+            )
+            continue
         by_source[task.source_id].append(task)
     runners: Runners | None = None
     try:

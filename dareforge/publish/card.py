@@ -16,7 +16,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from dareforge.publish.split import SPLITS
 
-FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF")
+FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake")
 TASK_CATEGORIES = {
     "Class-IF": "tabular-classification",
     "Class-MM": "tabular-classification",
@@ -24,6 +24,8 @@ TASK_CATEGORIES = {
     "Reg-MM": "tabular-regression",
     "TS-XF": "time-series-forecasting",
     "TS-CF": "time-series-forecasting",
+    "QA": "table-question-answering",
+    "Lake": "table-question-answering",
 }
 FAMILY_TEXT = {
     "Class-IF": ("classification, instruction following", "build exactly the stated scikit-learn workflow"),
@@ -32,13 +34,43 @@ FAMILY_TEXT = {
     "Reg-MM": ("regression, ML modelling", "any model; only the predictions count"),
     "TS-XF": ("forecasting with exogenous features", "future rows come with every feature but the target"),
     "TS-CF": ("canonical forecasting", "future rows come with timestamps (and series keys) only"),
+    "QA": (
+        "a question about one table, typed answer",
+        "computes one answer from `data.csv`, writes answer.json",
+    ),
+    "Lake": (
+        "a question over a folder of files, typed answer, with sub-tasks",
+        "finds the needed files among distractors, cleans and joins them, writes answer.json",
+    ),
 }
 METRIC_TEXT = {
     "exact-match": "share of rows whose label equals the reference exactly (a faithful solution scores 1)",
     "allclose": "share of rows within {tolerance} relative tolerance of the reference (a faithful solution scores 1)",
     "macro-f1": "macro-averaged F1 over classes",
     "clipped-r2": "R², with negative values counted as 0",
+    "answer": "graded by its answer type, as KramaBench grades",
 }
+ANSWER_TYPE_TEXT = {
+    "string_exact": "equal after normalising case, spaces and quotes",
+    "string_approximate": "an LLM judge's paraphrase verdict (normalised equality without one)",
+    "numeric_exact": "equal, to the decimals the question asks",
+    "numeric_approximate": "1 / (1 + relative error)",
+    "list_exact": "F1 of the items, order ignored",
+    "list_approximate": "F1 with texts judged and numbers within 1%",
+    "boolean": "true or false, equal",
+}
+
+
+def answer_type_mix(tasks: Iterable[dict[str, Any]]) -> dict[str, Counter]:
+    """Question family -> how many of its tasks have each answer type (from task rows' `metric`)."""
+    mix: dict[str, Counter] = {}
+    for t in tasks:
+        kind = (t.get("metric") or {}).get("answer_type")
+        if kind:
+            mix.setdefault(t["family"], Counter())[kind] += 1
+    return mix
+
+
 SIZE_CATEGORIES = (
     (1_000, "n<1K"),
     (10_000, "1K<n<10K"),
@@ -71,6 +103,8 @@ def front_matter(data: DatasetCardData, body: str) -> str:
 
 def _graded(family: str, metric: dict[str, Any]) -> str:
     text = METRIC_TEXT.get(metric["name"], metric["name"]).format(tolerance=metric.get("tolerance"))
+    if metric.get("answer_type"):
+        return f"{text}; against the certified answer"
     against = "the reference pipeline's predictions" if family.endswith("-IF") else "the held-out answers"
     return f"{metric['name']}: {text}; against {against}"
 
@@ -98,8 +132,8 @@ def public_card(meta: dict[str, Any]) -> str:
         "",
         f"Version **{meta['version']}**: {len(tasks)} data-science tasks built by "
         f"dareforge from {len(meta['sources'])} real tabular sources. Each task gives an agent an instruction "
-        "and input files; the agent writes `predictions.csv`, which is graded against answers kept in the "
-        f"separate private release `{meta['private_release']}`.",
+        "and input files; the agent writes `predictions.csv` (for a QA or Lake question, `answer.json`), "
+        f"which is graded against answers kept in the separate private release `{meta['private_release']}`.",
         "",
         "## Splits",
         "",
@@ -138,7 +172,8 @@ def public_card(meta: dict[str, Any]) -> str:
         "The agent's `predictions.csv` must hold the metric's key columns and target columns, one row per row of "
         "`test.csv`; rows are joined on the key columns: a key whose answers are all integers matches by "
         "integer value (`12.0` finds `12`, `12.5` finds nothing), any other key by its exact text (`007` is "
-        "not `7`). A missing or malformed file scores the metric's worst value.",
+        'not `7`). A question task\'s `answer.json` is `{"answer": <value>}` in the format its question states. '
+        "A missing or malformed file scores the metric's worst value.",
         "",
         "| family | the agent | score |",
         "|---|---|---|",
@@ -151,6 +186,21 @@ def public_card(meta: dict[str, Any]) -> str:
         }
         graded = "; ".join(_graded(family, m) for _, m in sorted(metrics.items(), key=lambda kv: str(kv[0])))
         lines.append(f"| {family} | {FAMILY_TEXT.get(family, ('', ''))[1]} | {cell(graded)} |")
+    mix = answer_type_mix(tasks)
+    if mix:
+        lines += [
+            "",
+            "Question tasks (QA over one table; Lake over a folder of files with distractors and untidy files, "
+            "each with sub-tasks: which files, the join key or row count, a cleaning step) are generated by "
+            "programs over the data, and every answer is certified by running the program twice. Their answer "
+            "types, graded as KramaBench grades them:",
+            "",
+            "| family | answer type | tasks | scored by |",
+            "|---|---|---:|---|",
+        ]
+        for family in family_order(mix):
+            for kind, n in sorted(mix[family].items()):
+                lines.append(f"| {family} | {kind} | {n} | {ANSWER_TYPE_TEXT.get(kind, '')} |")
     lines += [
         "",
         "## Sources and licenses",
@@ -201,8 +251,9 @@ def private_card(meta: dict[str, Any]) -> str:
             f"The private half of `{meta['public_release']}` version **{meta['version']}**: for each of its "
             f"{len(meta['tasks'])} tasks, `answers/<task_id>/` holds the held-out answers, the reference "
             "predictions and code (IF: `reference.py`, `reference_predictions.csv`, `spec.json`; MM and time "
-            "series: `strong_reference.py`, `strong_predictions.csv`). `data/private.parquet` has one row per task "
-            "with its metric, scores, IF spec and reference package versions.",
+            "series: `strong_reference.py`, `strong_predictions.csv`; QA and Lake: `reference.py`, `answer.json`, "
+            "`subtask-<id>.json`, and a Lake's `cleaning.py`). `data/private.parquet` has one row per task "
+            "with its metric, scores, spec and reference package versions.",
             "",
             "Keep this out of agent sandboxes and LLM prompts: it is what tasks are graded against.",
             "",

@@ -9,7 +9,8 @@ A release has two halves with the same version:
   predictions, IF spec), `data/private.parquet` (metric, baseline and strong scores, spec, package versions),
   a minimal card and its own `manifest.json`.
 
-The public rows carry id, family, source id and version, split, instruction, metric, limits, the public file
+The public rows carry id, family, source id and version, split, instruction, metric, sub-tasks (a Lake task's
+sub-questions; their answers are private), limits, the public file
 list (with release paths and checksums), generator version, seed and the reference's package versions. They
 never carry answers, reference code or predictions, the sampled IF spec (the instruction states the workflow
 in prose; the machine-readable spec would let a script rebuild the reference without reading it) or scores.
@@ -89,6 +90,7 @@ PUBLIC_SCHEMA = pa.schema(
         pa.field("split", pa.string(), False),
         pa.field("instruction", pa.string(), False),
         _TASK.field("metric"),
+        _TASK.field("subtasks"),
         _TASK.field("limits"),
         pa.field("files", pa.list_(_FILE), False),
         pa.field("generator_version", pa.string(), False),
@@ -471,6 +473,7 @@ def _public_row(task: Task, split: str) -> dict[str, Any]:
         "split": split,
         "instruction": task.instruction,
         "metric": task.metric.model_dump(),
+        "subtasks": [sub.model_dump() for sub in task.subtasks],
         "limits": task.limits.model_dump(),
         "files": public_file_entries(task),
         "generator_version": task.generator_version,

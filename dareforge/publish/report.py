@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.publish.card import answer_type_mix
 from dareforge.publish.release import RELEASES, Release, load_release, read_build_record
 from dareforge.publish.split import SPLITS
 from dareforge.schema import SourceStatus, Task
@@ -405,6 +406,19 @@ def _family_section(release: Release) -> list[str]:
     parts.append(
         _table(["family", *SPLITS, "total"], rows, num=range(1, len(SPLITS) + 2), table_id="family-counts")
     )
+    mix = answer_type_mix(release.manifest["tasks"])
+    if mix:
+        parts += [
+            "<p class='muted'>Question tasks: QA asks one question about one table; Lake asks one over a folder "
+            "of files (distractors, untidy needed files) with sub-tasks. Answers are typed and certified by "
+            "running the question's program twice.</p>",
+            _table(
+                ["family", "answer type", "tasks"],
+                [[f, kind, n] for f in _families(mix) for kind, n in sorted(mix[f].items())],
+                num=[2],
+                table_id="answer-types",
+            ),
+        ]
     return parts
 
 

@@ -1,0 +1,138 @@
+"""Export a release's question tasks (QA, Lake) in KramaBench's layout, so its evaluator grades answers to them.
+
+KramaBench (mitdbg/Kramabench) keeps a workload, `workload/<name>.json`: a list of tasks, each with `id`,
+`query`, `answer`, `answer_type` (string_exact, string_approximate, numeric_exact, numeric_approximate,
+list_exact, list_approximate), `data_sources` (paths under the workload's data folder) and `subtasks` (the same
+fields). Its `evaluate.py` reads the files from `data/<name>/input/`, and tells sub-tasks apart by their id
+having a third '-'. Our mapping (`dest` plays KramaBench's repository root):
+
+- `workload/<name>.json`, one entry per QA or Lake task of the release: id `<name>-<family>-<task id>`, its
+  sub-tasks `<id>-<n>`; `query` is our instruction without the sentence about `answer.json` (a KramaBench system
+  returns its answer itself); `answer` the certified answer; a boolean answer becomes the string_exact answer
+  "true" or "false" (KramaBench has no boolean type); `dareforge` records the task id, family, split and our
+  own answer type, decimals and unit.
+- `data/<name>/input/<task id>/<file>`: the task's public files, so `data_sources` are `<task id>/<file>`.
+
+The workload holds the answers: it is as private as the private release it is cut from.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dareforge.context import RunContext
+from dareforge.generators.questions.qa import ANSWER_NOTE
+from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
+from dareforge.publish.release import ReleaseError, load_release
+from dareforge.schema import MetricSpec, Task
+
+KRAMABENCH_TYPES = {"boolean": "string_exact"}
+"""Our answer types KramaBench lacks -> the type it grades them with; the others keep their names."""
+
+
+@dataclass
+class KramaBenchReport:
+    dest: Path
+    workload: Path
+    tasks: list[str] = field(default_factory=list)
+    subtasks: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def krama_answer(metric: MetricSpec, answer: Any) -> tuple[str, Any]:
+    """(KramaBench answer type, answer as KramaBench compares it)."""
+    kind = metric.answer_type or "string_exact"
+    if kind == "boolean":
+        return KRAMABENCH_TYPES[kind], "true" if answer else "false"
+    return KRAMABENCH_TYPES.get(kind, kind), answer
+
+
+def krama_query(instruction: str) -> str:
+    """Our instruction as a KramaBench query: everything but the sentence on writing answer.json."""
+    return "\n".join(line for line in instruction.splitlines() if line != ANSWER_NOTE).strip()
+
+
+def export_kramabench(
+    ctx: RunContext,
+    name: str,
+    version: str | None,
+    dest: Path,
+    *,
+    workload: str = "dareforge",
+    split: str | None = None,
+) -> KramaBenchReport:
+    """Write release `name` (latest version when None) to `dest` in KramaBench's layout (see the module doc);
+    `split` limits it to the release's train or test tasks. `dest` is replaced as a whole."""
+    release = load_release(ctx, name, version)
+    sides = release.splits
+    tasks = [t for t in release.tasks() if t.is_question and (split is None or sides.get(t.id) == split)]
+    dest = Path(dest)
+    report = KramaBenchReport(dest, dest / "workload" / f"{workload}.json")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
+    entries = []
+    try:
+        for task in sorted(tasks, key=lambda t: (t.family, t.id)):
+            sources = []
+            for f in task.public_files:
+                target = tmp / "data" / workload / "input" / task.id / f.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(release.store.read_bytes(f"{release.prefix}/files/{task.id}/{f.name}"))
+                sources.append(f"{task.id}/{f.name}")
+            entries.append(_entry(release, task, workload, sources, sides.get(task.id)))
+            report.tasks.append(task.id)
+            report.subtasks += len(task.subtasks)
+        path = tmp / "workload" / f"{workload}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report
+
+
+def _answer(release, task: Task, name: str) -> Any:
+    key = f"{release.private_prefix}/answers/{task.id}/{name}"
+    if not release.store.exists(key):
+        raise ReleaseError(f"task {task.id} has no {name} in the private release {release.private_prefix}")
+    return json.loads(release.store.read_bytes(key))["answer"]
+
+
+def _entry(release, task: Task, workload: str, sources: list[str], split: str | None) -> dict[str, Any]:
+    ident = f"{workload}-{task.family.lower()}-{task.id}"
+    kind, answer = krama_answer(task.metric, _answer(release, task, ANSWER_FILE))
+    subtasks = []
+    for n, sub in enumerate(task.subtasks, start=1):
+        sub_kind, sub_answer = krama_answer(sub.metric, _answer(release, task, subtask_file(sub.id)))
+        subtasks.append(
+            {
+                "id": f"{ident}-{n}",
+                "query": sub.question,
+                "answer": sub_answer,
+                "answer_type": sub_kind,
+                "data_sources": sources,
+            }
+        )
+    return {
+        "id": ident,
+        "query": krama_query(task.instruction),
+        "answer": answer,
+        "answer_type": kind,
+        "data_sources": sources,
+        "subtasks": subtasks,
+        "dareforge": {
+            "task_id": task.id,
+            "family": task.family,
+            "split": split,
+            "answer_type": task.metric.answer_type,
+            "decimals": task.metric.decimals,
+            "unit": task.metric.unit,
+        },
+    }
