@@ -255,13 +255,29 @@ def trajectories_for_run(ctx, models, release: str):
     from dareforge.trajectories import synthesize as synthesize_stage
     from dareforge.trajectories.corpus import corpus_tasks
 
-    golden = gold_trajectories(ctx, release, split=ctx.config.synthesize.split)
+    golden = gold_trajectories(
+        ctx, release, split=ctx.config.synthesize.split, task_ids=run_gold_ids(ctx, release)
+    )
     sampled = None
     if models.endpoints:
         task_ids = models.limit([t.id for t in corpus_tasks(ctx, load_release(ctx, release))])
         samples = 1 if models.local else None
         sampled = synthesize_stage(ctx, release, samples=samples, task_ids=task_ids, rerun_llm_errors=True)
     return golden, sampled
+
+
+def run_gold_ids(ctx, release: str) -> list[str] | None:
+    """The tasks `dareforge run` plays gold for: every IF task of the split and the first
+    `synthesize.gold_questions_per_run` question tasks by id (a question's gold takes as long as an IF task's,
+    and there are many more of them); None for all."""
+    from dareforge.trajectories.synthesize import task_set
+
+    cap = ctx.config.synthesize.gold_questions_per_run
+    if cap is None:
+        return None
+    tasks = task_set(ctx, release, ctx.config.synthesize.split).tasks
+    questions = sorted(t.id for t in tasks if t.is_question)
+    return [t.id for t in tasks if not t.is_question] + questions[:cap]
 
 
 def print_run_training(models, probed, trained, corpus) -> None:

@@ -372,6 +372,11 @@ class SynthesizeConfig(AttemptsConfig):
     strategy: Literal["fastest-valid", "all-valid", "diverse-valid", "top2-diverse"] = Field(
         "all-valid", description="DARE-bench's selection of valid trajectories per task."
     )
+    gold_questions_per_run: int | None = Field(
+        16,
+        description="QA/Lake tasks `dareforge run` plays gold trajectories for (first by id; None: all); "
+        "`dareforge gold` plays every one.",
+    )
 
 
 class JudgeConfig(Section):

@@ -51,8 +51,9 @@ def test_run_summarises_and_sql_answers_why(cli):
 
     assert "models: none (the local model is disabled" in result.output
     assert re.search(
-        r"gold on dareforge@\S+ train: (\d+) IF tasks, \1 verified, 0 not verified", result.output
+        r"gold on dareforge@\S+ train: (\d+) IF/QA/Lake tasks, \1 verified, 0\s+not\s+verified", result.output
     )
+    assert re.search(r"QA [1-9]\d*,\s+Lake [1-9]", result.output)  # question tasks from the same run
     assert re.search(r"sft export: dareforge-sft@\S+ \(new version\)", result.output)
     assert re.search(r"rl export: dareforge-rl@\S+ \(new version\)", result.output)
 
