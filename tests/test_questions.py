@@ -203,6 +203,11 @@ def _question(answer_type: str, program: str = "count-where", text: str = "How m
         (_question("numeric_exact"), {"answer": 5, "checks": {"rows": 5, "count": 5}}, "every row passes"),
         (_question("numeric_approximate", "filtered-stat"), {"answer": 0.0}, "relative error is undefined"),
         (
+            _question("numeric_exact", "distinct-count"),
+            {"answer": 3, "checks": {"all": 3, "count": 3}},
+            "every value occurs above the threshold",
+        ),
+        (
             _question("string_exact", "group-argmax"),
             {"answer": "a", "checks": {"groups": 3, "gap": 0.0, "scale": 2.0}},
             "a tie for the top place",

@@ -511,10 +511,15 @@ class DistinctUnder(Program):
         )
         body = (
             f"answer = int({col(group)}[{col(number)} > {lit(threshold)}].nunique())\n"
-            f"checks = {{'all': int({col(group)}.nunique())}}"
+            f"checks = {{'all': int({col(group)}.nunique()), 'count': answer}}"
         )
         params = {"number": number, "group": group, "value": threshold}
         return Question(self.name, params, text, "numeric_exact", body, (number, group))
+
+    def problem(self, checks: Checks) -> str | None:
+        if checks["count"] == checks["all"]:
+            return "every value occurs above the threshold: the count is the column's number of values"
+        return None
 
 
 class ExtremeWhere(Program):
