@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dareforge.context import RunContext
-from dareforge.generators.questions.programs import PROGRAMS, Question
+from dareforge.generators.questions.programs import PROGRAMS, QUESTIONS_VERSION, Question
 from dareforge.generators.questions.scripts import (
     ANSWER_FILE,
     Reference,
@@ -85,7 +85,7 @@ class Posed:
     def spec_key(self) -> str:
         """The task's spec as stored (private, like an IF spec): the choices and the reference's code parts, so
         the reference (and a gold trajectory) can be rebuilt from the record alone."""
-        record = {**self.spec, "reference": self.reference.as_dict()}
+        record = {**self.spec, "version": QUESTIONS_VERSION, "reference": self.reference.as_dict()}
         return json.dumps(record, sort_keys=True, default=str)
 
 

@@ -22,6 +22,9 @@ import pandas as pd
 
 from dareforge.schema import AnswerType, ColumnKind, PreparedSource
 
+QUESTIONS_VERSION = "1"
+"""Part of every question task's spec, hence of its id: bump it when a program, its rendering or a degeneracy
+rule changes, so stored questions are asked and judged again (prediction tasks keep their ids)."""
 MAX_GROUPS = 30
 MAX_LABEL_CHARS = 40
 MIN_NUMERIC_DISTINCT = 5
