@@ -89,7 +89,9 @@ class Posed:
         return json.dumps(record, sort_keys=True, default=str)
 
 
-def fill_question(ctx: RunContext, runners: Runners, posed: Posed, stage: Callable[[Draft], Path]):
+def fill_question(
+    ctx: RunContext, runners: Runners, posed: Posed, stage: Callable[[Draft], Path]
+) -> Callable[[Draft], None]:
     """The `fill` of a question task; `stage(draft)` writes the public files and returns the clean files' folder."""
 
     def fill(draft: Draft) -> None:

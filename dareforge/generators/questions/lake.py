@@ -16,6 +16,7 @@ row count below its second header).
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -143,8 +144,6 @@ def _text_table(path: Path) -> pd.DataFrame:
 
 def _typed(text: pd.DataFrame) -> pd.DataFrame:
     """The text table as pandas would read it from a file (for choosing questions)."""
-    import io
-
     buffer = io.StringIO()
     text.to_csv(buffer, index=False)
     buffer.seek(0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,13 +135,14 @@ class Question:
 Checks = dict[str, float]
 
 
-class Program:
+class Program(ABC):
     """A kind of question. Subclasses set `name` and implement `propose`; `problem` judges the run's `checks`."""
 
     name = ""
 
+    @abstractmethod
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
-        raise TypeError(f"{type(self).__name__} must define propose()")
+        """One candidate question on `table` from `rng`'s choices, or None when the table has nothing for it."""
 
     def problem(self, checks: Checks) -> str | None:
         """Why the answered candidate is degenerate in this program's terms, or None."""
