@@ -259,7 +259,7 @@ def test_evaluate_grades_stores_and_is_idempotent(built, tasks, scripted):
     assert (again.ran, again.reused, scripted.count) == (0, 3, requests)
     assert again.row() == report.row()
 
-    console = Console(record=True, width=250)
+    console = Console(record=True, width=320)
     console.print(render_table([report, again]))
     text = console.export_text()
     for column in ("Class-IF", "Class-MM", "Time-XF", "total", "instruction-non-adherence", "llm-error"):

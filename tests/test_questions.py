@@ -15,7 +15,7 @@ import pytest
 
 from dareforge.agents.evaluate import evaluate
 from dareforge.agents.loop import run_agent
-from dareforge.agents.protocol import task_prompt
+from dareforge.agents.protocol import ANSWER_SCHEMAS, protocol_for, task_prompt, tool_schemas
 from dareforge.agents.runner import default_sandbox_factory
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
@@ -33,6 +33,7 @@ from dareforge.generators.questions.build import (
 )
 from dareforge.generators.questions.programs import PROGRAMS, Question, Table
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
+from dareforge.llm import ChatResult
 from dareforge.probes.obscure import obscure_tasks
 from dareforge.probes.shortcut import no_data_task
 from dareforge.publish.kramabench import export_kramabench
@@ -41,8 +42,14 @@ from dareforge.publish.report import write_release_report
 from dareforge.reference_solutions.graders import grade, score_answer
 from dareforge.reference_solutions.runner import ReferenceRunner
 from dareforge.sandbox import probe
-from dareforge.schema import Task, Trajectory
-from dareforge.trajectories.gold import GOLD_ENDPOINT, GoldClient, gold_replies, gold_trajectories
+from dareforge.schema import Task, ToolCall, Trajectory
+from dareforge.trajectories.gold import (
+    GOLD_ENDPOINT,
+    GoldClient,
+    ScriptEndpoint,
+    gold_replies,
+    gold_trajectories,
+)
 from dareforge.validators.validate import validate
 from tests.stores import generate_tasks, store_config
 
@@ -537,3 +544,56 @@ def test_question_tasks_are_skipped_by_obscure_with_the_reason(built):
     task = _candidates(tasks, "QA")[0]
     report = obscure_tasks(ctx, [task.id])
     assert report.variants == [] and "no obscured variant" in report.skipped[task.id]
+
+
+def _submitting(ctx, task: Task, answer, code: str | None = None) -> Trajectory:
+    """One tools-protocol episode of `task`: optionally run `code`, then call `submit` with `answer`."""
+    tools = protocol_for("tools")
+    turns = []
+    if code is not None:
+        turns.append(
+            ChatResult(tool_calls=[ToolCall(id="c0", name="python", arguments=json.dumps({"code": code}))])
+        )
+    turns.append(
+        ChatResult(tool_calls=[ToolCall(id="c1", name="submit", arguments=json.dumps({"answer": answer}))])
+    )
+    client = GoldClient(
+        {tools.task_prompt(task): turns}, ScriptEndpoint("scripted", "scripted-model", "tools")
+    )
+    public = ctx.store.local_path(f"tasks/{task.id}/public")
+    answers = ctx.store.local_path(f"tasks/{task.id}/private/{ANSWER_FILE}")
+    factory, close = default_sandbox_factory(ctx, 1)
+    try:
+        return asyncio.run(run_agent(task, public, client, factory, answers=answers))
+    finally:
+        close()
+
+
+def test_a_question_s_submit_tool_takes_the_answer_typed_by_its_answer_type(built):
+    _, tasks = built
+    by_type = {t.metric.answer_type: t for t in _candidates(tasks, "QA") + _candidates(tasks, "Lake")}
+    assert "numeric_exact" in by_type
+    for answer_type, task in by_type.items():
+        submit = tool_schemas(task)[1]["function"]
+        assert submit["parameters"]["required"] == ["answer"]
+        assert submit["parameters"]["properties"]["answer"]["type"] == ANSWER_SCHEMAS[answer_type]["type"]
+    prediction = next(t for t in built[0].store.read_records(Task) if not t.is_question)
+    assert tool_schemas(prediction)[1]["function"]["parameters"]["required"] == ["message"]
+
+
+@needs_sandbox
+def test_a_submitted_answer_is_graded_as_answer_json_and_scores_as_in_tags(built, tmp_path):
+    """The same answers score the same through `submit` (tools) as through answer.json (tags); a symlink that
+    agent code planted at answer.json is replaced, never written through."""
+    ctx, tasks = built
+    task = next(t for t in _candidates(tasks, "QA") if t.metric.answer_type == "numeric_exact")
+    truth = _private(ctx, task, ANSWER_FILE)["answer"]
+    for answer, score in ((truth, 1.0), (truth + 1, 0.0)):
+        tools, tags = _submitting(ctx, task, answer), _scripted(ctx, task, answer)
+        assert (tools.outcome, tools.score, tools.protocol) == ("graded", score, "tools"), tools.detail
+        assert (tags.outcome, tags.score) == ("graded", score)
+        assert [f.name for f in tools.files] == [ANSWER_FILE]
+    outside = tmp_path / "planted.json"
+    planted = _submitting(ctx, task, truth, code=f"import os\nos.symlink({str(outside)!r}, 'answer.json')")
+    assert planted.steps[3].error is None  # the symlink was made
+    assert (planted.outcome, planted.score) == ("graded", 1.0) and not outside.exists()
