@@ -182,6 +182,8 @@ def test_sft_export_round_trip(built, trajectories, sft):
     assert {f["name"] for f in manifest["files"]} == {
         "README.md",
         "data/test.parquet",
+        "dataset_info.json",
+        "llamafactory/test.parquet",
         "sharegpt/test.parquet",
         "tools/test.parquet",
     }
@@ -374,6 +376,52 @@ def test_the_tools_config_loads_with_datasets_and_renders_through_a_real_chat_te
     broken = [two["messages"][i] for i in (0, 1, 2, 3, 5, 4)]  # the second answer after the next reply
     with pytest.raises(ExportError, match="before calls c1 were answered"):
         check_chat(broken, two["id"])
+
+
+def test_the_llamafactory_config_follows_its_sharegpt_rules_and_is_registered(built, trajectories, tmp_path):
+    """LLaMA-Factory's sharegpt converter skips a row whose roles do not alternate human|observation then
+    gpt|function_call, or that has an odd turn count; `dataset_info.json` must name the files and roles."""
+    _, _, by_family, _ = built
+    task = by_family["Class-IF"]
+    mixed = [*trajectories, _tools_trajectory(task, 0), _tools_trajectory(task, 1, calls_per_reply=2)]
+    result = _sft(built, mixed, name="sft-mixed")
+    folder = Path(LocalTarget(tmp_path / "published").publish(result.export))
+    info = json.loads((folder / "dataset_info.json").read_text())
+    assert set(info) == {"sft-mixed-test"}
+    entry = info["sft-mixed-test"]
+    assert entry["formatting"] == "sharegpt" and entry["tags"]["function_tag"] == "function_call"
+    rows = datasets.load_dataset(
+        "parquet", data_files=str(folder / entry["file_name"]), split="train", cache_dir=str(tmp_path / "hf")
+    )
+    tags = entry["tags"]
+    odd, even = (tags["user_tag"], tags["observation_tag"]), (tags["assistant_tag"], tags["function_tag"])
+    tools = datasets.load_dataset(str(folder), "tools", split="test", cache_dir=str(tmp_path / "hf"))
+    tools_rows = {r["id"]: r for r in tools}
+    assert rows.num_rows == len(mixed)
+    for row in rows:
+        turns = row[entry["columns"]["messages"]]
+        assert len(turns) % 2 == 0 and turns[0]["from"] == "human"
+        for i, turn in enumerate(turns):
+            assert turn[tags["role_tag"]] in (odd, even)[i % 2], (row["id"], i)
+        assert row["system"] == tools_rows[row["id"]]["messages"][0]["content"]
+        assert {t["name"] for t in json.loads(row["tools"])} == {"python", "submit"}
+        messages = tools_rows[row["id"]]["messages"]
+        calls = [turn for turn in turns if turn["from"] == "function_call"]
+        replies_with_calls = [m for m in messages if m["role"] == "assistant" and m["tool_calls"]]
+        assert len(calls) == len(replies_with_calls)
+        for turn, reply in zip(calls, replies_with_calls, strict=True):
+            assert json.loads(turn["value"]) == [
+                {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+                for c in reply["tool_calls"]
+            ]
+    two = next(r for r in rows if r["id"] == mixed[-1].id)
+    assert [t["from"] for t in two["conversations"]] == [
+        "human",
+        "function_call",
+        "observation",
+        "function_call",
+    ]
+    assert two["conversations"][2]["value"].count("\n\n") >= 1  # both calls' outputs in one observation
 
 
 def test_same_input_writes_no_new_version_and_new_input_does(built, trajectories, sft):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -178,17 +178,19 @@ def write_export(
     card: Callable[[dict[str, Any]], str],
     version: str | None = None,
     today: date | None = None,
+    extra_files: Mapping[str, bytes] | None = None,
 ) -> ExportResult:
     """Write (or find) the version of export `name` holding `tables` (config -> split -> Parquet bytes).
 
     `meta` must hold `content_fingerprint` (everything that defines the content); it
     goes into the manifest with `format`, `kind`, version fields and the file list, and `card(meta)` renders
-    the README. The first config listed is the default one.
+    the README. The first config listed is the default one. `extra_files` (name -> bytes) go in the version's
+    root, e.g. a trainer's registry of the configs; they must follow from what the fingerprint covers.
     """
     check_name(name, "export")
     # One writer at a time per export, as for releases (`build_release`).
     with ctx.store.lock(export_root(name)):
-        return _write_export(ctx, name, kind, format, tables, meta, card, version, today)
+        return _write_export(ctx, name, kind, format, tables, meta, card, version, today, extra_files or {})
 
 
 def _write_export(
@@ -201,6 +203,7 @@ def _write_export(
     card: Callable[[dict[str, Any]], str],
     version: str | None,
     today: date | None,
+    extra_files: Mapping[str, bytes],
 ) -> ExportResult:
     store = ctx.store
     root = export_root(name)
@@ -240,6 +243,7 @@ def _write_export(
         for split, data in splits.items()
     ]
     files.append(write(store, f"{prefix}/README.md", "README.md", card(meta).encode()))
+    files += [write(store, f"{prefix}/{n}", n, data) for n, data in sorted(extra_files.items())]
     files.sort(key=lambda e: e["name"])
     remove_unlisted(store, prefix, {e["name"] for e in files})
     write_build_record(store, root, plan.version)

@@ -9,9 +9,15 @@ one row per trajectory in two configs:
   system, human and gpt;
 - `tools` (`tools/<split>.parquet`): the tool-calling form, `messages` of `{role, content, tool_calls,
   tool_call_id}` (roles system, user, assistant, tool) and `tools`, the JSON text of the tools schema: the layout
-  TRL's SFTTrainer reads (it passes `tools` to the chat template).
+  TRL's SFTTrainer reads (it passes `tools` to the chat template);
+- `llamafactory` (`llamafactory/<split>.parquet`): the tool-calling form in LLaMA-Factory's sharegpt layout,
+  registered by the export's `dataset_info.json` (copy its entries into LLaMA-Factory's `data/dataset_info.json`
+  with `file_name` pointing at the export): `conversations` of `{from, value}` with human, gpt, `function_call`
+  (the reply's calls as a JSON list of `{name, arguments}`) and `observation` (the calls' outputs, several joined
+  by a blank line) alternating as LLaMA-Factory requires, `system`, and `tools` (the JSON list of function
+  definitions). A reply that calls tools keeps only its calls there: LLaMA-Factory's function turn has no text.
 
-`default` and `sharegpt` hold the tags form, `tools` the tool-calling form, of every trajectory whichever protocol
+`default` and `sharegpt` hold the tags form, `tools` and `llamafactory` the tool-calling form, of every trajectory whichever protocol
 played it (`dareforge.exports.chat` converts); a tools trajectory that a tags chat cannot express (several code
 calls in one reply) is in `tools` only, and the manifest counts it (`counts.tools_only`).
 
@@ -93,6 +99,25 @@ _TOOL_TURN = pa.struct(
 TOOLS_SCHEMA = pa.schema(
     [*_COMMON, pa.field("messages", pa.list_(_TOOL_TURN), False), pa.field("tools", pa.string(), False)]
 )
+LLAMAFACTORY_SCHEMA = pa.schema(
+    [
+        *_COMMON,
+        turns("conversations", "from", "value"),
+        pa.field("system", pa.string(), False),
+        pa.field("tools", pa.string(), False),
+    ]
+)
+LLAMAFACTORY_TAGS = {
+    "role_tag": "from",
+    "content_tag": "value",
+    "user_tag": "human",
+    "assistant_tag": "gpt",
+    "observation_tag": "observation",
+    "function_tag": "function_call",
+    "system_tag": "system",
+}
+"""How LLaMA-Factory's `dataset_info.json` names the roles of the `llamafactory` config."""
+LAYOUTS = ("default", "sharegpt", "tools", "llamafactory")
 
 
 def chat_messages(trajectory: Trajectory, task: Task | None = None) -> list[dict[str, str]]:
@@ -115,6 +140,53 @@ def tool_chat(trajectory: Trajectory, task: Task) -> list[dict[str, Any]]:
 
 def sharegpt(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{"from": SHAREGPT_ROLES[m["role"]], "value": m["content"]} for m in messages]
+
+
+def llamafactory(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """A tool-calling chat (`tool_chat`) in LLaMA-Factory's sharegpt layout: see the module doc."""
+    system = "".join(m["content"] for m in messages if m["role"] == "system")
+    conversations: list[dict[str, str]] = []
+    for m in messages:
+        if m["role"] == "user":
+            conversations.append({"from": "human", "value": m["content"]})
+        elif m["role"] == "assistant" and m["tool_calls"]:
+            calls = [
+                {"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+                for c in m["tool_calls"]
+            ]
+            conversations.append({"from": "function_call", "value": json.dumps(calls, ensure_ascii=False)})
+        elif m["role"] == "assistant":
+            conversations.append({"from": "gpt", "value": m["content"]})
+        elif m["role"] == "tool" and conversations[-1]["from"] == "observation":
+            conversations[-1]["value"] += "\n\n" + m["content"]
+        elif m["role"] == "tool":
+            conversations.append({"from": "observation", "value": m["content"]})
+    return {
+        "conversations": conversations,
+        "system": system,
+        "tools": json.dumps([t["function"] for t in tools], ensure_ascii=False, sort_keys=True),
+    }
+
+
+def _arguments(text: str) -> Any:
+    """A call's arguments as JSON (LLaMA-Factory reads an object); a text that is not JSON stays text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def dataset_info(name: str, splits: Iterable[str]) -> dict[str, Any]:
+    """LLaMA-Factory's registry entries for the `llamafactory` config, one dataset per split."""
+    return {
+        f"{name}-{split}": {
+            "file_name": f"llamafactory/{split}.parquet",
+            "formatting": "sharegpt",
+            "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
+            "tags": LLAMAFACTORY_TAGS,
+        }
+        for split in splits
+    }
 
 
 def _source(trajectory: Trajectory, kinds: Mapping[str, str]) -> str:
@@ -158,7 +230,7 @@ def build_sft_export(
     by_task = {t.id: t for t in tasks}
     splits = release.splits
     kinds = kinds or {}
-    rows, tool_rows = [], []
+    rows, tool_rows, factory_rows = [], [], []
     for t in chosen:
         task = by_task.get(t.task_id)
         if task is None:
@@ -178,13 +250,11 @@ def build_sft_export(
             "score": t.score,
             "passed": t.passed,
         }
+        schemas = tool_schemas(task)
         tool_rows.append(
-            {
-                **common,
-                "messages": tool_chat(t, task),
-                "tools": json.dumps(tool_schemas(task), sort_keys=True),
-            }
+            {**common, "messages": tool_chat(t, task), "tools": json.dumps(schemas, sort_keys=True)}
         )
+        factory_rows.append({**common, **llamafactory(tool_rows[-1]["messages"], schemas)})
         try:
             rows.append({**common, "messages": chat_messages(t, task)})
         except NoPlainForm:
@@ -192,6 +262,7 @@ def build_sft_export(
     order = lambda r: (SPLITS.index(r["split"]), r["task_id"], r["source"], r["id"])  # noqa: E731
     rows.sort(key=order)
     tool_rows.sort(key=order)
+    factory_rows.sort(key=order)
     if not rows:
         raise ExportError(
             f"none of the {len(tool_rows)} trajectories for {name!r} has a plain (tags) form; export them from "
@@ -200,7 +271,14 @@ def build_sft_export(
     ref = release_ref(release)
     lineage = {"trajectory_partitions": sorted(set(partitions)), "selection": dict(selection or {})}
     content_fp = fingerprint(
-        {"format": FORMAT, "rows": rows, "tool_rows": tool_rows, "release": ref, "lineage": lineage}
+        {
+            "format": FORMAT,
+            "layouts": LAYOUTS,
+            "rows": rows,
+            "tool_rows": tool_rows,
+            "release": ref,
+            "lineage": lineage,
+        }
     )
 
     sharegpt_rows = [
@@ -211,6 +289,7 @@ def build_sft_export(
         "default": split_tables(rows, MESSAGES_SCHEMA),
         "sharegpt": split_tables(sharegpt_rows, SHAREGPT_SCHEMA),
         "tools": split_tables(tool_rows, TOOLS_SCHEMA),
+        "llamafactory": split_tables(factory_rows, LLAMAFACTORY_SCHEMA),
     }
     meta = {
         "pretty_name": pretty_name,
@@ -239,4 +318,9 @@ def build_sft_export(
         card=card.sft_card,
         version=version,
         today=today,
+        extra_files={
+            "dataset_info.json": (
+                json.dumps(dataset_info(name, tables["llamafactory"]), indent=2, sort_keys=True) + "\n"
+            ).encode()
+        },
     )
