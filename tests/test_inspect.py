@@ -26,7 +26,7 @@ from dareforge.publish.release import build_release, load_release
 from dareforge.sandbox import probe
 from dareforge.schema import Task
 from dareforge.store import Store
-from tests.stores import generate_tasks, store_config
+from tests.stores import generate_tasks, prediction_only, store_config
 from tests.test_agents import conversations, majority_code, step
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
@@ -38,7 +38,7 @@ DONE = "predictions.csv is written."
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Config, list[Task]]:
     root = tmp_path_factory.mktemp("inspect")
-    cfg = store_config(root, ["sklearn-iris"])
+    cfg = prediction_only(store_config(root, ["sklearn-iris"]))
     ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
     build_release(ctx, "dareforge")
     tasks = sorted(load_release(ctx, "dareforge").tasks(), key=lambda t: (t.family, t.id))
