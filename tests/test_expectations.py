@@ -108,6 +108,13 @@ def test_clean_task_passes_all_three_checks(gx, cfg, tmp_path):
         assert finding.details_json()  # serialisable for the validations table
 
 
+def test_a_task_id_of_digits_only_is_not_read_as_a_date(gx, cfg, tmp_path):
+    """GX parses a run name as a date unless given the run's time; a 16-digit task id overflowed that parse."""
+    task = _task().model_copy(update={"id": "2884157532632709"})
+    findings = _findings(gx, _view(tmp_path, task), cfg)
+    assert all(not f.flagged for f in findings.values()), {n: f.reason for n, f in findings.items()}
+
+
 def test_train_test_id_overlap(gx, cfg, tmp_path):
     test = pd.DataFrame({"row_id": [3, 10, 11, 12], "x": range(4)})
     answers = pd.DataFrame({"row_id": [3, 10, 11, 12], "y": ["a"] * 4})

@@ -24,6 +24,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -207,7 +208,8 @@ class GXRun:
                 return []
             result = self._definitions[suite_name].run(
                 batch_parameters={"dataframe": frame},
-                run_id=RunIdentifier(run_name=run_name),
+                # With no run time given, GX parses the run name as a date: a task id of digits overflows it.
+                run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(UTC)),
                 result_format="SUMMARY" if frame.index.name == KEY else "BASIC",
             )
             self.validations += 1
