@@ -14,7 +14,7 @@ import re
 import tempfile
 import time
 
-from bench.common import bench_config, generated
+from bench.common import bench_config, cpu_bound_note, generated, machine_busy_seconds
 from dareforge.config import EndpointConfig
 from dareforge.probes import shortcut
 from tests.llm_server import LLMServer
@@ -41,7 +41,7 @@ def _reply(request) -> str:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, LLMServer(latency=LATENCY_S) as server:
-        cfg = bench_config(tmp, ["sklearn-iris", "sklearn-wine"])
+        cfg = bench_config(tmp, ["sklearn-iris", "sklearn-wine"], questions=False)
         cfg.sandbox.pool_size = CONCURRENCY
         cfg.probe.samples, cfg.probe.temperature = SAMPLES, 0.7
         cfg.llm.endpoints = [
@@ -50,9 +50,10 @@ def main() -> None:
         ctx = generated(cfg)
         server.script(_reply)
         engine = _timed(shortcut, "run_probe")
-        started = time.perf_counter()
+        started, busy = time.perf_counter(), machine_busy_seconds()
         report = shortcut.probe_shortcuts(ctx, concurrency=CONCURRENCY)
         wall = time.perf_counter() - started
+        busy = machine_busy_seconds() - busy
     attempts = report.ran
     ideal = attempts * CALLS_PER_ATTEMPT * LATENCY_S / CONCURRENCY
     ratio = ideal / wall
@@ -67,6 +68,7 @@ def main() -> None:
         f"  ratio to the concurrency-bound ideal: {ratio:.2f} (target >= {TARGET}) "
         f"{'OK' if ratio >= TARGET else 'MISSED'}"
     )
+    print(cpu_bound_note(busy, attempts, ideal, wall))
     print(f"  outcomes: {outcomes}; solvable without their data: {len(report.flagged)}")
     outside = wall - sum(engine)
     print(

@@ -5,6 +5,10 @@ Baseline from the same run: the concurrency-bound ideal, C episodes at a time, e
 latency and nothing else. The ratio (ideal time / measured time) shows what sandboxes, the kernel pool,
 grading and bookkeeping cost on top (aim >= 0.9). Every episode is real: a sandboxed kernel runs the code.
 
+On this 2-core machine the run is CPU-bound before it is model-bound: each episode starts a fresh kernel
+(about 1 CPU-second with numpy and pandas preloaded), so the output also gives the machine's CPU floor and the
+ratio to it.
+
 Where the rest goes, per episode: the model calls (their latency, plus waiting for the client's concurrency
 slot and the event loop) and the executions in the kernel, from the trajectories' own timings; the kernel
 hand-out (how long the pool took to hand a ready kernel over: it overlaps the first model call, so only what
@@ -15,10 +19,11 @@ when the machine's cores are busy the hand-out is where the time goes.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 
-from bench.common import bench_config, generated
+from bench.common import bench_config, cpu_bound_note, generated, machine_busy_seconds
 from bench.probe_throughput import _timed
 from dareforge.agents import evaluate, loop
 from dareforge.config import EndpointConfig
@@ -50,7 +55,7 @@ def _reply(request) -> str:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, LLMServer(latency=LATENCY_S) as server:
-        cfg = bench_config(tmp, ["sklearn-iris", "sklearn-wine"])
+        cfg = bench_config(tmp, ["sklearn-iris", "sklearn-wine"], questions=False)
         cfg.sandbox.pool_size = CONCURRENCY
         cfg.llm.endpoints = [
             EndpointConfig(name="bench", base_url=server.url, model="scripted", max_concurrency=CONCURRENCY)
@@ -59,7 +64,7 @@ def main() -> None:
         build_release(ctx, "bench")
         server.script(_reply)
         timers = {name: _timed(loop, name) for name in ("_hand_out", "check_predictions", "list_files")}
-        started = time.perf_counter()
+        started, busy = time.perf_counter(), machine_busy_seconds()
         report = evaluate(
             ctx,
             "bench",
@@ -69,16 +74,17 @@ def main() -> None:
             temperature=0.7,
             concurrency=CONCURRENCY,
         )
-        _print("evaluate", report.ran, time.perf_counter() - started)
+        wall = time.perf_counter() - started
+        _print("evaluate", report.ran, wall, machine_busy_seconds() - busy)
         print(f"  outcomes: {dict(report.outcomes)}")
-        _breakdown(report.trajectories, timers)
-        started = time.perf_counter()
+        _breakdown(report.trajectories, timers, wall)
+        started, busy = time.perf_counter(), machine_busy_seconds()
         sampled = synthesize(ctx, "bench", samples=SAMPLES, temperature=0.7, split="all")
-        _print("synthesize", sampled.ran, time.perf_counter() - started)
+        _print("synthesize", sampled.ran, time.perf_counter() - started, machine_busy_seconds() - busy)
         print(f"  {sampled.summary()}")
 
 
-def _breakdown(trajectories, timers: dict[str, list[float]]) -> None:
+def _breakdown(trajectories, timers: dict[str, list[float]], wall: float) -> None:
     n = len(trajectories)
     model = sum(s.seconds or 0 for t in trajectories for s in t.steps if s.role == "assistant") / n
     runs = sum(s.seconds or 0 for t in trajectories for s in t.steps if s.role == "execution") / n
@@ -91,11 +97,21 @@ def _breakdown(trajectories, timers: dict[str, list[float]]) -> None:
         f"{late:.2f}s (hand-out mean {sum(handout) / n:.2f}s, max {max(handout):.2f}s), grading "
         f"{sum(grading) / n:.2f}s, listing files {sum(timers['list_files']) / n:.2f}s"
     )
+    # The episodes run in waves of CONCURRENCY: what the waves do not explain is the run's fixed part (the pool
+    # starting its first kernels while the first calls wait, the last wave's stragglers).
+    waves = math.ceil(n / CONCURRENCY)
+    ideal_episode = CALLS_PER_EPISODE * LATENCY_S
+    print(
+        f"  per-episode ratio {ideal_episode / episode:.2f} (ideal {ideal_episode:.2f}s / {episode:.2f}s); "
+        f"{waves} waves of {CONCURRENCY} explain {waves * episode:.1f}s of the {wall:.1f}s, the run's fixed part "
+        f"(first kernels, last stragglers) is {wall - waves * episode:.1f}s"
+    )
 
 
-def _print(what: str, episodes: int, wall: float) -> None:
+def _print(what: str, episodes: int, wall: float, busy: float) -> None:
     ideal = episodes * CALLS_PER_EPISODE * LATENCY_S / CONCURRENCY
     ratio = ideal / wall
+
     print(
         f"{what}: {episodes} episodes in {wall:.1f}s = {60 * episodes / wall:.1f}/min at concurrency "
         f"{CONCURRENCY}, {LATENCY_S:g}s per model call; ideal {ideal:.1f}s"
@@ -103,3 +119,4 @@ def _print(what: str, episodes: int, wall: float) -> None:
     print(
         f"  ratio to the concurrency-bound ideal: {ratio:.2f} (target >= {TARGET}) {'OK' if ratio >= TARGET else 'MISSED'}"
     )
+    print(cpu_bound_note(busy, episodes, ideal, wall))
