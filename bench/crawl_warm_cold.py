@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dareforge.config import Config
 from dareforge.context import RunContext
-from dareforge.crawlers.builtin import catalog
+from dareforge.crawlers.builtin_catalog import catalog
 from dareforge.crawlers.crawl import crawl
 
 REPEATS = 3

@@ -27,11 +27,12 @@ from collections import defaultdict
 
 from bench.common import bench_config, generated
 from dareforge.context import RunContext
-from dareforge.crawlers.builtin import catalog
+from dareforge.crawlers.builtin_catalog import catalog
 from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import accepted_source_ids, filter_sources
+from dareforge.crawlers.filter import filter_sources
 from dareforge.generators.generate import generate
 from dareforge.generators.prepare import prepare
+from dareforge.queries import accepted_source_ids
 from dareforge.schema import Framing, Source, Task, TaskType, Verdict
 from dareforge.understand.evidence import SERIES, SERIES_OBJECT
 from dareforge.understand.stage import understand

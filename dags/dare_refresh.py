@@ -64,8 +64,8 @@ def dare_refresh():
 
     @task
     def accepted_sources() -> list[str]:
-        from dareforge.crawlers.filter import accepted_source_ids
         from dareforge.orchestration import context
+        from dareforge.queries import accepted_source_ids
 
         return accepted_source_ids(context())
 

@@ -6,7 +6,6 @@ import json
 import re
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from dareforge.cli import app
@@ -159,10 +158,10 @@ WIDE_QUERY = f"select '{LONG_ID}' as source_id, 'target-identifiable' as rule, $
 @pytest.fixture
 def narrow(cli, monkeypatch):
     """The CLI printing tables to a console of the given width."""
-    import dareforge.cli as cli_module
+    from dareforge.cli.app import out
 
     def at(width: int, *args: str):
-        monkeypatch.setattr(cli_module, "out", Console(width=width))
+        monkeypatch.setattr(out, "width", width)  # the one console every command module prints to
         return cli(*args)
 
     return at

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dareforge.cli import RUN_LOCK, app
+from dareforge.cli import app
+from dareforge.cli.run import RUN_LOCK
 from dareforge.config import load_config
 from dareforge.context import RunContext
 from dareforge.publish.release import finished_versions, load_release, verify_release

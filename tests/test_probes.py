@@ -20,7 +20,6 @@ from dareforge.agents import PASS_BARS, answers_file
 from dareforge.config import Config, EndpointConfig, ObscureConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError
-from dareforge.generators.spec import IFSpec
 from dareforge.probes.memorization import probe_memorization
 from dareforge.probes.obscure import (
     VariantWriter,
@@ -36,6 +35,7 @@ from dareforge.probes.shortcut import CHECKS_VERSION, TEST_IDS, probe_shortcuts,
 from dareforge.publish.release import select_tasks
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.pipeline import if_reference_code
+from dareforge.reference_solutions.spec import IFSpec
 from dareforge.sandbox import probe
 from dareforge.schema import (
     ColumnKind,

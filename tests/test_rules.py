@@ -4,9 +4,10 @@ from datetime import datetime
 import pytest
 
 from dareforge.config import Config, SourceOverride
-from dareforge.crawlers.filter import accepted_source_ids, filter_sources, judge
+from dareforge.crawlers.filter import filter_sources, judge
 from dareforge.crawlers.rules import NOT_A_COMPETITION, RULES, Verdict
 from dareforge.errors import ConfigError
+from dareforge.queries import accepted_source_ids
 from dareforge.schema import FilterDecision, Origin, Source, SourceFile, SourceStatus
 
 BY_NAME = {rule.name: rule for rule in RULES}

@@ -26,13 +26,13 @@ from dareforge.agents.protocol import parse_reply, truncate
 from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError
-from dareforge.generators.spec import IFSpec, RangeFilter
 from dareforge.publish.release import build_release, load_release
 from dareforge.reference_solutions.pipeline import (
     SECTION_KINDS,
     if_reference_code,
     if_reference_sections,
 )
+from dareforge.reference_solutions.spec import IFSpec, RangeFilter
 from dareforge.sandbox import Sandbox, probe
 from dareforge.schema import Task, TaskLimits, Trajectory
 from dareforge.store import Store

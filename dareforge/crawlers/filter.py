@@ -52,15 +52,3 @@ def filter_sources(ctx: RunContext, rules: tuple[Rule, ...] = RULES) -> FilterRe
             report.drop_reasons.update(d.rule for d in drops)
             progress.advance(bar)
     return report
-
-
-def accepted_source_ids(ctx: RunContext) -> list[str]:
-    """Sources every rule kept, as the filter last judged them."""
-    rows = (
-        ctx.store.connect()
-        .sql(
-            "select source_id from filter_decisions group by source_id having bool_and(kept) order by source_id"
-        )
-        .fetchall()
-    )
-    return [r[0] for r in rows]

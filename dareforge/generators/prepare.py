@@ -36,6 +36,7 @@ from dareforge.context import RunContext
 from dareforge.crawlers.base import fingerprint
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError, StoreError
+from dareforge.queries import framed_source_ids, why_none
 from dareforge.schema import (
     ColumnKind,
     ColumnProfile,
@@ -100,8 +101,6 @@ class PrepareReport:
 def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareReport:
     """Prepare each chosen framing of each source (default: every source the understand stage framed);
     returns what happened to each, labelled `source_id/framing`."""
-    from dareforge.understand.stage import framed_source_ids
-
     ids = source_ids if source_ids is not None else framed_source_ids(ctx)
     report = PrepareReport()
     with Engine(ctx) as engine, ctx.progress() as progress:
@@ -133,8 +132,6 @@ def _record_failure(ctx: RunContext, source_id: str, reason: str, report: Prepar
 
 def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: PrepareReport) -> None:
     """Every chosen framing of one source; the caller holds the source's lock."""
-    from dareforge.understand.stage import why_none
-
     stored = ctx.store.read_partition(Framing, source_id)
     framings = [f for f in stored if f.status == "chosen"]
     if not framings:

@@ -11,9 +11,9 @@ from dareforge.generators.instructions import render_if, render_mm
 from dareforge.generators.noise import add_noise
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.references import certify, score_references
-from dareforge.generators.spec import sample_if_spec, usable_features
 from dareforge.generators.taskio import Draft, Runners, TaskWriter
 from dareforge.reference_solutions.pipeline import StrongSpec, if_reference_code
+from dareforge.reference_solutions.spec import sample_if_spec, usable_features
 from dareforge.schema import MetricSpec, PreparedSource, Task, TaskLimits, TaskScores, TaskType
 
 Frames = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-import platform
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from pathlib import Path
 
 import pandas as pd
@@ -18,12 +16,11 @@ from dareforge.crawlers.base import fingerprint
 from dareforge.crawlers.inspect import describe_file
 from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import prepared_file
-from dareforge.reference_solutions.runner import ReferenceRunner
+from dareforge.reference_solutions.runner import ReferenceRunner, package_versions
 from dareforge.schema import PreparedSource, Task
 
 log = logging.getLogger(__name__)
 GENERATOR_VERSION = "2"
-STACK = ("numpy", "pandas", "scikit-learn", "scipy")
 
 
 @dataclass
@@ -58,10 +55,6 @@ class GenerateReport:
     written: list[str] = field(default_factory=list)
     reference_seconds: float = 0.0
     wall_seconds: float = 0.0
-
-
-def package_versions() -> list[str]:
-    return [f"python=={platform.python_version()}", *(f"{name}=={version(name)}" for name in STACK)]
 
 
 @dataclass

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pandas as pd
 
 from dareforge.context import RunContext
-from dareforge.generators.spec import usable_features
 from dareforge.generators.tabular import Frames, copy_prepared, goal_task_fields
 from dareforge.generators.taskio import Draft, Runners, TaskWriter
 from dareforge.reference_solutions.pipeline import StrongSpec
+from dareforge.reference_solutions.spec import usable_features
 from dareforge.schema import ColumnKind, MetricSpec, PreparedSource, Task
 
 NOTES = {

@@ -42,8 +42,8 @@ from dareforge.crawlers.inspect import describe_file
 from dareforge.errors import DareforgeError
 from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared
-from dareforge.generators.spec import CategoryFilter, IFSpec, RangeFilter
 from dareforge.generators.taskio import Draft, GenerateReport, Runners, TaskWriter, originals, read_frames
+from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilter
 from dareforge.schema import ColumnKind, ColumnProfile, MetricSpec, PreparedSource, Task, TaskType
 
 log = logging.getLogger(__name__)

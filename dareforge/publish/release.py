@@ -54,7 +54,8 @@ from dareforge.errors import DareforgeError
 from dareforge.publish import card, changelog
 from dareforge.publish.files import copy, parquet_bytes, read_rows, sha256_key, write
 from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
-from dareforge.schema import FilterDecision, Framing, Source, Task, TaskScores, Verdict
+from dareforge.queries import chosen_framings, kept_sources
+from dareforge.schema import Source, Task, TaskScores, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
 from dareforge.store import Store, canonical_json, sha256_bytes
 
@@ -404,21 +405,14 @@ def select_tasks(ctx: RunContext) -> Selection:
     notes: list[str] = []
     tasks = sorted({t.id: t for t in store.read_records(Task)}.values(), key=lambda t: t.id)
     candidates = []
-    decisions = store.read_records(FilterDecision)
-    kept_sources: set[str] | None = None
-    if decisions:
-        by_source: dict[str, bool] = {}
-        for d in decisions:
-            by_source[d.source_id] = by_source.get(d.source_id, True) and d.kept
-        kept_sources = {s for s, kept in by_source.items() if kept}
-    framings = store.read_records(Framing)
-    framed = {(f.source_id, f.framing) for f in framings if f.status == "chosen"} if framings else None
+    kept = kept_sources(ctx)
+    framed = chosen_framings(ctx)
     for task in tasks:
         if task.variant_of is not None:
             excluded["obscured variant (for the memorization probe, never released)"] += 1
         elif task.status != "candidate":
             excluded["rejected by the generator"] += 1
-        elif kept_sources is not None and task.source_id not in kept_sources:
+        elif kept is not None and task.source_id not in kept:
             excluded["source no longer kept by the filter"] += 1
         elif framed is not None and (task.source_id, task.framing) not in framed:
             excluded["framing no longer chosen by the understand stage"] += 1

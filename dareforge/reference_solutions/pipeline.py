@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dareforge.generators.spec import CategoryFilter, IFSpec, RangeFilter
+from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilter
 
 PREDICTIONS = "predictions.csv"
 

@@ -10,10 +10,9 @@ import shutil
 from dataclasses import dataclass
 
 from dareforge.context import RunContext
-from dareforge.generators.taskio import package_versions
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.pipeline import PREDICTIONS
-from dareforge.reference_solutions.runner import ReferenceRunner
+from dareforge.reference_solutions.runner import ReferenceRunner, package_versions
 from dareforge.schema import Task
 
 

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import select
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+STACK = ("numpy", "pandas", "scikit-learn", "scipy")
+"""The libraries a reference's predictions depend on: recorded with every task, so an IF answer is exact for them."""
+
+
+def package_versions() -> list[str]:
+    return [f"python=={platform.python_version()}", *(f"{name}=={version(name)}" for name in STACK)]
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,9 @@ from dareforge.agents.runner import Materializer, attempts_for, default_sandbox_
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.generators.questions.scripts import HEADER, Reference, compute_code
-from dareforge.generators.spec import IFSpec, RangeFilter
 from dareforge.llm import ChatResult
 from dareforge.reference_solutions.pipeline import Section, if_reference_sections, literal
+from dareforge.reference_solutions.spec import IFSpec, RangeFilter
 from dareforge.schema import Task, Trajectory
 from dareforge.scratch import temp_root
 from dareforge.trajectories.synthesize import task_set

@@ -15,10 +15,10 @@ from pathlib import PurePosixPath
 
 from dareforge.context import RunContext
 from dareforge.crawlers.base import fingerprint, slugify
-from dareforge.crawlers.filter import accepted_source_ids
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import Engine, PrepareError, raw_table
+from dareforge.queries import accepted_source_ids, why_none
 from dareforge.schema import Framing, Source, SourceFile, SourceStatus
 from dareforge.understand.columns import Sample
 from dareforge.understand.evidence import read_text
@@ -70,26 +70,6 @@ def understand(ctx: RunContext, source_ids: list[str] | None = None) -> Understa
 
 def chosen_framings(ctx: RunContext, source_id: str) -> list[Framing]:
     return [f for f in ctx.store.read_partition(Framing, source_id) if f.status == "chosen"]
-
-
-def framed_source_ids(ctx: RunContext) -> list[str]:
-    """Sources the filter accepted that hold at least one chosen framing, sorted."""
-    framed = {source_id for source_id, _ in chosen_pairs(ctx)}
-    return [s for s in accepted_source_ids(ctx) if s in framed]
-
-
-def chosen_pairs(ctx: RunContext) -> set[tuple[str, str]]:
-    """(source id, framing) of every chosen framing in the store."""
-    rows = (
-        ctx.store.connect().sql("select source_id, framing from framings where status = 'chosen'").fetchall()
-    )
-    return {(r[0], r[1]) for r in rows}
-
-
-def why_none(framings: list[Framing]) -> str:
-    """Why a source has no chosen framing: the first few candidates' reasons."""
-    reasons = [f"{f.target_columns[0] if f.target_columns else 'source'}: {f.reason}" for f in framings]
-    return "; ".join(reasons[:3]) or "no candidate"
 
 
 def _version(ctx: RunContext, source: Source) -> str:

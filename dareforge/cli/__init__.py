@@ -1,0 +1,17 @@
+"""`dareforge`'s command line: one module per command group, each registering its commands on `app.app` through
+`app.command` (which also turns a `DareforgeError` into a clear message and exit code 2), under a panel of the
+help; importing the package registers them all, panel by panel.
+
+- `stages`: one pipeline stage per command (crawl ... gate), and report, audit, evaluate, resimulate;
+- `release`: release build, list, verify, publish;
+- `training`: probe, obscure, gold, synthesize, judge, export;
+- `explore`: sources and sql;
+- `run`: the whole pipeline and its summary.
+"""
+
+from dareforge.cli import explore, release, run, stages, training  # noqa: F401  (declare the commands)
+from dareforge.cli.app import app, register_commands
+
+register_commands()
+
+__all__ = ["app"]

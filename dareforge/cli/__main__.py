@@ -1,0 +1,3 @@
+from dareforge.cli import app
+
+app()

@@ -1,0 +1,121 @@
+"""The CLI's ground floor: the Typer app, the console, the run context of a command and the one wrapper that
+turns a `DareforgeError` into a clear message and exit code 2. Command modules register through `command`."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from dareforge.config import load_config
+from dareforge.context import RunContext
+from dareforge.errors import DareforgeError
+
+app = typer.Typer(
+    help="""`dareforge`: turn real tabular sources into verified tasks for data-science agents.
+
+Every command runs one stage function over the store (default `./data`), the same functions Airflow calls.""",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+release_app = typer.Typer(help="Cut, list, verify and publish versioned releases.", no_args_is_help=True)
+out = Console()
+STATE: dict[str, RunContext] = {}
+FormatOption = Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")]
+ReleaseOption = Annotated[str, typer.Option("--release", help="NAME or NAME@VERSION (default: latest).")]
+
+
+@app.callback()
+@app.callback()
+def main(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="YAML config file (default: ./dareforge.yaml if present)."),
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Store root, a path or fsspec URL (overrides store.root).")
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log every source, not only problems.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
+    )
+    try:
+        cfg = load_config(config)
+    except DareforgeError as exc:
+        fail(exc)
+    if store:
+        cfg.store.root = store  # an unset store.work_dir follows the root (see StoreConfig.work_path)
+    STATE["ctx"] = RunContext.from_config(cfg, show_progress=not quiet)
+
+
+def context() -> RunContext:
+    return STATE["ctx"]
+
+
+def fail(exc: Exception) -> None:
+    Console(stderr=True).print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+PANELS = (
+    "Run everything",
+    "Pipeline stages",
+    "Agents and training data",
+    "Releases and reports",
+    "Asking the store",
+)
+"""The groups of `dareforge --help`, in the order it lists them."""
+_COMMANDS: list[tuple[str, str | None, typer.Typer, Callable[..., Any]]] = []
+
+
+def show(lines: list[Any]) -> None:
+    """Print a stage's summary lines (see `dareforge.pipeline`)."""
+    for line in lines:
+        out.print(line)
+
+
+def command(
+    name: str | None = None, *, panel: str, group: typer.Typer = app
+) -> Callable[[Callable[..., Any]], Any]:
+    """Declare a command of `group` under `panel` of the help; a `DareforgeError` it raises becomes
+    `error: <message>` and exit code 2. `register_commands` adds them to the app, panel by panel."""
+    if panel not in PANELS:
+        raise ValueError(f"unknown help panel {panel!r}; add it to PANELS")
+
+    def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except DareforgeError as exc:
+                fail(exc)
+
+        _COMMANDS.append((panel, name, group, guarded))
+        return fn
+
+    return declare
+
+
+def register_commands() -> None:
+    """Add every declared command to its group, panel by panel in `PANELS` order, each in declaration order."""
+    for panel in PANELS:
+        if panel == "Releases and reports":
+            app.add_typer(release_app, name="release", rich_help_panel=panel)
+        for declared_panel, name, group, fn in _COMMANDS:
+            if declared_panel == panel:
+                group.command(name, rich_help_panel=panel if group is app else None)(fn)
+    _COMMANDS.clear()

@@ -1,0 +1,222 @@
+"""Asking the store: `dareforge sources` (what each source gave, and why) and `dareforge sql`, with tables
+fitted to the terminal."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.cells import cell_len
+from rich.table import Table
+from rich.text import Text
+
+from dareforge.cli.app import FormatOption, command, context, fail, out
+from dareforge.errors import DareforgeError
+
+PANEL = "Asking the store"
+
+
+@command(panel=PANEL)
+def sources(
+    status: Annotated[
+        str | None, typer.Option(help="Only this crawl status: ok, needs-rules, failed.")
+    ] = None,
+    kept: Annotated[
+        bool | None,
+        typer.Option(
+            "--kept/--dropped", help="Only sources kept (by the filter, with a task found) / dropped."
+        ),
+    ] = None,
+    why: Annotated[
+        str | None,
+        typer.Option("--why", help="One source: every filter decision and every framing with its evidence."),
+    ] = None,
+    fmt: FormatOption = "table",
+) -> None:
+    """List crawled sources with their status, the filter's verdict, the framings chosen, and why.
+
+    Sources waiting for Kaggle rules to be accepted: dareforge sources --status needs-rules
+    Why a source gave these tasks (or none): dareforge sources --why builtin.sklearn-iris
+    """
+    if why:
+        _explain_source(why, fmt)
+        return
+    where, params = [], []
+    if status:
+        where.append("s.status = ?")
+        params.append(status)
+    if kept is not None:
+        # Kept: the filter kept it and the understand stage (when it has run) found a task in it.
+        accepted = "(coalesce(v.kept, false) and (f.source_id is null or f.framings is not null))"
+        where.append(accepted if kept else f"not {accepted}")
+    relation = (
+        context()
+        .store.connect()
+        .sql(
+            f"""with v as (
+                  select source_id, bool_and(kept) as kept,
+                         string_agg(case when not kept then rule || ': ' || reason end, '; ' order by rule) as why
+                  from filter_decisions group by source_id)
+                , f as (
+                  select source_id, string_agg(framing, ', ' order by framing) filter (where status = 'chosen')
+                           as framings,
+                         string_agg(framing || ': ' || reason, '; ' order by framing) as unframed
+                  from framings group by source_id)
+                select s.id, s.status,
+                       coalesce(s.n_rows, list_max(list_transform(s.files, lambda f: f.rows))) as rows,
+                       v.kept, f.framings,
+                       coalesce(s.rules_url, v.why, case when f.framings is null then f.unframed end) as why
+                from sources s left join v on v.source_id = s.id left join f on f.source_id = s.id
+                {"where " + " and ".join(where) if where else ""}
+                order by s.id""",
+            params=params,
+        )
+    )
+    _emit(relation, fmt, "sources")
+
+
+def _explain_source(source_id: str, fmt: str) -> None:
+    con = context().store.connect()
+    (known,) = con.sql("select count(*) from sources where id = ?", params=[source_id]).fetchall()
+    if not known[0]:
+        raise DareforgeError(f"no source {source_id!r} in the store; list them with `dareforge sources`")
+    decisions = con.sql(
+        "select rule, kept, reason from filter_decisions where source_id = ? order by rule",
+        params=[source_id],
+    )
+    _emit(decisions, fmt, f"{source_id}: filter decisions")
+    framings = con.sql(
+        """select framing, status, task_type, confidence, reason,
+                  array_to_string(evidence, chr(10)) as evidence, array_to_string(checks, chr(10)) as checks
+           from framings where source_id = ? order by status, confidence desc, framing""",
+        params=[source_id],
+    )
+    _emit(framings, fmt, f"{source_id}: framings (understand)")
+
+
+@command(panel=PANEL)
+def sql(
+    query: Annotated[
+        str, typer.Argument(help="SQL over the store's tables (sources, filter_decisions, ...).")
+    ],
+    fmt: FormatOption = "table",
+) -> None:
+    """Query the store with DuckDB; every table is a view over its Parquet files.
+
+    Example: dareforge sql "select rule, count(*) from filter_decisions where not kept group by rule"
+    """
+    import duckdb
+
+    try:
+        relation = context().store.connect().sql(query)
+    except duckdb.Error as exc:
+        fail(exc)
+    if relation is not None:
+        _emit(relation, fmt, None)
+
+
+def _emit(relation, fmt: str, title: str | None) -> None:
+    if fmt == "json":
+        rows = [dict(zip(relation.columns, r, strict=True)) for r in relation.fetchall()]
+        out.print_json(json.dumps(rows, default=str))
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")  # shell pipelines split on \n, not \r\n
+        writer.writerow(relation.columns)
+        writer.writerows(relation.fetchall())
+    elif fmt == "table":
+        _print_relation(relation, title)
+    else:
+        raise DareforgeError(f"unknown --format {fmt!r}; use table, csv or json")
+
+
+MIN_TOKEN_WIDTH, MIN_PROSE_WIDTH = 12, 20
+"""No column is squeezed below these widths (or its widest value); below that, rows print as records."""
+
+
+TABLE_OVERHEAD = (3, 1)
+"""Rich's default table: 3 characters per column (padding and a rule) and 1 for the closing edge."""
+
+
+def _print_relation(relation, title: str | None) -> None:
+    """A query result a person can read at any terminal width.
+
+    Prose columns (a value with a space) wrap at word boundaries; token columns (ids, hashes, paths, numbers)
+    stay on one line. When the widest values do not fit, prose gives way first (down to MIN_PROSE_WIDTH),
+    then the widest tokens are cut with an ellipsis (down to MIN_TOKEN_WIDTH); when even that does not fit,
+    each row prints as a block of `column: value` lines. `--format csv|json` always prints values whole.
+    """
+    columns = list(relation.columns)
+    rows = [["" if v is None else str(v) for v in row] for row in relation.fetchall()]
+    natural = [
+        max([_text_width(name), *(_text_width(row[i]) for row in rows)]) for i, name in enumerate(columns)
+    ]
+    prose = [any(" " in row[i] for row in rows) for i in range(len(columns))]
+    per_column, edge = TABLE_OVERHEAD
+    widths = _fit_widths(natural, prose, out.width - per_column * len(columns) - edge)
+    if widths is None:
+        _print_records(columns, rows, title)
+        return
+    table = Table(title=title, title_justify="left")
+    for name, width, wraps in zip(columns, widths, prose, strict=True):
+        table.add_column(Text(name), width=width, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+    for row in rows:
+        table.add_row(*(Text(v) for v in row))  # Text: a value is never read as rich markup
+    out.print(table)
+    if any(not p and n > w for n, w, p in zip(natural, widths, prose, strict=True)):
+        out.print("[dim]long values are cut to fit; --format csv or --format json prints them whole[/]")
+
+
+def _text_width(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _fit_widths(natural: list[int], prose: list[bool], room: int) -> list[int] | None:
+    """Column widths within `room` (see `_print_relation`), or None when even the narrowest do not fit."""
+    if sum(natural) <= room:
+        return natural
+    floors = [min(n, MIN_PROSE_WIDTH if p else MIN_TOKEN_WIDTH) for n, p in zip(natural, prose, strict=True)]
+    if sum(floors) > room:
+        return None
+    tokens = [i for i, p in enumerate(prose) if not p]
+    texts = [i for i, p in enumerate(prose) if p]
+    token_room = sum(natural[i] for i in tokens)
+    widths = list(natural)
+    if token_room + sum(floors[i] for i in texts) <= room:  # every token whole; prose shares what is left
+        shared = _water_fill([natural[i] for i in texts], [floors[i] for i in texts], room - token_room)
+        for i, width in zip(texts, shared, strict=True):
+            widths[i] = width
+        return widths
+    cut = _water_fill(
+        [natural[i] for i in tokens], [floors[i] for i in tokens], room - sum(floors[i] for i in texts)
+    )
+    for i in texts:
+        widths[i] = floors[i]
+    for i, width in zip(tokens, cut, strict=True):
+        widths[i] = width
+    return widths
+
+
+def _water_fill(natural: list[int], floors: list[int], room: int) -> list[int]:
+    """Widths capped at the largest common cap that fits `room` (never below `floors`, which must fit)."""
+
+    def capped(cap: int) -> list[int]:
+        return [max(f, min(n, cap)) for n, f in zip(natural, floors, strict=True)]
+
+    low, high = max(floors, default=0), max(natural, default=0) + 1  # capped(low) fits
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if sum(capped(middle)) <= room else (low, middle)
+    return capped(low)
+
+
+def _print_records(columns: list[str], rows: list[list[str]], title: str | None) -> None:
+    if title:
+        out.print(Text(title, style="italic"))
+    label = max(map(cell_len, columns), default=0)
+    for number, row in enumerate(rows, start=1):
+        out.rule(f"row {number}", align="left")
+        for name, value in zip(columns, row, strict=True):
+            out.print(Text(f"{name:>{label}}: ", style="bold") + Text(value))
