@@ -3,7 +3,8 @@
 The shortcut probe runs when LLM endpoints are configured (models attempt each accepted task without its data;
 tasks most of them still solve are rejected by the gate before publishing); without endpoints it is skipped.
 
-Every task calls one `dareforge` stage on the store named by `dareforge.yaml` / DAREFORGE_* env vars and returns
+Every task runs one stage of `dareforge.pipeline.STAGES` (the task named by the stage's `dag_task`; a test
+checks that this DAG and the list agree) on the store named by `dareforge.yaml` / DAREFORGE_* env vars and returns
 store keys or ids, never data. Stages skip work whose outputs exist, so a re-run (or a retry) is cheap, and a
 refresh that finds nothing new publishes nothing (the publish task is skipped and no release event is sent).
 """
@@ -37,15 +38,11 @@ BY_SOURCE = "{{ task.op_kwargs['source_id'] }}"  # mapped instances named by sou
 def dare_refresh():
     @task(pool="kaggle_api", **NETWORK_RETRIES)
     def crawl() -> list[str]:
-        from dareforge.crawlers.crawl import crawl
         from dareforge.errors import TransientError
-        from dareforge.orchestration import context, retry_only_transient
+        from dareforge.orchestration import retry_only_transient, run_stage
 
         with retry_only_transient("crawl"):
-            report = crawl(context())
-            log.info("crawl: %s; %d records written", dict(report.actions), len(report.written))
-            for source_id, why in report.failures.items():
-                log.warning("crawl %s: %s", source_id, why)
+            report = run_stage("crawl").detail
             if report.listing_errors:
                 # The report keeps only messages; Kaggle's client already retried its own transient errors.
                 raise TransientError(f"listing failed: {report.listing_errors}")
@@ -53,14 +50,9 @@ def dare_refresh():
 
     @task
     def filter_sources() -> list[str]:
-        from dareforge.crawlers.filter import filter_sources
-        from dareforge.orchestration import context
+        from dareforge.orchestration import run_stage
 
-        report = filter_sources(context())
-        log.info(
-            "filter: %d kept, %d dropped %s", len(report.kept), len(report.dropped), dict(report.drop_reasons)
-        )
-        return report.written
+        return run_stage("filter").detail.written
 
     @task
     def accepted_sources() -> list[str]:
@@ -72,10 +64,9 @@ def dare_refresh():
     @task(map_index_template=BY_SOURCE)
     def understand(source_id: str) -> str | None:
         """The source id when a framing was chosen. None when the source holds no task (why: `framings`)."""
-        from dareforge.orchestration import context
-        from dareforge.understand.stage import understand
+        from dareforge.orchestration import run_stage
 
-        report = understand(context(), [source_id])
+        report = run_stage("understand", [source_id]).detail
         if source_id not in report.framed:
             log.warning("understand %s: no task: %s", source_id, report.reasons.get(source_id))
             return None
@@ -84,41 +75,23 @@ def dare_refresh():
     @task(map_index_template=BY_SOURCE)
     def prepare(source_id: str) -> str | None:
         """The source id once prepared. None when it failed (reason in the log): no generate task maps over it."""
-        from dareforge.generators.prepare import prepare
-        from dareforge.orchestration import context
+        from dareforge.orchestration import run_stage
 
-        report = prepare(context(), [source_id])
-        for label in report.failed:
-            log.warning("prepare %s failed: %s", label, report.reasons.get(label))
+        report = run_stage("prepare", [source_id]).detail
         return source_id if report.prepared or report.skipped else None
 
     @task(map_index_template=BY_SOURCE)
     def generate(source_id: str) -> list[str]:
         """Store keys of the task records written for one prepared source."""
-        from dareforge.generators.generate import generate
-        from dareforge.orchestration import context
+        from dareforge.orchestration import run_stage
 
-        report = generate(context(), [source_id])
-        log.info("generate %s: %s, %d reused", source_id, dict(report.families), report.reused)
-        for key, why in {**report.rejected, **report.failures}.items():
-            log.warning("generate %s: %s", key, why)
-        return report.written
+        return run_stage("generate", [source_id]).detail.written
 
     @task(outlets=[Asset(TASKS_ASSET)])
     def validate() -> list[str]:
-        from dareforge.orchestration import context
-        from dareforge.validators.validate import validate
+        from dareforge.orchestration import run_stage
 
-        report = validate(context())
-        log.info(
-            "validate: %d accepted, %d rejected (%d checked, %d unchanged); report %s",
-            len(report.accepted),
-            len(report.rejected),
-            report.checked,
-            report.reused,
-            report.report_key,
-        )
-        return report.written
+        return run_stage("validate").detail.written
 
     @task(pool="llm")
     def probe() -> int:

@@ -23,6 +23,7 @@ from dareforge.errors import TransientError
 
 if TYPE_CHECKING:
     from dareforge.context import RunContext
+    from dareforge.pipeline import StageReport
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,21 @@ def context() -> RunContext:
     from dareforge.context import RunContext
 
     return RunContext.from_config(load_config(), show_progress=False)
+
+
+def run_stage(name: str, ids: list[str] | None = None) -> StageReport:
+    """Run the pipeline stage `name` on `ids` in this task's context, logging its summary lines."""
+    from rich.text import Text
+
+    from dareforge.pipeline import Run, stage
+
+    report = stage(name).run(Run(context()), ids)
+    for line in report.lines:
+        if isinstance(line, str):  # tables are for terminals; the store has their rows
+            log.info("%s", Text.from_markup(line).plain)
+    for label, why in report.failures.items():
+        log.warning("%s %s: %s", name, label, why)
+    return report
 
 
 def is_transient(exc: BaseException) -> bool:
