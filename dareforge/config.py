@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dareforge.errors import ConfigError
+from dareforge.hashing import short_hash
 
 ENV_PREFIX = "DAREFORGE_"
 CONFIG_ENV = "DAREFORGE_CONFIG"
@@ -420,7 +421,7 @@ class Config(Section):
     def fingerprint(self, *sections: str) -> str:
         """A short hash of the named sections, so stages can tell when their config changed."""
         payload = self.model_dump(mode="json", include=set(sections))
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return short_hash(json.dumps(payload, sort_keys=True))
 
 
 def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from dareforge import locking
 from dareforge.errors import StoreError
+from dareforge.hashing import canonical_json, sha256_bytes
 from dareforge.schema import RECORDS, Record
 
 MANIFEST = "_MANIFEST.json"
@@ -32,22 +33,6 @@ LOCKS = ".locks"
 TABLES = "tables"
 RECORDS_DIGEST = "dareforge.records.sha256"
 R = TypeVar("R", bound=Record)
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def canonical_json(obj: Any) -> bytes:
-    return (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str) + "\n").encode()
 
 
 class Store:

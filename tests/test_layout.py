@@ -16,7 +16,7 @@ PACKAGE = Path(dareforge.__file__).parent
 
 FLOORS: dict[str, int] = {
     # 0: the ground floor: records, errors, config, the store and the helpers every stage shares
-    **dict.fromkeys(["errors", "schema", "config", "locking", "scratch", "store", "context", "queries"], 0),
+    **dict.fromkeys(["errors", "hashing", "schema", "config", "locking", "scratch", "store", "context", "queries"], 0),
     # 1: building blocks the stages use (models, sandbox, references and their graders)
     **dict.fromkeys(["llm", "sandbox", "reference_solutions"], 1),
     # 2 and up: the stages, each above what it uses (understand reads tables with prepare's DuckDB engine;

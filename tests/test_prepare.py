@@ -20,8 +20,8 @@ from dareforge.generators.prepare import (
     prepare_failure,
     prepared_file,
 )
+from dareforge.hashing import sha256_file
 from dareforge.schema import ColumnKind, Framing, PreparedSource, TaskType
-from dareforge.store import sha256_file
 from dareforge.understand.stage import understand
 from tests.stores import mirror_dataset
 

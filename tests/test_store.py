@@ -52,7 +52,7 @@ def test_duckdb_views_exist_even_for_empty_tables(tmp_path):
 def test_manifest_verification_reports_a_changed_file(tmp_path):
     store = Store(str(tmp_path))
     store.write_bytes("raw/s/v1/files/a.csv", b"a\n1\n")
-    from dareforge.store import sha256_bytes
+    from dareforge.hashing import sha256_bytes
 
     store.write_manifest("raw/s/v1", {"files": [{"name": "a.csv", "sha256": sha256_bytes(b"a\n1\n")}]})
     assert store.verify("raw/s/v1") == []

@@ -47,10 +47,10 @@ from typing import Any, Protocol
 
 from dareforge.agents.grading import PASS_BARS, grade_predictions, is_if, output_file, passed
 from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, truncate
+from dareforge.hashing import sha256_bytes, sha256_file
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.schema import SourceFile, Step, Task, Trajectory
 from dareforge.scratch import temp_root
-from dareforge.store import sha256_bytes, sha256_file
 
 MAX_LISTED_FILES = 200
 """Most workspace files a trajectory lists (the rest are counted in the detail)."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +34,3 @@ def slugify(text: str) -> str:
 
 def source_id(origin: str, ref: str) -> str:
     return f"{origin}.{slugify(ref.replace('/', '--'))}"
-
-
-def fingerprint(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 import requests
 
 from dareforge.config import KaggleConfig
-from dareforge.crawlers.base import fingerprint, source_id
+from dareforge.crawlers.base import source_id
 from dareforge.errors import CredentialsError, NeedsRulesError, SourceError, TransientError
+from dareforge.hashing import fingerprint
 from dareforge.schema import Origin, Source, SourceStatus
 
 log = logging.getLogger(__name__)

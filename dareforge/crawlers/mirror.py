@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from dareforge.crawlers.base import fingerprint, source_id
+from dareforge.crawlers.base import source_id
 from dareforge.crawlers.kaggle import competition_source, dataset_source
 from dareforge.crawlers.unpack import PlainFile, copy_plain_file, open_plain, plain_file, plain_files
 from dareforge.errors import DareforgeError, SourceError, UnsafeFileError
+from dareforge.hashing import fingerprint
 from dareforge.schema import Origin, Source, SourceStatus
 
 COMPETITION_META = "competition-metadata.json"

@@ -40,7 +40,7 @@ from dareforge.publish.release import (
     write_build_record,
 )
 from dareforge.publish.split import SPLITS
-from dareforge.store import Store, canonical_json, sha256_bytes
+from dareforge.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,6 @@ def release_ref(release: Release) -> dict[str, str]:
         "version": release.version,
         "content_fingerprint": release.manifest["content_fingerprint"],
     }
-
-
-def fingerprint(obj: Any) -> str:
-    return sha256_bytes(canonical_json(obj))
 
 
 def split_tables(rows: list[dict[str, Any]], schema: pa.Schema) -> dict[str, bytes]:

@@ -30,13 +30,13 @@ from dareforge.exports.base import (
     ExportError,
     ExportResult,
     family_counts,
-    fingerprint,
     release_ref,
     split_tables,
     turns,
     write_export,
 )
 from dareforge.exports.reward import reward_spec
+from dareforge.hashing import content_fingerprint
 from dareforge.publish.release import PUBLIC_SCHEMA, Release, public_file_entries
 from dareforge.publish.split import SPLITS
 from dareforge.schema import Task
@@ -97,7 +97,7 @@ def build_rl_export(
     rows = [rl_row(t, release) for t in chosen]
     rows.sort(key=lambda r: (SPLITS.index(r["split"]), r["family"], r["task_id"]))
     ref = release_ref(release)
-    content_fp = fingerprint({"format": FORMAT, "rows": rows, "release": ref})
+    content_fp = content_fingerprint({"format": FORMAT, "rows": rows, "release": ref})
     tables = {"default": split_tables(rows, RL_SCHEMA)}
     meta = {
         "pretty_name": pretty_name,

@@ -48,13 +48,13 @@ from dareforge.exports.base import (
     ExportError,
     ExportResult,
     family_counts,
-    fingerprint,
     release_ref,
     split_tables,
     turns,
     write_export,
 )
 from dareforge.exports.chat import NoPlainForm, chat_form
+from dareforge.hashing import content_fingerprint
 from dareforge.publish.release import Release
 from dareforge.publish.split import SPLITS
 from dareforge.schema import Task, Trajectory
@@ -270,7 +270,7 @@ def build_sft_export(
         )
     ref = release_ref(release)
     lineage = {"trajectory_partitions": sorted(set(partitions)), "selection": dict(selection or {})}
-    content_fp = fingerprint(
+    content_fp = content_fingerprint(
         {
             "format": FORMAT,
             "layouts": LAYOUTS,

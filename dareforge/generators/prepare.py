@@ -33,9 +33,9 @@ import pyarrow as pa
 
 from dareforge.config import SourceOverride
 from dareforge.context import RunContext
-from dareforge.crawlers.base import fingerprint
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError, StoreError
+from dareforge.hashing import fingerprint, sha256_file
 from dareforge.queries import framed_source_ids, why_none
 from dareforge.schema import (
     ColumnKind,
@@ -49,7 +49,6 @@ from dareforge.schema import (
     TaskType,
     TimeAxis,
 )
-from dareforge.store import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from dareforge.context import RunContext
-from dareforge.crawlers.base import fingerprint
 from dareforge.crawlers.inspect import describe_file
 from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import prepared_file
+from dareforge.hashing import fingerprint
 from dareforge.reference_solutions.runner import ReferenceRunner, package_versions
 from dareforge.schema import PreparedSource, Task
 

@@ -37,12 +37,12 @@ from pydantic import BaseModel, ConfigDict
 
 from dareforge.config import ObscureConfig
 from dareforge.context import RunContext
-from dareforge.crawlers.base import fingerprint
 from dareforge.crawlers.inspect import describe_file
 from dareforge.errors import DareforgeError
 from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared
 from dareforge.generators.taskio import Draft, GenerateReport, Runners, TaskWriter, originals, read_frames
+from dareforge.hashing import fingerprint
 from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilter
 from dareforge.schema import ColumnKind, ColumnProfile, MetricSpec, PreparedSource, Task, TaskType
 

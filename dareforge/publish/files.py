@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dareforge.errors import StoreError
+from dareforge.hashing import sha256_bytes
 from dareforge.schema import Record
-from dareforge.store import Store, sha256_bytes
+from dareforge.store import Store
 
 R = TypeVar("R", bound=Record)
 

@@ -51,13 +51,14 @@ import pyarrow as pa
 
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.hashing import canonical_json, content_fingerprint, sha256_bytes
 from dareforge.publish import card, changelog
 from dareforge.publish.files import copy, parquet_bytes, read_rows, sha256_key, write
 from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
 from dareforge.queries import chosen_framings, kept_sources
 from dareforge.schema import Source, Task, TaskScores, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
-from dareforge.store import Store, canonical_json, sha256_bytes
+from dareforge.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -505,10 +506,6 @@ def _task_entry(task: Task, split: str) -> dict[str, Any]:
     }
 
 
-def _fingerprint(obj: Any) -> str:
-    return sha256_bytes(canonical_json(obj))
-
-
 def build_release(
     ctx: RunContext,
     name: str,
@@ -561,8 +558,8 @@ def _build_release(
     tasks = sorted(selection.tasks, key=lambda t: (sides[t.source_id], t.source_id, t.family, t.seed, t.id))
     public_rows = [_public_row(t, sides[t.source_id]) for t in tasks]
     private_rows = [_private_row(t, sides[t.source_id]) for t in tasks]
-    public_fp = _fingerprint({"format": FORMAT, "rows": public_rows})
-    private_fp = _fingerprint({"format": FORMAT, "rows": private_rows})
+    public_fp = content_fingerprint({"format": FORMAT, "rows": public_rows})
+    private_fp = content_fingerprint({"format": FORMAT, "rows": private_rows})
     content_fp = sha256_bytes(f"{public_fp}:{private_fp}".encode())
 
     def existing(release: Release, notes: list[str]) -> ReleaseResult:
