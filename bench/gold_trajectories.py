@@ -16,7 +16,7 @@ import time
 from bench.common import bench_config, generated
 from dareforge.agents.grading import is_if
 from dareforge.agents.protocol import task_prompt
-from dareforge.agents.runner import attempts_for, run_attempts
+from dareforge.agents.runner import AttemptSettings, attempts_for, run_attempts
 from dareforge.context import RunContext
 from dareforge.publish.release import build_release
 from dareforge.reference_solutions.pipeline import if_reference_code
@@ -48,13 +48,8 @@ def _plain_client(tasks) -> GoldClient:
 
 def _play_plain(ctx: RunContext, tasks, files, partition: str, workers: int) -> float:
     started = time.perf_counter()
-    played = run_attempts(
-        ctx,
-        _plain_client(tasks),
-        attempts_for(tasks, 1, files, kind="plain"),
-        partition=partition,
-        workers=workers,
-    )
+    attempts = attempts_for(tasks, 1, files, kind="plain")
+    played = run_attempts(ctx, _plain_client(tasks), attempts, AttemptSettings(partition, workers))
     failed = [t.task_id for t in played.trajectories if not t.passed]
     if failed:
         raise SystemExit(f"the plain reference run failed on {failed}")

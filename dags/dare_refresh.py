@@ -1,4 +1,5 @@
-"""Weekly refresh: crawl -> filter -> understand, prepare, generate (each per source) -> validate -> probe -> publish.
+"""Weekly refresh: crawl -> filter -> understand, prepare, generate (each per source) -> validate -> probe -> gate ->
+publish.
 
 The shortcut probe runs when LLM endpoints are configured (models attempt each accepted task without its data;
 tasks most of them still solve are rejected by the gate before publishing); without endpoints it is skipped.
@@ -95,7 +96,7 @@ def dare_refresh():
 
     @task(pool="llm")
     def probe() -> int:
-        """Tasks the gate now rejects as shortcut-solvable."""
+        """Tasks most probe models solved without their data (the gate task then rejects them)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
         from dareforge.orchestration import context, retry_only_transient
@@ -109,6 +110,14 @@ def dare_refresh():
         log.info("probe: %s", report.summary())
         return len(report.flagged)
 
+    @task(trigger_rule="none_failed")
+    def gate() -> int:
+        """Re-decide every task with the probe's findings (only the gate writes verdicts)."""
+        from dareforge.orchestration import run_stage
+
+        verdicts, _ = run_stage("gate").detail
+        return sum(not v.accepted for v in verdicts)
+
     @task(outlets=[Asset(RELEASES_ASSET)], trigger_rule="none_failed", **NETWORK_RETRIES)
     def publish(params=None, outlet_events=None) -> str:
         from dareforge.orchestration import publish_release
@@ -120,7 +129,7 @@ def dare_refresh():
     prepared = prepare.expand(source_id=framed)
     generated = generate.expand(source_id=prepared)
     chain(crawl(), filter_sources(), sources)
-    chain(generated, validate(), probe(), publish())
+    chain(generated, validate(), probe(), gate(), publish())
 
 
 dare_refresh()

@@ -236,6 +236,20 @@ def _probe_lines(run: Run, report: Any) -> list[str]:
     return [f"models: {', '.join(models.endpoints)} ({models.why}{limit})", f"probe: {report.summary()}"]
 
 
+def _gate(run: Run, ids: list[str] | None) -> Any:
+    from dareforge.validators.gate import gate
+
+    return gate(run.ctx)
+
+
+def gate_lines(run: Run, report: Any) -> list[str]:
+    verdicts, written = report
+    accepted = sum(v.accepted for v in verdicts)
+    return [
+        f"gate: {accepted} accepted, {len(verdicts) - accepted} rejected; {len(written)} verdict files written"
+    ]
+
+
 def _release(run: Run, ids: list[str] | None) -> Any:
     from dareforge.publish.release import build_release
 
@@ -384,11 +398,21 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "probe",
         reads=("tasks", "verdicts"),
-        writes=("probes", "trajectories", "verdicts"),
+        writes=("probes", "trajectories", "validations"),
         call=_probe,
         lines=_probe_lines,
         dag_task="probe",
         needs_models=True,
+    ),
+    Stage(
+        "gate",
+        reads=("validations",),
+        writes=("verdicts",),
+        call=_gate,
+        lines=gate_lines,
+        counts=lambda r: (len(r[1]), 0, {}),
+        dag_task="gate",
+        needs_models=True,  # between the probe and the trajectories, which keep the models up
     ),
     Stage(
         "release",

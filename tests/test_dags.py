@@ -129,7 +129,8 @@ def test_dags_import_without_errors(dagbag):
     assert dagbag.dags["dare_release"].schedule is None
     assert dagbag.dags["dare_audit"].schedule == [Asset(RELEASES_ASSET)]
     assert dagbag.dags["dare_sft"].schedule == [Asset(RELEASES_ASSET)]
-    assert refresh.task_dict["probe"].downstream_task_ids == {"publish"}
+    assert refresh.task_dict["probe"].downstream_task_ids == {"gate"}
+    assert refresh.task_dict["gate"].downstream_task_ids == {"publish"}
     pools = {t.pool for d in dagbag.dags.values() for t in d.tasks} - {"default_pool"}
     assert pools <= set(POOLS)  # every pool a task names is one ensure_pools creates
 

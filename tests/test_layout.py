@@ -16,7 +16,9 @@ PACKAGE = Path(dareforge.__file__).parent
 
 FLOORS: dict[str, int] = {
     # 0: the ground floor: records, errors, config, the store and the helpers every stage shares
-    **dict.fromkeys(["errors", "hashing", "schema", "config", "locking", "scratch", "store", "context", "queries"], 0),
+    **dict.fromkeys(
+        ["errors", "hashing", "schema", "config", "locking", "scratch", "store", "context", "queries"], 0
+    ),
     # 1: building blocks the stages use (models, sandbox, references and their graders)
     **dict.fromkeys(["llm", "sandbox", "reference_solutions"], 1),
     # 2 and up: the stages, each above what it uses (understand reads tables with prepare's DuckDB engine;
@@ -205,9 +207,21 @@ def test_dareforge_run_walks_the_stage_list_and_a_new_stage_joins_with_one_entry
         "generate",
         "validate",
         "probe",
+        "gate",
         "release",
         "trajectories",
         "corpus",
     ]
     with pytest.raises(KeyError, match="the stages are crawl, filter"):
         pipeline.stage("nope")
+
+
+def test_the_bubblewrap_sandbox_is_a_sandbox_environment():
+    """The engine asks only for `SandboxEnvironment`: a second backend implements the same three methods."""
+    from typing import get_type_hints
+
+    from dareforge.sandbox import Sandbox, SandboxEnvironment
+    from dareforge.sandbox.execution import Execution
+
+    assert issubclass(Sandbox, SandboxEnvironment)
+    assert get_type_hints(Sandbox.execute)["return"] is Execution

@@ -163,7 +163,10 @@ def test_the_probe_flags_a_task_a_model_knows_and_keeps_one_it_does_not(built, s
     assert findings[known.id].checks_version == CHECKS_VERSION
     details = json.loads(findings[known.id].details)
     assert details["knows"]["solved"] is True and details["knows"]["best_score"] == 1.0
-    # stored apart from the validate stage's partitions, and the gate re-decided both tasks
+    # stored apart from the validate stage's partitions; the probe writes no verdict, the gate (next in the
+    # pipeline) re-decides both tasks
+    assert not [w for w in report.written if "verdicts" in w]
+    gate(ctx)
     assert ctx.store.exists(f"tables/validations/shortcut--{known.source_id}.parquet")
     verdicts = {v.task_id: v for v in ctx.store.iter_records(Verdict)}
     assert not verdicts[known.id].accepted and verdicts[unknown.id].accepted
@@ -202,6 +205,7 @@ def test_the_probe_flags_a_task_a_model_knows_and_keeps_one_it_does_not(built, s
     findings = {f.task_id: f for f in both.findings}
     assert findings[known.id].score == 0.5 and findings[known.id].reason.endswith(": knows")
     assert both.flagged == []
+    gate(ctx)
     verdicts = {v.task_id: v for v in ctx.store.iter_records(Verdict)}
     assert verdicts[known.id].accepted and verdicts[unknown.id].accepted
     assert {r.endpoint for r in ctx.store.iter_records(ProbeResult)} == {"knows", "guesses"}

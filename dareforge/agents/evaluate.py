@@ -28,6 +28,7 @@ from dareforge.agents.grading import PASS_BARS
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
     Attempt,
+    AttemptSettings,
     attempts_for,
     episode_workers,
     make_client,
@@ -257,19 +258,17 @@ def evaluate(
     )
     if subtasks:
         attempts += subtask_attempts(ctx.store, rel, tasks, samples)
-    played = run_attempts(
-        ctx,
-        client,
-        attempts,
-        partition=partition,
-        workers=workers,
-        temperature=temperature,
-        pass_bars=pass_bars,
-        rerun_llm_errors=rerun_llm_errors,
-        max_tokens=max_tokens,
-        sandbox_factory=sandbox_factory,
+    settings = AttemptSettings(
+        partition,
+        workers,
+        temperature,
+        pass_bars,
+        rerun_llm_errors,
+        max_tokens,
+        sandbox_factory,
         label="evaluate",
     )
+    played = run_attempts(ctx, client, attempts, settings)
     report = EvaluationReport(
         endpoint=endpoint.name,
         model=endpoint.model,

@@ -39,7 +39,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +49,7 @@ from dareforge.agents.grading import PASS_BARS, grade_predictions, is_if, output
 from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, truncate
 from dareforge.hashing import sha256_bytes, sha256_file
 from dareforge.reference_solutions.graders import GradeResult
+from dareforge.sandbox.environment import SandboxFactory
 from dareforge.schema import SourceFile, Step, Task, Trajectory
 from dareforge.scratch import temp_root
 
@@ -64,19 +65,6 @@ class ChatClient(Protocol):
     endpoint: Any
 
     async def chat(self, messages: list[dict[str, Any]], **params: Any) -> Any: ...
-
-
-class SandboxLike(Protocol):
-    def start(self) -> Any: ...
-
-    def execute(self, code: str) -> Any: ...
-
-    def close(self) -> None: ...
-
-
-SandboxFactory = Callable[[Path, Path, float], SandboxLike]
-"""`factory(inputs, workspace, seconds_per_execution)` -> a sandbox (`start`, `execute`, `close`), started or not:
-`Sandbox` itself, or `KernelPool.acquire`. Called from a worker thread (it may block)."""
 
 
 def trajectory_id(

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -139,57 +139,38 @@ def default_sandbox_factory(ctx: RunContext, workers: int) -> tuple[SandboxFacto
     return pooled, pool.close
 
 
+@dataclass(frozen=True)
+class AttemptSettings:
+    """How one batch of attempts is played, the same for every caller (evaluate, synthesize, probes, gold):
+    the trajectory partition it is stored in, episodes at once, sampling temperature and token cap, the pass
+    bars, whether stored `llm-error` attempts are played again, the sandbox factory (default: a kernel pool of
+    `sandbox.pool_size`) and the progress bar's label."""
+
+    partition: str
+    workers: int
+    temperature: float = 0.0
+    pass_bars: Mapping[str, float] = field(default_factory=lambda: dict(PASS_BARS))
+    rerun_llm_errors: bool = False
+    max_tokens: int | None = None
+    sandbox_factory: SandboxFactory | None = None
+    label: str = "agent"
+
+
 def run_attempts(
-    ctx: RunContext,
-    client: Any,
-    attempts: Sequence[Attempt],
-    *,
-    partition: str,
-    workers: int,
-    temperature: float = 0.0,
-    pass_bars: Mapping[str, float] = PASS_BARS,
-    rerun_llm_errors: bool = False,
-    max_tokens: int | None = None,
-    sandbox_factory: SandboxFactory | None = None,
-    label: str = "agent",
+    ctx: RunContext, client: Any, attempts: Sequence[Attempt], settings: AttemptSettings
 ) -> Played:
     """Play `attempts` with `client` (closed afterwards when it is an async context manager); see the module doc."""
-    if workers < 1:
-        raise DareforgeError(f"concurrency must be at least 1, got {workers}")
+    if settings.workers < 1:
+        raise DareforgeError(f"concurrency must be at least 1, got {settings.workers}")
     # The partition is read once and rewritten after every attempt: another process playing into it meanwhile
     # would lose its rows. So one player per partition; a second one waits, then reuses what the first stored.
-    with ctx.store.partition_lock(Trajectory, partition):
-        return asyncio.run(
-            _run(
-                ctx,
-                client,
-                list(attempts),
-                partition=partition,
-                workers=workers,
-                temperature=temperature,
-                pass_bars=pass_bars,
-                rerun_llm_errors=rerun_llm_errors,
-                max_tokens=max_tokens,
-                sandbox_factory=sandbox_factory,
-                label=label,
-            )
-        )
+    with ctx.store.partition_lock(Trajectory, settings.partition):
+        return asyncio.run(_run(ctx, client, list(attempts), settings))
 
 
-async def _run(
-    ctx: RunContext,
-    client: Any,
-    attempts: list[Attempt],
-    *,
-    partition: str,
-    workers: int,
-    temperature: float,
-    pass_bars: Mapping[str, float],
-    rerun_llm_errors: bool,
-    max_tokens: int | None,
-    sandbox_factory: SandboxFactory | None,
-    label: str,
-) -> Played:
+async def _run(ctx: RunContext, client: Any, attempts: list[Attempt], settings: AttemptSettings) -> Played:
+    partition, workers, temperature = settings.partition, settings.workers, settings.temperature
+    sandbox_factory = settings.sandbox_factory
     store = ctx.store
     endpoint = getattr(client.endpoint, "name", str(client.endpoint))
     model = getattr(client.endpoint, "model", "")
@@ -198,7 +179,7 @@ async def _run(
     todo: list[Attempt] = []
     for attempt in attempts:
         old = stored.get(attempt.trajectory_id(endpoint, model, temperature, protocol))
-        if old is None or (rerun_llm_errors and old.outcome == "llm-error"):
+        if old is None or (settings.rerun_llm_errors and old.outcome == "llm-error"):
             todo.append(attempt)
     write_lock = asyncio.Lock()
     limit = asyncio.Semaphore(workers)
@@ -215,8 +196,8 @@ async def _run(
                     temperature=temperature,
                     sample=attempt.sample,
                     answers=answers,
-                    pass_bars=pass_bars,
-                    max_tokens=max_tokens,
+                    pass_bars=settings.pass_bars,
+                    max_tokens=settings.max_tokens,
                     executor=executor,
                     kind=attempt.kind,
                 )
@@ -233,7 +214,7 @@ async def _run(
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dareforge-sandbox") as executor,
         ctx.progress() as progress,
     ):
-        bar = progress.add_task(f"{label} {endpoint}", total=len(todo), item="")
+        bar = progress.add_task(f"{settings.label} {endpoint}", total=len(todo), item="")
         try:
             async with asyncio.TaskGroup() as group:
                 for attempt in todo:

@@ -91,13 +91,7 @@ def validate(
 @command("gate", panel=PANEL)
 def gate_() -> None:
     """Re-decide every validated task with the current `validate:` thresholds, without re-running checks."""
-    from dareforge.validators.gate import gate as gate_stage
-
-    verdicts, written = gate_stage(context())
-    accepted = sum(v.accepted for v in verdicts)
-    out.print(
-        f"gate: {accepted} accepted, {len(verdicts) - accepted} rejected; {len(written)} verdict files written"
-    )
+    show(stage("gate").run(Run(context())).lines)
 
 
 @command(panel="Releases and reports")

@@ -12,8 +12,9 @@ from typing import Annotated
 
 import typer
 
-from dareforge.cli.app import ReleaseOption, command, context, out
+from dareforge.cli.app import ReleaseOption, command, context, out, show
 from dareforge.errors import DareforgeError
+from dareforge.pipeline import Run, stage
 
 EndpointsOption = Annotated[
     list[str] | None,
@@ -258,6 +259,7 @@ def probe(
     for finding in report.findings:
         if finding.task_id in report.flagged:
             out.print(f"  {finding.task_id}: {finding.reason}")
+    show(stage("gate").run(Run(context())).lines)
 
 
 @command(panel=PANEL)

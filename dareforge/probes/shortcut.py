@@ -9,8 +9,9 @@ models solve this way measures recall or a trivial rule, not data science.
 Stored: each trajectory (partition `probe-no-data--<endpoint>`), one `ProbeResult` per task, endpoint and sample
 (`probes` partition `no-data--<endpoint>`), and per task a `shortcut` finding in `validations` (partition
 `shortcut--<source>`, apart from the validate stage's own) whose score is the share of probed models that
-solved it, counting every configured probe model with stored results. The gate then runs again, so a task whose
-share exceeds `validate.max_shortcut_share` is rejected and left out of releases. Played attempts are reused.
+solved it, counting every configured probe model with stored results. The probe writes findings only; the gate
+(the next stage of `dareforge.pipeline`, or `dareforge gate`) then rejects a task whose share exceeds
+`validate.max_shortcut_share`, so releases leave it out. Played attempts are reused.
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ import pandas as pd
 
 from dareforge.agents.evaluate import endpoints_for, partition_name
 from dareforge.agents.loop import SandboxFactory
-from dareforge.agents.runner import Attempt, episode_workers, make_client, run_attempts, store_task_files
+from dareforge.agents.runner import (
+    Attempt,
+    AttemptSettings,
+    episode_workers,
+    make_client,
+    run_attempts,
+    store_task_files,
+)
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.crawlers.inspect import describe_file
@@ -37,7 +45,6 @@ from dareforge.generators.taskio import originals
 from dareforge.schema import ProbeResult, Record, SourceFile, Task, Validation, Verdict
 from dareforge.scratch import temp_root
 from dareforge.store import Store
-from dareforge.validators.gate import gate
 
 log = logging.getLogger(__name__)
 
@@ -84,19 +91,17 @@ def run_probe(
         client = (
             client_factory(endpoint) if client_factory is not None else make_client(ctx, endpoint, "probe")
         )
-        played = run_attempts(
-            ctx,
-            client,
-            attempts,
-            partition=partition_name(f"probe-{name}", endpoint.name),
-            workers=episode_workers(endpoint, concurrency),
-            temperature=config.temperature,
-            pass_bars=config.pass_bars,
+        settings = AttemptSettings(
+            partition_name(f"probe-{name}", endpoint.name),
+            episode_workers(endpoint, concurrency),
+            config.temperature,
+            config.pass_bars,
+            rerun_llm_errors=True,  # an endpoint failure says nothing about the task: ask again next run
             max_tokens=config.max_tokens,
             sandbox_factory=sandbox_factory,
             label=f"probe {name}",
-            rerun_llm_errors=True,  # an endpoint failure says nothing about the task: ask again next run
         )
+        played = run_attempts(ctx, client, attempts, settings)
         run.ran, run.reused = run.ran + played.ran, run.reused + played.reused
         results = [
             ProbeResult(
@@ -210,7 +215,6 @@ class ShortcutReport(ProbeRun):
     endpoints: list[str] = field(default_factory=list)
     max_share: float = 0.5
     findings: list[Validation] = field(default_factory=list)
-    verdicts: list[Verdict] = field(default_factory=list)
 
     @property
     def flagged(self) -> list[str]:
@@ -263,8 +267,6 @@ def probe_shortcuts(
         partition = f"{CHECK}--{source_id}"
         if replace_rows(ctx.store, partition, rows, {t.id for t in tasks}):
             report.written.append(ctx.store.table_key(Validation.table, partition))
-    report.verdicts, written = gate(ctx)
-    report.written += written
     log.info(
         "probe %s: %d tasks, %d played, %d reused, %d solvable without their data",
         NO_DATA,

@@ -7,6 +7,7 @@
 Isolation is bubblewrap (see `isolation`); `probe()` says whether it works here.
 """
 
+from dareforge.sandbox.environment import SandboxEnvironment, SandboxFactory
 from dareforge.sandbox.errors import SandboxError, SandboxUnavailableError
 from dareforge.sandbox.execution import Execution
 from dareforge.sandbox.isolation import INPUT_DIR, WORK_DIR, Isolation, probe
@@ -20,7 +21,9 @@ __all__ = [
     "Isolation",
     "KernelPool",
     "Sandbox",
+    "SandboxEnvironment",
     "SandboxError",
+    "SandboxFactory",
     "SandboxUnavailableError",
     "probe",
 ]

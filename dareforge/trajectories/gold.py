@@ -37,7 +37,13 @@ from dareforge.agents.evaluate import partition_name
 from dareforge.agents.grading import ANSWER, PREDICTIONS, is_if, output_file
 from dareforge.agents.loop import SandboxFactory, run_agent
 from dareforge.agents.protocol import protocol_for, task_prompt
-from dareforge.agents.runner import Materializer, attempts_for, default_sandbox_factory, run_attempts
+from dareforge.agents.runner import (
+    AttemptSettings,
+    Materializer,
+    attempts_for,
+    default_sandbox_factory,
+    run_attempts,
+)
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.generators.questions.scripts import HEADER, Reference, compute_code
@@ -449,15 +455,14 @@ def gold_trajectories(
     partition = partition_name("gold", found.name)
     report = GoldReport(found.label, partition, [], skipped)
     if playable:
-        played = run_attempts(
-            ctx,
-            GoldClient.for_tasks(playable),
-            attempts_for(playable, 1, found.files, kind=GOLD_KIND),
-            partition=partition,
-            workers=workers or max(1, os.cpu_count() or 1),
+        settings = AttemptSettings(
+            partition,
+            workers or max(1, os.cpu_count() or 1),
             sandbox_factory=sandbox_factory,
             label="gold",
         )
+        attempts = attempts_for(playable, 1, found.files, kind=GOLD_KIND)
+        played = run_attempts(ctx, GoldClient.for_tasks(playable), attempts, settings)
         report.trajectories, report.ran, report.reused = played.trajectories, played.ran, played.reused
     report.seconds = round(time.perf_counter() - started, 3)
     log.info(

@@ -27,6 +27,7 @@ from dareforge.agents.evaluate import OUTCOMES, endpoints_for, partition_name, s
 from dareforge.agents.grading import passed
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
+    AttemptSettings,
     Materializer,
     attempts_for,
     episode_workers,
@@ -234,19 +235,17 @@ def synthesize(
             if client_factory is not None
             else make_client(ctx, endpoint, "synthesize")
         )
-        played = run_attempts(
-            ctx,
-            client,
-            attempts,
-            partition=partition,
-            workers=episode_workers(endpoint, concurrency),
-            temperature=temperature,
-            pass_bars=config.pass_bars,
-            rerun_llm_errors=rerun_llm_errors,
-            max_tokens=config.max_tokens,
-            sandbox_factory=sandbox_factory,
+        settings = AttemptSettings(
+            partition,
+            episode_workers(endpoint, concurrency),
+            temperature,
+            config.pass_bars,
+            rerun_llm_errors,
+            config.max_tokens,
+            sandbox_factory,
             label="synthesize",
         )
+        played = run_attempts(ctx, client, attempts, settings)
         report.endpoints.append(
             EndpointSamples(
                 endpoint.name, endpoint.model, partition, played.trajectories, played.ran, played.reused
