@@ -7,29 +7,15 @@ Runs whenever a release is published (the releases asset; the event names NAME@V
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import dag, task
 
-from dareforge.orchestration import DEFAULT_RELEASE, RELEASES_ASSET
+from dareforge.orchestration import on_each_release
 
 log = logging.getLogger("dareforge.dags")  # DAG modules get mangled names when Airflow loads them
 
 
-@dag(
-    dag_id="dare_audit",
-    schedule=[Asset(RELEASES_ASSET)],
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    tags=["dareforge"],
-    doc_md=__doc__,
-    params={
-        "release": Param(
-            DEFAULT_RELEASE, type="string", description="NAME or NAME@VERSION when triggered by hand."
-        ),
-    },
-)
+@dag(dag_id="dare_audit", **on_each_release(__doc__))
 def dare_audit():
     @task
     def audit(params=None, triggering_asset_events=None) -> str | None:

@@ -59,6 +59,30 @@ _NOT_TRANSIENT_OS = (
 )
 
 
+def on_each_release(doc: str | None) -> dict[str, Any]:
+    """The `@dag` arguments of a DAG that runs on every published release (the RELEASES_ASSET event names it),
+    or by hand on the `release` param. It starts unpaused: a DAG that waits for an asset has nothing to run
+    until a release is published, and a paused one would silently never follow the refresh."""
+    from datetime import UTC, datetime
+
+    from airflow.sdk import Asset, Param
+
+    return {
+        "schedule": [Asset(RELEASES_ASSET)],
+        "start_date": datetime(2026, 1, 1, tzinfo=UTC),
+        "catchup": False,
+        "max_active_runs": 1,
+        "is_paused_upon_creation": False,
+        "tags": ["dareforge"],
+        "doc_md": doc,
+        "params": {
+            "release": Param(
+                DEFAULT_RELEASE, type="string", description="NAME or NAME@VERSION when triggered by hand."
+            ),
+        },
+    }
+
+
 def context() -> RunContext:
     """The run context of one Airflow task: `dareforge.yaml` (or $DAREFORGE_CONFIG) plus DAREFORGE_* env vars."""
     from dareforge.config import load_config

@@ -229,3 +229,9 @@ def test_sft_builds_gold_trajectories_and_exports_without_a_model(dagbag, refres
     }
     assert len(list_export_versions(_ctx(), f"{DEFAULT_RELEASE}-sft")) == 1
     assert len(list_export_versions(_ctx(), f"{DEFAULT_RELEASE}-rl")) == 1
+
+
+def test_the_dags_that_follow_a_release_start_unpaused(dagbag):
+    """A paused dare_audit or dare_sft would never follow a publish unless the user found and unpaused it."""
+    for dag_id in ("dare_audit", "dare_sft"):
+        assert dagbag.dags[dag_id].is_paused_upon_creation is False
