@@ -17,7 +17,8 @@ from dareforge.context import RunContext
 from dareforge.crawlers.base import slugify
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError
-from dareforge.generators.prepare import Engine, PrepareError, raw_table
+from dareforge.generators.engine import Engine
+from dareforge.generators.rawtable import PrepareError, raw_table
 from dareforge.hashing import fingerprint
 from dareforge.queries import accepted_source_ids, why_none
 from dareforge.schema import Framing, Source, SourceFile, SourceStatus
