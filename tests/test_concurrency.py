@@ -24,7 +24,8 @@ from dareforge.cli import app
 from dareforge.cli.run import RUN_LOCK
 from dareforge.config import load_config
 from dareforge.context import RunContext
-from dareforge.publish.release import finished_versions, load_release, verify_release
+from dareforge.publish.release import load_release, verify_release
+from dareforge.publish.versions import finished_versions
 from dareforge.sandbox import probe
 from dareforge.schema import Task
 from dareforge.scratch import process_folder

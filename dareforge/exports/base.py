@@ -28,10 +28,11 @@ import pyarrow as pa
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.publish.files import parquet_bytes, read_rows, write
-from dareforge.publish.release import (
+from dareforge.publish.release import Release
+from dareforge.publish.split import SPLITS
+from dareforge.publish.versions import (
     MANIFEST,
     Part,
-    Release,
     check_name,
     finished_versions,
     plan_version,
@@ -39,7 +40,6 @@ from dareforge.publish.release import (
     verify_parts,
     write_build_record,
 )
-from dareforge.publish.split import SPLITS
 from dareforge.store import Store
 
 log = logging.getLogger(__name__)

@@ -40,8 +40,8 @@ from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, Reposit
 
 from dareforge import __version__
 from dareforge.errors import DareforgeError
-from dareforge.publish.release import MANIFEST, Part
 from dareforge.publish.targets import Publishable, _copy_version
+from dareforge.publish.versions import MANIFEST, Part
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)

@@ -40,21 +40,32 @@ version folder holds exactly what its manifest lists.
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date
 from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
 
 from dareforge.context import RunContext
-from dareforge.errors import DareforgeError
 from dareforge.hashing import canonical_json, content_fingerprint, sha256_bytes
 from dareforge.publish import card, changelog
-from dareforge.publish.files import copy, parquet_bytes, read_rows, sha256_key, write
+from dareforge.publish.files import copy, parquet_bytes, read_rows, write
 from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
+from dareforge.publish.versions import (
+    MANIFEST,
+    PRIVATE_SUFFIX,
+    Part,
+    VersionError,
+    check_name,
+    check_version,
+    finished_versions,
+    plan_version,
+    remove_unlisted,
+    verify_parts,
+    write_build_record,
+)
 from dareforge.queries import chosen_framings, kept_sources
 from dareforge.schema import Source, Task, TaskScores, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
@@ -63,16 +74,10 @@ from dareforge.store import Store
 log = logging.getLogger(__name__)
 
 RELEASES = "releases"
-MANIFEST = "manifest.json"
 FORMAT = "dareforge-release/1"
-PRIVATE_SUFFIX = "-private"
-BUILDS = ".builds"
-"""The folder beside a release's or export's versions that holds their build records (a dot folder: never a
-version)."""
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class ReleaseError(DareforgeError):
+class ReleaseError(VersionError):
     pass
 
 
@@ -115,35 +120,12 @@ PRIVATE_SCHEMA = pa.schema(
 )
 
 
-def check_name(name: str, what: str = "release") -> None:
-    if not NAME_RE.match(name) or name.endswith(PRIVATE_SUFFIX):
-        raise ReleaseError(
-            f"{what} name {name!r} must be letters, digits, '.', '_' or '-' (starting with a letter or digit) "
-            f"and must not end in {PRIVATE_SUFFIX!r}, which names the private half"
-        )
-
-
 def public_prefix(name: str, version: str) -> str:
     return f"{RELEASES}/{name}/{version}"
 
 
 def private_prefix(name: str, version: str) -> str:
     return f"{RELEASES}/{name}{PRIVATE_SUFFIX}/{version}"
-
-
-def version_key(version: str) -> tuple[tuple[int, int, str], ...]:
-    """Natural order: 2026.05.01 < 2026.05.01.1 < 2026.05.01.2 < 2026.05.02."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.split("."))
-
-
-@dataclass(frozen=True)
-class Part:
-    """One folder of a finished version that a target publishes as a unit (a Hub repo, a local folder)."""
-
-    name: str  # the repo or folder name: the release name, or `<name>-private`
-    prefix: str  # where it lives in the store
-    manifest: dict[str, Any]
-    private: bool
 
 
 @dataclass
@@ -234,119 +216,6 @@ class ReleaseResult:
         return self.release.version
 
 
-# -- versions (shared with dareforge.exports: any folder of `<root>/<version>/` with a manifest written last) ----
-def version_dirs(store: Store, root: str) -> list[str]:
-    """Every version folder under `root`, finished or not."""
-    base = store.path(root)
-    if not store.fs.exists(base):
-        return []
-    out = []
-    for info in store.fs.ls(base, detail=True):
-        version = info["name"].rstrip("/").rsplit("/", 1)[-1]
-        if info.get("type") == "directory" and not version.startswith("."):
-            out.append(version)
-    return out
-
-
-def finished_versions(store: Store, root: str) -> list[str]:
-    """Versions under `root` whose `manifest.json` is written, oldest first."""
-    finished = [v for v in version_dirs(store, root) if store.exists(f"{root}/{v}/{MANIFEST}")]
-    return sorted(finished, key=version_key)
-
-
-@dataclass(frozen=True)
-class VersionPlan:
-    """What a build under `root` does: write `version`, or (`existing`) find its content already there."""
-
-    version: str
-    existing: bool
-    previous: str | None  # the newest finished version other than `version`
-    note: str | None = None
-
-
-def check_version(version: str | None) -> None:
-    if version is not None and not NAME_RE.match(version):
-        raise ReleaseError(f"version {version!r} must be letters, digits, '.', '_' or '-'")
-
-
-def plan_version(
-    store: Store, root: str, content_fp: str, version: str | None = None, today: date | None = None
-) -> VersionPlan:
-    """Pick the version a build of content `content_fp` writes. Versions are immutable: the latest version with
-    the same `content_fingerprint` is reused, and an explicit `version` that exists with other content is an
-    error. A half-written version newer than the latest finished one is completed rather than named anew."""
-    check_version(version)
-    versions = finished_versions(store, root)
-    latest = versions[-1] if versions else None
-
-    def fingerprint(v: str) -> str | None:
-        return store.read_json(f"{root}/{v}/{MANIFEST}").get("content_fingerprint")
-
-    if version is None:
-        if latest is not None and fingerprint(latest) == content_fp:
-            return VersionPlan(latest, True, latest, f"content equals {latest}; no new version")
-        version = next_version(store, root, latest, today or datetime.now(UTC).date())
-    elif version in versions:
-        if fingerprint(version) != content_fp:
-            raise ReleaseError(
-                f"{root} {version} already exists with other content and versions are immutable; build a new "
-                "version (omit version= for the date-based name)"
-            )
-        return VersionPlan(version, True, latest, f"{version} already holds this content")
-    previous = next((v for v in reversed(versions) if v != version), None)
-    return VersionPlan(version, False, previous)
-
-
-def next_version(store: Store, root: str, latest: str | None, today: date) -> str:
-    """Today's version name, or the newest half-written version newer than the latest finished one."""
-    dirs = version_dirs(store, root)
-    newer = [v for v in dirs if latest is None or version_key(v) > version_key(latest)]
-    unfinished = [v for v in newer if not store.exists(f"{root}/{v}/{MANIFEST}")]
-    if unfinished:
-        return max(unfinished, key=version_key)
-    base = today.strftime("%Y.%m.%d")
-    if latest is not None and version_key(base) < version_key(latest)[:3]:
-        raise ReleaseError(
-            f"the latest version of {root} is {latest}, dated after today ({base}); pass version= explicitly"
-        )
-    candidate, n = base, 0
-    while candidate in dirs or (latest is not None and version_key(candidate) <= version_key(latest)):
-        n += 1
-        candidate = f"{base}.{n}"
-    return candidate
-
-
-def build_record_key(root: str, version: str) -> str:
-    return f"{root}/{BUILDS}/{version}.json"
-
-
-def write_build_record(store: Store, root: str, version: str) -> None:
-    """Record when and from which store `version` under `root` is built: facts about the build, not the
-    content, so they stay out of the version's own files (see the module doc)."""
-    store.write_json(
-        build_record_key(root, version),
-        {
-            "version": version,
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "created_from": store.url,
-        },
-    )
-
-
-def read_build_record(store: Store, root: str, version: str) -> dict[str, Any]:
-    """The build record of `version` under `root`; empty for a version built before records were kept."""
-    key = build_record_key(root, version)
-    return store.read_json(key) if store.exists(key) else {}
-
-
-def remove_unlisted(store: Store, prefix: str, keep: set[str]) -> None:
-    """Delete what a half-written earlier attempt left under `prefix` that the manifest will not list."""
-    for key in store.list(prefix):
-        rel = key[len(prefix) + 1 :]
-        if rel not in keep and rel != MANIFEST:
-            store.fs.rm(store.path(key))
-
-
 # -- reading ----------------------------------------------------------------------------------------------------
 def list_versions(ctx: RunContext, name: str) -> list[str]:
     """Finished versions of a release, oldest first; a version without `manifest.json` does not exist yet."""
@@ -374,19 +243,6 @@ def load_release(ctx: RunContext, name: str, version: str | None = None) -> Rele
 def verify_release(ctx: RunContext, name: str, version: str | None = None) -> list[str]:
     """Re-hash every file both manifests list; one line per problem (empty when the release is intact)."""
     return verify_parts(ctx.store, load_release(ctx, name, version).parts())
-
-
-def verify_parts(store: Store, parts: list[Part]) -> list[str]:
-    """Re-hash every file the parts' manifests list; one line per problem."""
-    problems = []
-    for part in parts:
-        for entry in part.manifest["files"]:
-            key = f"{part.prefix}/{entry['name']}"
-            if not store.exists(key):
-                problems.append(f"{key}: missing")
-            elif (digest := sha256_key(store, key)) != entry["sha256"]:
-                problems.append(f"{key}: sha256 {digest} != manifest {entry['sha256']}")
-    return problems
 
 
 # -- selecting --------------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from dareforge.publish.release import MANIFEST, Part, ReleaseError
+from dareforge.publish.release import ReleaseError
+from dareforge.publish.versions import MANIFEST, Part
 from dareforge.store import Store
 
 
