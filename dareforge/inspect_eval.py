@@ -46,7 +46,7 @@ from inspect_ai.scorer import Score, Target, accuracy, mean, scorer
 from inspect_ai.solver import Generate, TaskState, solver
 from inspect_ai.tool import ToolInfo, ToolParams
 
-from dareforge.agents.evaluate import select_tasks
+from dareforge.agents.evaluate import split_tasks
 from dareforge.agents.loop import run_agent
 from dareforge.agents.protocol import protocol_for
 from dareforge.agents.runner import release_task_files
@@ -85,7 +85,7 @@ def release_task(
     """`release` for a run context of one's own (tests, notebooks)."""
     chosen = protocol_for(protocol)
     rel = load_release(ctx, name, version)
-    tasks = {t.id: t for t in select_tasks(rel, split)}
+    tasks = {t.id: t for t in split_tasks(rel, split)}
     if not tasks:
         raise DareforgeError(f"release {rel.name}@{rel.version} has no {split} tasks to evaluate")
     samples = [

@@ -19,7 +19,7 @@ import pytest
 from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.publish import ReleaseError, build_release
-from dareforge.publish.report import render_release_report, report_key, write_release_report
+from dareforge.publish.release_report import render_release_report, report_key, write_release_report
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import FilterDecision, Origin, Source
 from dareforge.validators.validate import validate

@@ -4,8 +4,8 @@ from datetime import datetime
 import pytest
 
 from dareforge.config import Config, SourceOverride
-from dareforge.crawlers.filter import filter_sources, judge
-from dareforge.crawlers.rules import NOT_A_COMPETITION, RULES, Verdict
+from dareforge.crawlers.filter import filter_sources, judge_source
+from dareforge.crawlers.rules import NOT_A_COMPETITION, RULES, RuleOutcome
 from dareforge.errors import ConfigError
 from dareforge.queries import accepted_source_ids
 from dareforge.schema import FilterDecision, Origin, Source, SourceFile, SourceStatus
@@ -301,7 +301,7 @@ CASES = [
 
 @pytest.mark.parametrize(("rule", "source", "cfg", "kept", "reason", "measured"), CASES)
 def test_rule_verdict(rule, source, cfg, kept, reason, measured) -> None:
-    assert BY_NAME[rule].check(make_source(**source), Config.model_validate(cfg)) == Verdict(
+    assert BY_NAME[rule].check(make_source(**source), Config.model_validate(cfg)) == RuleOutcome(
         kept, reason, measured
     )
 
@@ -320,7 +320,7 @@ def test_factory_source_passes_every_rule(kind: str) -> None:
 def test_excluded_ids_reason_names_the_setting_that_matched() -> None:
     config = Config.model_validate({"rules": {"excluded_ids": [SID]}})
     verdict = BY_NAME["not-excluded"].check(make_source(), config)
-    assert verdict == Verdict(False, f"{SID} is on an exclusion list (rules.excluded_ids)", SID)
+    assert verdict == RuleOutcome(False, f"{SID} is on an exclusion list (rules.excluded_ids)", SID)
 
 
 def test_unknown_exclusion_list_is_a_config_error() -> None:
@@ -334,20 +334,20 @@ def test_unknown_exclusion_list_is_a_config_error() -> None:
 
 def test_judge_decides_every_rule_in_order_under_one_fingerprint(ctx) -> None:
     source = make_source(version="v7")
-    decisions = judge(source, ctx)
+    decisions = judge_source(source, ctx)
     assert [d.rule for d in decisions] == [rule.name for rule in RULES]
     assert all(isinstance(d, FilterDecision) and d.kept for d in decisions)
     assert {(d.source_id, d.source_version) for d in decisions} == {(SID, "v7")}
     (fingerprint,) = {d.rules_fingerprint for d in decisions}
 
     ctx.config.rules.min_rows = 1000
-    stricter = judge(source, ctx)
+    stricter = judge_source(source, ctx)
     assert {d.rules_fingerprint for d in stricter} == {ctx.config.fingerprint("rules", "sources")}
     assert stricter[0].rules_fingerprint != fingerprint
     assert [d.rule for d in stricter if not d.kept] == ["enough-rows"]
 
     ctx.config.sources[SID] = SourceOverride(encoding="latin-1")
-    assert judge(source, ctx)[0].rules_fingerprint not in {fingerprint, stricter[0].rules_fingerprint}
+    assert judge_source(source, ctx)[0].rules_fingerprint not in {fingerprint, stricter[0].rules_fingerprint}
 
 
 def test_filter_sources_stores_every_decision_once(ctx) -> None:

@@ -205,7 +205,7 @@ def stored_trajectories(store: Store, partition: str) -> list[Trajectory]:
     return store.read_partition(Trajectory, partition)
 
 
-def select_tasks(release: Release, split: str) -> list[Task]:
+def split_tasks(release: Release, split: str) -> list[Task]:
     if split not in SPLIT_CHOICES:
         raise EvaluationError(f"split must be one of {', '.join(SPLIT_CHOICES)}, got {split!r}")
     sides = release.splits
@@ -240,7 +240,7 @@ def evaluate(
         raise EvaluationError(f"samples must be at least 1, got {samples}")
     endpoint = find_endpoint(ctx, endpoint_name)
     rel = load_release(ctx, release, version)
-    tasks = select_tasks(rel, split)
+    tasks = split_tasks(rel, split)
     if task_ids is not None:
         wanted = set(task_ids)
         tasks = [t for t in tasks if t.id in wanted]

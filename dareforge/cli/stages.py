@@ -99,7 +99,7 @@ def report(
     release: ReleaseOption = "dareforge",
 ) -> None:
     """Write an HTML report of a release: the filter funnel, tasks per family, baseline vs strong scores."""
-    from dareforge.publish.report import write_release_report
+    from dareforge.publish.release_report import write_release_report
     from dareforge.validators.audit import parse_release
 
     name, version = parse_release(release)

@@ -18,7 +18,7 @@ class FilterReport:
     written: list[str] = field(default_factory=list)
 
 
-def judge(source: Source, ctx: RunContext, rules: tuple[Rule, ...] = RULES) -> list[FilterDecision]:
+def judge_source(source: Source, ctx: RunContext, rules: tuple[Rule, ...] = RULES) -> list[FilterDecision]:
     fingerprint = ctx.config.fingerprint("rules", "sources")
     decisions = []
     for rule in rules:
@@ -44,7 +44,7 @@ def filter_sources(ctx: RunContext, rules: tuple[Rule, ...] = RULES) -> FilterRe
         bar = progress.add_task("filter", total=len(sources), item="")
         for source in sources:
             progress.update(bar, item=source.id)
-            decisions = judge(source, ctx, rules)
+            decisions = judge_source(source, ctx, rules)
             if ctx.store.write_records(source.id, decisions):
                 report.written.append(ctx.store.table_key(FilterDecision.table, source.id))
             drops = [d for d in decisions if not d.kept]

@@ -1,6 +1,6 @@
 """Rule filter: every rule judges every source and says why, so an auditor can ask about any drop.
 
-A rule is a small object with a `name` and a `check(source, config)` that returns a Verdict: kept or not, a
+A rule is a small object with a `name` and a `check(source, config)` that returns a RuleOutcome: kept or not, a
 reason a person can act on, and the measured value the threshold was applied to. A source is accepted when
 every rule keeps it. Rules come from the DSGym paper's source filter, plus our own (readable tables). Whether a
 source holds a task at all (its target, its time axis) is the understand stage's verdict, not a rule's.
@@ -24,7 +24,7 @@ NOT_A_COMPETITION = "not a competition: the task defines its own CSV predictions
 
 
 @dataclass(frozen=True)
-class Verdict:
+class RuleOutcome:
     kept: bool
     reason: str
     measured: str | None = None
@@ -33,7 +33,7 @@ class Verdict:
 class Rule(Protocol):
     name: str
 
-    def check(self, source: Source, config: Config) -> Verdict: ...
+    def check(self, source: Source, config: Config) -> RuleOutcome: ...
 
 
 class Fetched(Rule):
@@ -41,13 +41,13 @@ class Fetched(Rule):
 
     def check(self, source, config):
         if source.status == SourceStatus.OK:
-            return Verdict(True, f"{len(source.files)} files stored", source.status.value)
+            return RuleOutcome(True, f"{len(source.files)} files stored", source.status.value)
         if source.status == SourceStatus.NEEDS_RULES:
             where = source.rules_url or "the competition's Kaggle page"
-            return Verdict(
+            return RuleOutcome(
                 False, f"accept the competition rules at {where}, then re-crawl", source.status.value
             )
-        return Verdict(False, f"crawl failed: {source.status_detail}", source.status.value)
+        return RuleOutcome(False, f"crawl failed: {source.status_detail}", source.status.value)
 
 
 class SubmissionCsv(Rule):
@@ -55,15 +55,15 @@ class SubmissionCsv(Rule):
 
     def check(self, source, config):
         if source.kind != "competition":
-            return Verdict(True, NOT_A_COMPETITION)
+            return RuleOutcome(True, NOT_A_COMPETITION)
         samples = sorted(f.name for f in source.files if SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem))
         if not samples:
-            return Verdict(False, f"no sample submission among {len(source.files)} files", None)
+            return RuleOutcome(False, f"no sample submission among {len(source.files)} files", None)
         csv = [name for name in samples if PurePosixPath(name).suffix.lower() == ".csv"]
         if not csv:
             suffix = PurePosixPath(samples[0]).suffix.lower() or "unknown"
-            return Verdict(False, f"submission format is {suffix} ({samples[0]}), not CSV", suffix)
-        return Verdict(True, f"sample submission {csv[0]} is CSV", ".csv")
+            return RuleOutcome(False, f"submission format is {suffix} ({samples[0]}), not CSV", suffix)
+        return RuleOutcome(True, f"sample submission {csv[0]} is CSV", ".csv")
 
 
 class SizeLimit(Rule):
@@ -72,8 +72,8 @@ class SizeLimit(Rule):
     def check(self, source, config):
         limit, size = config.rules.max_total_bytes, source.total_bytes
         if size > limit:
-            return Verdict(False, f"{size:,} bytes exceed rules.max_total_bytes={limit:,}", str(size))
-        return Verdict(True, f"{size:,} bytes within {limit:,}", str(size))
+            return RuleOutcome(False, f"{size:,} bytes exceed rules.max_total_bytes={limit:,}", str(size))
+        return RuleOutcome(True, f"{size:,} bytes within {limit:,}", str(size))
 
 
 class RealMlTask(Rule):
@@ -82,15 +82,15 @@ class RealMlTask(Rule):
     def check(self, source, config):
         rules = config.rules
         if source.category and source.category.lower() in {c.lower() for c in rules.non_ml_categories}:
-            return Verdict(False, f"category '{source.category}' holds no ML tasks", source.category)
+            return RuleOutcome(False, f"category '{source.category}' holds no ML tasks", source.category)
         text = " ".join([source.title, *source.tags])
         for pattern in rules.non_ml_patterns:
             if match := re.search(pattern, text, re.IGNORECASE):
-                return Verdict(False, f"'{match.group(0)}' in title/tags: not an ML task", match.group(0))
+                return RuleOutcome(False, f"'{match.group(0)}' in title/tags: not an ML task", match.group(0))
         hackathon = re.search(rules.hackathon_pattern, text, re.IGNORECASE)
         if hackathon and source.kind == "competition" and source.has_leaderboard is False:
-            return Verdict(False, "hackathon without a leaderboard", hackathon.group(0))
-        return Verdict(True, "no non-ML markers in category, title or tags")
+            return RuleOutcome(False, "hackathon without a leaderboard", hackathon.group(0))
+        return RuleOutcome(True, "no non-ML markers in category, title or tags")
 
 
 class Leaderboard(Rule):
@@ -98,13 +98,13 @@ class Leaderboard(Rule):
 
     def check(self, source, config):
         if source.kind != "competition":
-            return Verdict(True, NOT_A_COMPETITION)
+            return RuleOutcome(True, NOT_A_COMPETITION)
         if source.has_leaderboard is None:
-            return Verdict(True, "leaderboard not checked (kaggle.fetch_leaderboard is off)")
+            return RuleOutcome(True, "leaderboard not checked (kaggle.fetch_leaderboard is off)")
         if not source.has_leaderboard:
-            return Verdict(False, "no public leaderboard to compare against", "false")
+            return RuleOutcome(False, "no public leaderboard to compare against", "false")
         teams = f" ({source.team_count} teams)" if source.team_count is not None else ""
-        return Verdict(True, f"leaderboard exists{teams}", "true")
+        return RuleOutcome(True, f"leaderboard exists{teams}", "true")
 
 
 class Tabular(Rule):
@@ -113,14 +113,14 @@ class Tabular(Rule):
     def check(self, source, config):
         total = sum(f.size for f in source.files)
         if not total:
-            return Verdict(False, "no files stored to judge the modality", None)
+            return RuleOutcome(False, "no files stored to judge the modality", None)
         suffixes = sorted({s.lower() for s in config.rules.tabular_extensions})
         tables = sum(f.size for f in source.files if PurePosixPath(f.name).suffix.lower() in suffixes)
         share, least = tables / total, config.rules.min_tabular_share
         if share < least:
             reason = f"only {share:.0%} of bytes are tables ({', '.join(suffixes)}), under rules.min_tabular_share={least:.0%}"
-            return Verdict(False, reason, f"{share:.3f}")
-        return Verdict(True, f"{share:.0%} of bytes are tables", f"{share:.3f}")
+            return RuleOutcome(False, reason, f"{share:.3f}")
+        return RuleOutcome(True, f"{share:.0%} of bytes are tables", f"{share:.3f}")
 
 
 class EnoughRows(Rule):
@@ -130,12 +130,12 @@ class EnoughRows(Rule):
         counts = [f.rows for f in source.files if f.rows is not None]
         rows = source.n_rows if source.n_rows is not None else max(counts, default=None)
         if rows is None:
-            return Verdict(False, "row count unknown: no CSV, TSV or Parquet table to count", None)
+            return RuleOutcome(False, "row count unknown: no CSV, TSV or Parquet table to count", None)
         if rows < config.rules.min_rows:
-            return Verdict(
+            return RuleOutcome(
                 False, f"{rows} rows, fewer than rules.min_rows={config.rules.min_rows}", str(rows)
             )
-        return Verdict(True, f"{rows} rows", str(rows))
+        return RuleOutcome(True, f"{rows} rows", str(rows))
 
 
 class NotExcluded(Rule):
@@ -144,11 +144,11 @@ class NotExcluded(Rule):
     def check(self, source, config):
         for name in (source.id, source.ref):
             if name in config.rules.excluded_ids:
-                return Verdict(False, f"{name} is on an exclusion list (rules.excluded_ids)", name)
+                return RuleOutcome(False, f"{name} is on an exclusion list (rules.excluded_ids)", name)
             for listed in config.rules.exclusion_lists:
                 if name in excluded_ids(listed):
-                    return Verdict(False, f"{name} is on an exclusion list ({listed})", name)
-        return Verdict(True, "on no exclusion list")
+                    return RuleOutcome(False, f"{name} is on an exclusion list ({listed})", name)
+        return RuleOutcome(True, "on no exclusion list")
 
 
 class RecentEnough(Rule):
@@ -160,14 +160,14 @@ class RecentEnough(Rule):
             reason = (
                 f"{source.origin.value} sources have no update date; exempt by rules.recency_exempt_origins"
             )
-            return Verdict(True, reason)
+            return RuleOutcome(True, reason)
         dates = [d for d in (source.deadline, source.last_updated) if d is not None]
         if not dates:
-            return Verdict(False, "no deadline or update date known", None)
+            return RuleOutcome(False, "no deadline or update date known", None)
         latest = max(dates).date()
         if latest < cutoff:
-            return Verdict(False, f"last activity {latest} is before rules.cutoff={cutoff}", str(latest))
-        return Verdict(True, f"last activity {latest} is on or after {cutoff}", str(latest))
+            return RuleOutcome(False, f"last activity {latest} is before rules.cutoff={cutoff}", str(latest))
+        return RuleOutcome(True, f"last activity {latest} is on or after {cutoff}", str(latest))
 
 
 class ReadableTables(Rule):
@@ -187,19 +187,21 @@ class ReadableTables(Rule):
                     f"source, name another table under sources.{source.id}.table, or exclude the source with "
                     "rules.excluded_ids"
                 )
-                return Verdict(False, reason, f.encoding)
+                return RuleOutcome(False, reason, f.encoding)
         if override and override.encoding:
-            return Verdict(True, f"encoding set to {override.encoding} in dareforge.yaml", override.encoding)
+            return RuleOutcome(
+                True, f"encoding set to {override.encoding} in dareforge.yaml", override.encoding
+            )
         for f in files:
             if f.encoding and f.encoding.startswith(UNDECODABLE):
                 detail = f.encoding.removeprefix(UNDECODABLE + ": ")
-                return Verdict(
+                return RuleOutcome(
                     False,
                     f"{f.name} is not UTF-8 ({detail}); set sources.{source.id}.encoding (e.g. latin-1) in dareforge.yaml",
                     f.encoding,
                 )
         encodings = sorted({f.encoding for f in files if f.encoding})
-        return Verdict(True, "every table decodes as UTF-8", ",".join(encodings) or None)
+        return RuleOutcome(True, "every table decodes as UTF-8", ",".join(encodings) or None)
 
 
 RULES: tuple[Rule, ...] = (

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from dareforge.agents.protocol import system_prompt, task_prompt
 from dareforge.context import RunContext
-from dareforge.exports import card
+from dareforge.exports import export_card
 from dareforge.exports.base import (
     ExportError,
     ExportResult,
@@ -118,7 +118,7 @@ def build_rl_export(
         format=FORMAT,
         tables=tables,
         meta=meta,
-        card=card.rl_card,
+        card=export_card.rl_card,
         version=version,
         today=today,
     )

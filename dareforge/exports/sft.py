@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from dareforge.agents.protocol import tool_schemas
 from dareforge.context import RunContext
-from dareforge.exports import card
+from dareforge.exports import export_card
 from dareforge.exports.base import (
     ExportError,
     ExportResult,
@@ -315,7 +315,7 @@ def build_sft_export(
         format=FORMAT,
         tables=tables,
         meta=meta,
-        card=card.sft_card,
+        card=export_card.sft_card,
         version=version,
         today=today,
         extra_files={

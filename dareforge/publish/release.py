@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from dareforge.context import RunContext
 from dareforge.hashing import canonical_json, content_fingerprint, sha256_bytes
-from dareforge.publish import card, changelog
+from dareforge.publish import changelog, release_card
 from dareforge.publish.files import copy, parquet_bytes, read_rows, write
 from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
 from dareforge.publish.versions import (
@@ -539,7 +539,9 @@ def _build_release(
     changes = changelog.render(name, version, previous.version if previous else None, result)
     meta["changes"] = result.summary()
 
-    public_files.append(write(store, f"{pub}/README.md", "README.md", card.public_card(meta).encode()))
+    public_files.append(
+        write(store, f"{pub}/README.md", "README.md", release_card.public_card(meta).encode())
+    )
     public_files.append(write(store, f"{pub}/CHANGELOG.md", "CHANGELOG.md", changes.encode()))
     private_meta = {
         "format": FORMAT,
@@ -553,7 +555,7 @@ def _build_release(
         "tasks": private_entries,
     }
     private_files.append(
-        write(store, f"{priv}/README.md", "README.md", card.private_card(private_meta).encode())
+        write(store, f"{priv}/README.md", "README.md", release_card.private_card(private_meta).encode())
     )
 
     public_files.sort(key=lambda e: e["name"])

@@ -23,7 +23,7 @@ from typing import Any
 
 from rich.table import Table
 
-from dareforge.agents.evaluate import OUTCOMES, endpoints_for, partition_name, select_tasks
+from dareforge.agents.evaluate import OUTCOMES, endpoints_for, partition_name, split_tasks
 from dareforge.agents.grading import passed
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
@@ -86,7 +86,7 @@ def task_set(
             rel.name,
             rel.version,
             split,
-            select_tasks(rel, split),
+            split_tasks(rel, split),
             lambda t: release_task_files(store, rel.prefix, rel.private_prefix, t),
         )
     if task_ids is None:

@@ -42,7 +42,7 @@ THRESHOLDS: dict[str, Threshold] = {
 }
 
 
-def judge(finding: Validation, config: ValidateConfig) -> str | None:
+def reasons_against(finding: Validation, config: ValidateConfig) -> str | None:
     """Why this finding rejects its task, or None."""
     if finding.flagged:
         return f"{finding.check}: {finding.reason}"
@@ -67,7 +67,7 @@ def gate(ctx: RunContext) -> tuple[list[Verdict], list[str]]:
     for task in sorted(ctx.store.iter_records(Task), key=lambda t: t.id):
         if task.id not in findings:
             continue
-        reasons = sorted(r for f in findings[task.id] if (r := judge(f, config)))
+        reasons = sorted(r for f in findings[task.id] if (r := reasons_against(f, config)))
         by_source[task.source_id].append(
             Verdict(
                 task_id=task.id,

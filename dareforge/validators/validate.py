@@ -19,7 +19,7 @@ from dareforge.context import RunContext
 from dareforge.generators.prepare import prepared_of
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators import duplicates, leakage, solvability
-from dareforge.validators import report as html_report
+from dareforge.validators import validation_report as html_report
 from dareforge.validators.base import Check, Finding, RunCheck, TaskView
 from dareforge.validators.gate import gate
 

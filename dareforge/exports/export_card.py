@@ -1,6 +1,6 @@
 """Dataset cards of the SFT and RL exports (README.md with Hugging Face YAML front matter).
 
-Built like the release cards (`dareforge.publish.card`): the `configs` block tells `datasets.load_dataset`
+Built like the release cards (`dareforge.publish.release_card`): the `configs` block tells `datasets.load_dataset`
 which Parquet files make which config and split; `license: other` because the content derives from sources
 under several licenses, listed in the source release's card.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from huggingface_hub import DatasetCardData
 
-from dareforge.publish.card import FAMILY_TEXT, cell, family_order, front_matter, size_category
+from dareforge.publish.release_card import FAMILY_TEXT, cell, family_order, front_matter, size_category
 
 TAGS = ["agents", "data-science", "tabular", "dareforge"]
 
