@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -108,11 +109,15 @@ def test_clean_task_passes_all_three_checks(gx, cfg, tmp_path):
         assert finding.details_json()  # serialisable for the validations table
 
 
-def test_a_task_id_of_digits_only_is_not_read_as_a_date(gx, cfg, tmp_path):
-    """GX parses a run name as a date unless given the run's time; a 16-digit task id overflowed that parse."""
+def test_a_task_id_of_digits_only_is_not_read_as_a_date(cfg, tmp_path, caplog):
+    """GX parses a run name as a date (validating, and rendering Data Docs); a 16-digit task id overflowed it."""
+    gx = GXRun()
     task = _task().model_copy(update={"id": "2884157532632709"})
-    findings = _findings(gx, _view(tmp_path, task), cfg)
+    findings = _findings(gx, _view(tmp_path / "task", task), cfg)
     assert all(not f.flagged for f in findings.values()), {n: f.reason for n, f in findings.items()}
+    with caplog.at_level(logging.ERROR):
+        gx.build_data_docs(tmp_path / "docs")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[:500]
 
 
 def test_train_test_id_overlap(gx, cfg, tmp_path):

@@ -208,8 +208,9 @@ class GXRun:
                 return []
             result = self._definitions[suite_name].run(
                 batch_parameters={"dataframe": frame},
-                # With no run time given, GX parses the run name as a date: a task id of digits overflows it.
-                run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(UTC)),
+                # GX parses a run name as a date (when no run time is given, and again when it renders Data
+                # Docs): a task id of digits overflows that parse, so the name never starts with one.
+                run_id=RunIdentifier(run_name=f"run {run_name}", run_time=datetime.now(UTC)),
                 result_format="SUMMARY" if frame.index.name == KEY else "BASIC",
             )
             self.validations += 1
