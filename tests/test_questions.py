@@ -39,7 +39,8 @@ from dareforge.probes.shortcut import no_data_task
 from dareforge.publish.kramabench import export_kramabench
 from dareforge.publish.release import build_release, load_release
 from dareforge.publish.release_report import write_release_report
-from dareforge.reference_solutions.graders import grade, score_answer
+from dareforge.reference_solutions.answers import score_answer
+from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.runner import ReferenceRunner
 from dareforge.sandbox import probe
 from dareforge.schema import Task, ToolCall, Trajectory
