@@ -540,11 +540,64 @@ def test_question_tasks_pass_validation_and_degenerate_ones_fail_on_their_reason
             assert verdict.reasons == [f"certificate: {task.reject_reason}"]
 
 
-def test_question_tasks_are_skipped_by_obscure_with_the_reason(built):
+@pytest.fixture(scope="module")
+def obscured(built):
     ctx, tasks = built
-    task = _candidates(tasks, "QA")[0]
-    report = obscure_tasks(ctx, [task.id])
-    assert report.variants == [] and "no obscured variant" in report.skipped[task.id]
+    qa = _candidates(tasks, "QA")
+    lake = _candidates(tasks, "Lake")[0]
+    return ctx, qa, lake, obscure_tasks(ctx, [t.id for t in qa] + [lake.id])
+
+
+def test_qa_variants_ask_the_same_question_on_obscured_data_with_a_recomputed_answer(obscured):
+    ctx, qa, lake, report = obscured
+    assert "several sources" in report.skipped[lake.id]
+    variants = {v.variant_of: v for v in report.variants if v.status == "candidate"}
+    assert len(variants) >= len(qa) // 2, (report.failures, report.rejected)
+    recomputed = 0
+    for original in qa:
+        variant = variants.get(original.id)
+        if variant is None:
+            assert original.id in report.failures or any(original.id in r for r in report.rejected.values())
+            continue
+        mine, theirs = json.loads(original.spec), json.loads(variant.spec)
+        assert theirs["program"] == mine["program"] and variant.family == "QA"
+        assert variant.metric.answer_type == original.metric.answer_type
+        mapping = json.loads(ctx.store.read_bytes(f"tasks/{variant.id}/private/obscure.json"))["map"]
+        renamed = [c for c in mapping["columns"] if mapping["columns"][c] != c]
+        public = (ctx.store.read_bytes(f"tasks/{variant.id}/public/data.csv").decode().splitlines()[0]).split(
+            ","
+        )
+        for name in renamed:  # neither the data nor the question names an original column
+            assert name not in public and f"`{name}`" not in variant.instruction
+        assert "from the dataset" not in variant.instruction
+        truth, answer = (
+            _private(ctx, original, ANSWER_FILE)["answer"],
+            _private(ctx, variant, ANSWER_FILE)["answer"],
+        )
+        if mine["program"] in ("count-where", "share", "distinct-count"):
+            assert answer == truth  # counts and shares of rows do not change under the map
+        elif original.metric.answer_type.startswith("numeric"):
+            recomputed += answer != truth
+    assert recomputed >= 1  # a value of a rescaled column: computed on the obscured data, not copied
+    stored = {t.id: t for t in ctx.store.read_partition(Task, f"obscured--{qa[0].source_id}")}
+    assert all(v.id in stored for v in variants.values() if v.source_id == qa[0].source_id)
+
+
+@needs_sandbox
+def test_gold_trajectories_of_qa_variants_score_1(obscured):
+    ctx, _, _, report = obscured
+    variants = [v for v in report.variants if v.status == "candidate"][:3]
+    factory, close = default_sandbox_factory(ctx, 1)
+    try:
+        for variant in variants:  # variants are never released: played straight from the store
+            public = ctx.store.local_path(f"tasks/{variant.id}/public")
+            answers = ctx.store.local_path(f"tasks/{variant.id}/private/{ANSWER_FILE}")
+            played = asyncio.run(
+                run_agent(variant, public, GoldClient.for_tasks([variant]), factory, answers=answers)
+            )
+            assert (played.outcome, played.score) == ("graded", 1.0), played.detail
+    finally:
+        close()
 
 
 def _submitting(ctx, task: Task, answer, code: str | None = None) -> Trajectory:

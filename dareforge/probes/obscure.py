@@ -21,6 +21,7 @@ is stored in the `tasks` partition `obscured--<source>` and never released or va
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import math
@@ -367,6 +368,8 @@ class VariantWriter(TaskWriter):
 
     def mismatch(self, fields: dict) -> str | None:
         fix = "the original was generated under other settings; regenerate it, then obscure again"
+        if self.original.is_question:
+            return None  # `qa_variant` drew the same question through the map before building it
         if fields["metric"] != obscure_metric(self.original.metric, self.mapping):
             return f"the variant's metric differs from the original's mapped metric; {fix}"
         if self.original.spec is None:
@@ -382,11 +385,71 @@ def build_variant(
 ) -> Task | None:
     """Run the original's family builder on the obscured source."""
     original = writer.original
+    if original.family == "QA":
+        return qa_variant(ctx, prepared, frames[0], writer, runners)
     if original.family in ("Class-IF", "Reg-IF"):
         return tabular.if_task(ctx, prepared, frames, writer, runners, original.seed)
     if original.family in ("Class-MM", "Reg-MM"):
         return tabular.mm_task(ctx, prepared, frames, writer, runners)
     return timeseries.ts_task(ctx, prepared, frames, writer, runners, original.family)
+
+
+def qa_variant(
+    ctx: RunContext, prepared: PreparedSource, train: pd.DataFrame, writer: VariantWriter, runners: Runners
+) -> Task | None:
+    """The original QA task's question drawn again on the obscured table: the same seeds over the same column
+    order pick the same program and the renamed columns, thresholds come from the rescaled values, and the
+    answer is computed anew on the obscured data (then certified like any question). A draw whose program or
+    columns differ from the original's mapped ones is not the same question: no variant, with the reason."""
+    from dareforge.generators.questions.programs import Table
+    from dareforge.generators.questions.qa import qa_questions, qa_task
+
+    spec = json.loads(writer.original.spec or "{}")
+    for question in qa_questions(ctx, prepared, Table.of(train, prepared)):
+        if question.program == spec.get("program") and same_question(
+            spec.get("params", {}), question.params, writer.mapping
+        ):
+            return qa_task(ctx, prepared, question, len(train), None, writer, runners)
+    raise ObscureError(
+        f"no question drawn on the obscured table is the original's {spec.get('program')!r} question on its mapped "
+        "columns (a column the program needs changed kind under the map, e.g. a year column renamed)"
+    )
+
+
+def same_question(original: dict, drawn: dict, mapping: ObscureMap) -> bool:
+    """Whether `drawn` params are `original`'s pushed through the map: each column renamed, each category value
+    its token, other texts and flags equal; numbers (thresholds, rescaled) only need to be numbers."""
+    if set(original) != set(drawn):
+        return False
+    return all(_same_param(original[k], drawn[k], mapping) for k in original)
+
+
+def _same_param(original: object, drawn: object, mapping: ObscureMap) -> bool:
+    if isinstance(original, list) and isinstance(drawn, list):
+        return len(original) == len(drawn) and all(
+            _same_param(o, d, mapping) for o, d in zip(original, drawn, strict=True)
+        )
+    if isinstance(original, bool) or original is None:
+        return original == drawn
+    if isinstance(original, (int, float)):
+        return isinstance(drawn, (int, float)) and not isinstance(drawn, bool)
+    if isinstance(original, str):
+        if original in mapping.columns:
+            return drawn == mapping.columns[original]
+        if isinstance(drawn, str) and (value := _literal(original)) is not None:
+            # A value the question's code holds as a Python literal (its repr): compare what it stands for.
+            return _same_param(value, _literal(drawn), mapping)
+        return drawn == original or any(mapping.category(c, original) == drawn for c in mapping.categories)
+    return original == drawn
+
+
+def _literal(text: str) -> object | None:
+    """The value of a Python literal's text (a quoted string, a number), or None when it is none."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
 
 
 def variants_of(ctx: RunContext) -> dict[str, Task]:
@@ -411,11 +474,10 @@ def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> Obs
     key = settings_key(ctx)
     by_source: dict[str, list[Task]] = defaultdict(list)
     for task in originals(ctx, task_ids):
-        if task.is_question:
-            # A question's program would have to be re-posed through the map (its thresholds rescaled, its
-            # values relabelled) before its answer could be recomputed; until then it has no variant.
+        if task.family == "Lake":
+            # A lake mixes several sources' files, distractors included: each would need its own map.
             report.skipped[task.id] = (
-                f"{task.family} tasks have no obscured variant (their questions are not mapped)"
+                "Lake tasks have no obscured variant (their folder mixes several sources, each with its own map)"
             )
             continue
         by_source[task.source_id].append(task)

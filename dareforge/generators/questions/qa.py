@@ -7,6 +7,7 @@ question never sees the held-out rows, so no task's private answers reach anothe
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -39,19 +40,60 @@ def answer_lines(question: Question) -> list[str]:
     return [f"Question: {question.text}", "", f"Answer format: {question.format_note}.", ANSWER_NOTE]
 
 
-def qa_instruction(question: Question, rows: int, title: str) -> str:
-    return "\n".join(
-        [
-            f'Answer a question about the table in `{DATA}` ({rows} rows, from the dataset "{title}").',
-            "",
-            *answer_lines(question),
-        ]
-    )
+def qa_instruction(question: Question, rows: int, title: str | None) -> str:
+    """The instruction; `title` None (an obscured variant) names no dataset."""
+    named = f' ({rows} rows, from the dataset "{title}")' if title is not None else f" ({rows} rows)"
+    return "\n".join([f"Answer a question about the table in `{DATA}`{named}.", "", *answer_lines(question)])
 
 
 def program_order(rng: np.random.Generator, exclude: frozenset[str] = frozenset()) -> list[str]:
     names = sorted(n for n in PROGRAMS if n not in exclude)
     return [names[i] for i in rng.permutation(len(names))]
+
+
+def qa_questions(ctx: RunContext, prepared: PreparedSource, table: Table) -> Iterator[Question]:
+    """The candidate questions on a framing's table, in the order `qa_tasks` asks them: each attempt's choices
+    are seeded by the source, the framing and the attempt's number, so a re-run (or the same source obscured,
+    whose columns keep their order) draws the same questions."""
+    cfg = ctx.config.generate
+    order = program_order(seeded(cfg.seed, prepared.source_id, prepared.framing, "qa"))
+    for attempt in range(cfg.qa_per_source * cfg.question_attempts):
+        rng = seeded(cfg.seed, prepared.source_id, prepared.framing, "qa", attempt)
+        question = PROGRAMS[order[attempt % len(order)]].propose(table, rng)
+        if question is not None:
+            yield question
+
+
+def qa_task(
+    ctx: RunContext,
+    prepared: PreparedSource,
+    question: Question,
+    rows: int,
+    title: str | None,
+    writer: TaskWriter,
+    runners: Runners,
+) -> Task | None:
+    """Pose `question` on the framing's training rows (`data.csv`) and certify its answer."""
+    posed = Posed(
+        question=question,
+        load=f"df = pd.read_csv({DATA!r})",
+        instruction=qa_instruction(question, rows, title),
+        spec={
+            "kind": "qa",
+            "program": question.program,
+            "params": question.params,
+            "answer_in_data": question.answer_in_data,
+            "data": DATA,
+        },
+    )
+
+    def stage(draft: Draft) -> Path:
+        (draft.public / DATA).write_bytes(prepared_file(ctx, prepared, "train.csv").read_bytes())
+        return draft.public
+
+    return writer.build(
+        "QA", ctx.config.generate.seed, posed.spec_key, fill_question(ctx, runners, posed, stage)
+    )
 
 
 def qa_tasks(
@@ -62,39 +104,15 @@ def qa_tasks(
     runners: Runners,
     title: str,
 ) -> list[Task]:
-    """Up to `generate.qa_per_source` questions on the framing's training rows; degenerate candidates are
-    stored as rejected tasks with their reason. Each attempt's choices are seeded by the source, the framing
-    and the attempt's number, so a re-run asks the same questions."""
-    cfg = ctx.config.generate
-    table = Table.of(train, prepared)
-    order = program_order(seeded(cfg.seed, prepared.source_id, prepared.framing, "qa"))
+    """Up to `generate.qa_per_source` questions on the framing's training rows (see `qa_questions`);
+    degenerate candidates are stored as rejected tasks with their reason."""
+    cap = ctx.config.generate.qa_per_source
     tasks: dict[str, Task] = {}
     accepted = 0
-    for attempt in range(cfg.qa_per_source * cfg.question_attempts):
-        if accepted >= cfg.qa_per_source:
+    for question in qa_questions(ctx, prepared, Table.of(train, prepared)):
+        if accepted >= cap:
             break
-        rng = seeded(cfg.seed, prepared.source_id, prepared.framing, "qa", attempt)
-        question = PROGRAMS[order[attempt % len(order)]].propose(table, rng)
-        if question is None:
-            continue
-        posed = Posed(
-            question=question,
-            load=f"df = pd.read_csv({DATA!r})",
-            instruction=qa_instruction(question, len(train), title),
-            spec={
-                "kind": "qa",
-                "program": question.program,
-                "params": question.params,
-                "answer_in_data": question.answer_in_data,
-                "data": DATA,
-            },
-        )
-
-        def stage(draft: Draft) -> Path:
-            (draft.public / DATA).write_bytes(prepared_file(ctx, prepared, "train.csv").read_bytes())
-            return draft.public
-
-        task = writer.build("QA", cfg.seed, posed.spec_key, fill_question(ctx, runners, posed, stage))
+        task = qa_task(ctx, prepared, question, len(train), title, writer, runners)
         if task is not None and task.id not in tasks:
             tasks[task.id] = task
             accepted += task.status == "candidate"
