@@ -139,8 +139,6 @@ def publish_release(name: str, version: str | None, outlet_events: Any) -> str:
 
     with retry_only_transient(f"publish {name}"):
         result = build_release(context(), name, version=version or None)
-    for note in result.notes:
-        log.info("release %s: %s", name, note)
     if not result.created:
         raise AirflowSkipException(
             f"release {name}: nothing new to publish, {result.version} holds this content"
