@@ -70,7 +70,7 @@ def _setup(tmp: str) -> None:
 
     from dareforge.context import RunContext
     from dareforge.crawlers.crawl import CURRENT
-    from dareforge.crawlers.inspect import describe_file
+    from dareforge.describe import describe_file
     from dareforge.schema import FilterDecision, Framing, Origin, Source, TaskType
 
     base = Path(tmp)

@@ -2,13 +2,16 @@
 
 - accepted sources: every filter rule kept them, as the filter last judged them;
 - chosen framings: what the understand stage chose for each source;
-- framed sources: accepted sources with at least one chosen framing (what prepare and generate work on).
+- framed sources: accepted sources with at least one chosen framing (what prepare and generate work on);
+- the `trajectories` partition of an endpoint on a release.
 
 A stage that never ran leaves its table empty; `kept_sources` and `chosen_framings` then say None ("no
 decision yet"), which the release reads as "keep everything" rather than "keep nothing".
 """
 
 from __future__ import annotations
+
+import re
 
 from dareforge.context import RunContext
 from dareforge.schema import Framing
@@ -50,3 +53,8 @@ def why_none(framings: list[Framing]) -> str:
     """Why a source has no chosen framing: the first few candidates' reasons."""
     reasons = [f"{f.target_columns[0] if f.target_columns else 'source'}: {f.reason}" for f in framings]
     return "; ".join(reasons[:3]) or "no candidate"
+
+
+def partition_name(endpoint: str, release: str) -> str:
+    """The `trajectories` partition of one endpoint on one release (a safe file name)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{endpoint}--{release}")

@@ -18,8 +18,8 @@ import pytest
 from dareforge.config import SourceOverride
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
-from dareforge.crawlers.inspect import describe_file
 from dareforge.crawlers.unpack import copy_plain_file, plain_files
+from dareforge.describe import describe_file
 from dareforge.errors import UnsafeFileError
 from dareforge.generators.prepare import prepare
 from dareforge.schema import Source, SourceStatus

@@ -17,7 +17,20 @@ PACKAGE = Path(dareforge.__file__).parent
 FLOORS: dict[str, int] = {
     # 0: the ground floor: records, errors, config, the store and the helpers every stage shares
     **dict.fromkeys(
-        ["errors", "hashing", "schema", "config", "locking", "scratch", "store", "context", "queries"], 0
+        [
+            "errors",
+            "hashing",
+            "minhash",
+            "describe",
+            "schema",
+            "config",
+            "locking",
+            "scratch",
+            "store",
+            "context",
+            "queries",
+        ],
+        0,
     ),
     # 1: building blocks the stages use (models, sandbox, references and their graders)
     **dict.fromkeys(["llm", "sandbox", "reference_solutions"], 1),

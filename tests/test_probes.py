@@ -430,9 +430,9 @@ def test_the_map_keeps_numbers_ordered_integers_integral_and_categories_consiste
 
 
 def test_attempts_the_endpoint_failed_count_neither_way(ctx):
-    from dareforge.agents.evaluate import partition_name
     from dareforge.config import EndpointConfig
     from dareforge.probes.shortcut import NO_DATA, PROBE_VERSION, findings
+    from dareforge.queries import partition_name
     from dareforge.schema import MetricSpec, ProbeResult, Task
 
     task = Task(

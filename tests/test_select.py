@@ -16,6 +16,7 @@ import pytest
 
 from dareforge.config import JudgeConfig, SynthesizeConfig
 from dareforge.judge import CRITERION_FIELDS
+from dareforge.minhash import similarity
 from dareforge.schema import Judgement, Step, Trajectory
 from dareforge.trajectories.select import (
     STRATEGIES,
@@ -24,7 +25,6 @@ from dareforge.trajectories.select import (
     diverse_tasks,
     select,
 )
-from dareforge.validators.duplicates import similarity
 
 FOREST = """import pandas as pd
 from sklearn.ensemble import RandomForestClassifier

@@ -12,8 +12,6 @@ from dareforge.agents.evaluate import (
     EvaluationError,
     EvaluationReport,
     evaluate,
-    find_endpoint,
-    partition_name,
     render_table,
     stored_trajectories,
 )
@@ -33,9 +31,7 @@ __all__ = [
     "answers_file",
     "classify",
     "evaluate",
-    "find_endpoint",
     "parse_reply",
-    "partition_name",
     "passed",
     "render_table",
     "run_agent",

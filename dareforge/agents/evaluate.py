@@ -15,7 +15,6 @@ is written at once, so an interrupted evaluation resumes where it stopped.
 from __future__ import annotations
 
 import logging
-import re
 import typing
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,9 +37,11 @@ from dareforge.agents.runner import (
 )
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
-from dareforge.errors import ConfigError, DareforgeError
+from dareforge.errors import DareforgeError
 from dareforge.generators.questions.build import is_subtask_id, subtask_task
+from dareforge.llm.endpoints import find_endpoint
 from dareforge.publish.release import Release, load_release
+from dareforge.queries import partition_name
 from dareforge.schema import Outcome, Task, Trajectory
 from dareforge.store import Store
 
@@ -166,39 +167,6 @@ def _cell_text(cell: Cell) -> str:
     if not cell.attempts:
         return "-"
     return f"{cell.pass_rate:.0%} · {cell.mean_score:.3f} ({cell.attempts})"
-
-
-def find_endpoint(ctx: RunContext, name: str) -> EndpointConfig:
-    endpoints = ctx.config.llm.endpoints
-    if not endpoints:
-        raise ConfigError(
-            "no LLM endpoints are configured; add one under `llm.endpoints` in dareforge.yaml "
-            "(name, base_url, model; api_key_env for hosted APIs)"
-        )
-    for endpoint in endpoints:
-        if endpoint.name == name:
-            return endpoint
-    known = ", ".join(repr(e.name) for e in endpoints)
-    raise ConfigError(f"no endpoint named {name!r} under `llm.endpoints` (configured: {known})")
-
-
-def endpoints_for(ctx: RunContext, names: Iterable[str] | None, section: str) -> list[EndpointConfig]:
-    """`names`, else `<section>.endpoints` (probe, synthesize), else every `llm.endpoints` entry, without
-    repeats; an unknown name or no endpoint at all is a ConfigError saying what to set."""
-    chosen = list(names) if names is not None else list(getattr(ctx.config, section).endpoints)
-    if not chosen:
-        chosen = [e.name for e in ctx.config.llm.endpoints]
-    if not chosen:
-        raise ConfigError(
-            f"no models for {section}: `llm.endpoints` is empty; add one in dareforge.yaml (name, base_url, "
-            f"model; api_key_env for hosted APIs), and optionally pick some of them with `{section}.endpoints`"
-        )
-    return [find_endpoint(ctx, name) for name in dict.fromkeys(chosen)]
-
-
-def partition_name(endpoint: str, release: str) -> str:
-    """The `trajectories` partition of one endpoint on one release (a safe file name)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{endpoint}--{release}")
 
 
 def stored_trajectories(store: Store, partition: str) -> list[Trajectory]:

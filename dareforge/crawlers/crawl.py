@@ -16,8 +16,9 @@ from pathlib import Path, PurePosixPath
 
 from dareforge.context import RunContext
 from dareforge.crawlers.base import Crawler
-from dareforge.crawlers.inspect import describe_file, identify_target, is_binary
+from dareforge.crawlers.inspect import identify_target
 from dareforge.crawlers.unpack import copy_plain_file, plain_files, unpack_zip
+from dareforge.describe import describe_file, is_binary
 from dareforge.errors import DareforgeError, NeedsRulesError, SourceError
 from dareforge.schema import Source, SourceFile, SourceStatus
 

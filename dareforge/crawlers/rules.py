@@ -16,7 +16,8 @@ from pathlib import PurePosixPath
 from typing import Protocol
 
 from dareforge.config import Config
-from dareforge.crawlers.inspect import BINARY, SAMPLE_SUBMISSION, UNDECODABLE, is_binary
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
+from dareforge.describe import BINARY, UNDECODABLE, is_binary
 from dareforge.errors import ConfigError
 from dareforge.schema import Source, SourceStatus
 

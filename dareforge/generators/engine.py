@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from dareforge.context import RunContext
-from dareforge.crawlers.inspect import UNDECODABLE
+from dareforge.describe import UNDECODABLE
 from dareforge.generators.infer import InferMixin
 from dareforge.generators.profile import (
     ProfileMixin,

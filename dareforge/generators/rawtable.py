@@ -12,7 +12,8 @@ from typing import Any
 import duckdb
 
 from dareforge.context import RunContext
-from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
+from dareforge.describe import UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError
 from dareforge.schema import (
     Source,

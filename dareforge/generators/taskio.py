@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from dareforge.context import RunContext
-from dareforge.crawlers.inspect import describe_file
+from dareforge.describe import describe_file
 from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import prepared_file
 from dareforge.hashing import fingerprint

@@ -28,12 +28,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dareforge.agents.evaluate import find_endpoint, partition_name
 from dareforge.agents.runner import first_error, make_client
 from dareforge.config import EndpointConfig, JudgeConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError, DareforgeError
 from dareforge.judge.prompt import MalformedReply, build_messages, correction, parse_reply
+from dareforge.llm.endpoints import find_endpoint
+from dareforge.queries import partition_name
 from dareforge.schema import Judgement, Task, Trajectory
 from dareforge.store import TABLES, Store
 

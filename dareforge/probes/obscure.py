@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dareforge.config import ObscureConfig
 from dareforge.context import RunContext
-from dareforge.crawlers.inspect import describe_file
+from dareforge.describe import describe_file
 from dareforge.errors import DareforgeError
 from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared

@@ -27,7 +27,6 @@ from typing import Any
 
 import pandas as pd
 
-from dareforge.agents.evaluate import endpoints_for, partition_name
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
     Attempt,
@@ -39,9 +38,11 @@ from dareforge.agents.runner import (
 )
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
-from dareforge.crawlers.inspect import describe_file
+from dareforge.describe import describe_file
 from dareforge.errors import ConfigError
 from dareforge.generators.taskio import originals
+from dareforge.llm.endpoints import endpoints_for
+from dareforge.queries import partition_name
 from dareforge.schema import ProbeResult, Record, SourceFile, Task, Validation, Verdict
 from dareforge.scratch import temp_root
 from dareforge.store import Store

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from dareforge.agents.evaluate import partition_name
 from dareforge.context import RunContext
 from dareforge.exports import ExportResult, build_rl_export, build_sft_export
 from dareforge.judge.judge import judgement_partition, trajectory_partitions
 from dareforge.publish.release import Release, load_release
+from dareforge.queries import partition_name
 from dareforge.schema import Judgement, Task, Trajectory
 from dareforge.trajectories.select import Selection, select
 from dareforge.trajectories.synthesize import is_valid

@@ -33,7 +33,6 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from dareforge.agents.evaluate import partition_name
 from dareforge.agents.grading import ANSWER, PREDICTIONS, is_if, output_file
 from dareforge.agents.loop import SandboxFactory, run_agent
 from dareforge.agents.protocol import protocol_for, task_prompt
@@ -48,6 +47,7 @@ from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.generators.questions.scripts import HEADER, Reference, compute_code
 from dareforge.llm import ChatResult
+from dareforge.queries import partition_name
 from dareforge.reference_solutions.pipeline import Section, if_reference_sections, literal
 from dareforge.reference_solutions.spec import IFSpec, RangeFilter
 from dareforge.schema import Task, Trajectory

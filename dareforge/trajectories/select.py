@@ -38,8 +38,8 @@ import numpy as np
 from dareforge.config import JudgeConfig
 from dareforge.errors import DareforgeError
 from dareforge.judge.prompt import CRITERION_FIELDS
+from dareforge.minhash import minhash, similarity, token_hashes
 from dareforge.schema import Judgement, Trajectory
-from dareforge.validators.duplicates import minhash, similarity, token_hashes
 
 STRATEGIES = ("fastest-valid", "all-valid", "diverse-valid", "top2-diverse")
 DIVERSE_ONLY = frozenset({"diverse-valid", "top2-diverse"})

@@ -23,7 +23,7 @@ from typing import Any
 
 from rich.table import Table
 
-from dareforge.agents.evaluate import OUTCOMES, endpoints_for, partition_name, split_tasks
+from dareforge.agents.evaluate import OUTCOMES, split_tasks
 from dareforge.agents.grading import passed
 from dareforge.agents.loop import SandboxFactory
 from dareforge.agents.runner import (
@@ -40,7 +40,9 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.generators.taskio import originals
+from dareforge.llm.endpoints import endpoints_for
 from dareforge.publish.release import load_release
+from dareforge.queries import partition_name
 from dareforge.schema import Task, Trajectory
 
 log = logging.getLogger(__name__)

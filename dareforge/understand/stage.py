@@ -15,7 +15,8 @@ from pathlib import PurePosixPath
 
 from dareforge.context import RunContext
 from dareforge.crawlers.base import slugify
-from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, UNDECODABLE, is_binary
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
+from dareforge.describe import UNDECODABLE, is_binary
 from dareforge.errors import DareforgeError
 from dareforge.generators.engine import Engine
 from dareforge.generators.rawtable import PrepareError, raw_table

@@ -1,0 +1,106 @@
+"""What a downloaded file is, read from its first bytes: size, sha256, encoding (or why no encoding reads it),
+and a text table's header. Every stage that writes files describes them with `describe_file`."""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import hashlib
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dareforge.errors import SourceError
+from dareforge.schema import SourceFile
+
+CHUNK = 1 << 20
+HEAD_BYTES = 65536
+TEXT_TABLES = {".csv": ",", ".tsv": "\t"}
+UNDECODABLE = "undecodable"  # text, but not UTF-8: an encoding set in dareforge.yaml reads it
+BINARY = "binary"  # not text at all, whatever its name says: no encoding reads it
+UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)
+
+
+def describe_file(path: Path, name: str) -> SourceFile:
+    """Hash the file and, for text tables, check that it is text, decodes, and read its header, in one pass.
+
+    A text table whose head is binary (see `_binary_evidence`) gets the encoding `binary: <evidence>` and no
+    header or row count: it is garbage or a sparse file under a table's name, and no encoding would read it.
+    """
+    digest = hashlib.sha256()
+    suffix = path.suffix.lower()
+    is_text_table = suffix in TEXT_TABLES
+    decoder = codecs.getincrementaldecoder("utf-8")() if is_text_table else None
+    head = bytearray()
+    encoding: str | None = None
+    binary: str | None = None
+    size = 0
+    newlines = 0
+    last = b""
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            if size == 0 and is_text_table and (binary := _binary_evidence(block[:HEAD_BYTES])):
+                decoder = None  # where UTF-8 decoding fails would only mislead
+            digest.update(block)
+            size += len(block)
+            newlines += block.count(b"\n")
+            last = block[-1:]
+            if len(head) < HEAD_BYTES:
+                head += block[: HEAD_BYTES - len(head)]
+            if decoder is not None:
+                try:
+                    decoder.decode(block)
+                except UnicodeDecodeError as exc:
+                    encoding = f"{UNDECODABLE}: byte 0x{block[exc.start]:02x} at offset {size - len(block) + exc.start}"
+                    decoder = None
+    columns = rows = None
+    if binary:
+        encoding = f"{BINARY}: {binary}"
+    elif is_text_table:
+        lines = newlines + (1 if last not in (b"", b"\n") else 0)
+        rows = max(lines - 1, 0)
+        if encoding is None:
+            encoding = "utf-8-sig" if head.startswith(codecs.BOM_UTF8) else "utf-8"
+            columns = read_header(bytes(head), encoding, TEXT_TABLES[suffix])
+    elif suffix == ".parquet":
+        try:
+            metadata = pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise SourceError(
+                f"{name} is not a readable Parquet file ({exc}); replace it at the source with a valid one"
+            ) from exc
+        columns, rows = metadata.schema.to_arrow_schema().names, metadata.num_rows
+    return SourceFile(
+        name=name, size=size, sha256=digest.hexdigest(), encoding=encoding, columns=columns, rows=rows
+    )
+
+
+def is_binary(file: SourceFile) -> bool:
+    """Whether `describe_file` found binary content under a text table's name."""
+    return (file.encoding or "").startswith(BINARY)
+
+
+def _binary_evidence(head: bytes) -> str | None:
+    """Why the head of a would-be text table is binary, or None when it may be text.
+
+    A NUL byte never occurs in UTF-8 or a single-byte encoding's text, so one in the head marks binary
+    content (git decides the same way), e.g. random bytes or a sparse file of NULs. UTF-16 text holds NULs
+    too and is text an encoding reads: it is recognised by its byte-order mark or, without one, by NULs that
+    fall on odd offsets only or even ones only, as in mostly-ASCII UTF-16. Only the head is judged: a stray
+    NUL deep in a large export is the table reader's to report, with the line it is on.
+    """
+    first = head.find(b"\0")
+    if first < 0 or head.startswith(UTF16_BOMS):
+        return None
+    even, odd = head[0::2].count(0), head[1::2].count(0)
+    if min(even, odd) * 20 <= max(even, odd) and max(even, odd) * 8 >= len(head):
+        return None
+    return f"{even + odd:,} NUL bytes in its first {len(head):,} bytes, the first at offset {first}"
+
+
+def read_header(head: bytes, encoding: str, delimiter: str) -> list[str]:
+    text = head.decode(encoding, errors="ignore")
+    first = next(csv.reader(io.StringIO(text), delimiter=delimiter), [])
+    return [c.strip() for c in first]
