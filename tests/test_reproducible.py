@@ -21,7 +21,8 @@ import pytest
 
 from dareforge.context import RunContext
 from dareforge.publish.export import export_dare_bench
-from dareforge.publish.release import BUILDS, build_release
+from dareforge.publish.release import build_release
+from dareforge.publish.versions import BUILDS
 from dareforge.publish.targets import LocalTarget
 from dareforge.trajectories import gold_trajectories
 from dareforge.trajectories.corpus import build_corpus
