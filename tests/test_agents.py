@@ -22,7 +22,6 @@ from dareforge.agents import (
     EvaluationReport,
     evaluate,
     parse_reply,
-    partition_name,
     render_table,
     run_agent,
     stored_trajectories,
@@ -35,6 +34,7 @@ from dareforge.context import RunContext
 from dareforge.errors import ConfigError
 from dareforge.llm import ChatResult, LLMClient
 from dareforge.publish.release import build_release
+from dareforge.queries import partition_name
 from dareforge.sandbox import Sandbox, probe
 from dareforge.schema import Task, TaskLimits
 from dareforge.store import Store

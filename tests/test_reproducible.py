@@ -22,8 +22,8 @@ import pytest
 from dareforge.context import RunContext
 from dareforge.publish.export import export_dare_bench
 from dareforge.publish.release import build_release
-from dareforge.publish.versions import BUILDS
 from dareforge.publish.targets import LocalTarget
+from dareforge.publish.versions import BUILDS
 from dareforge.trajectories import gold_trajectories
 from dareforge.trajectories.corpus import build_corpus
 from dareforge.validators.validate import validate
