@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install sysdeps run test bench lint format constraints clean airflow local-llm
+.PHONY: install sysdeps run test bench lint format constraints clean airflow local-llm cluster cluster-stop cluster-refresh test-cluster
 
 install: $(STAMP) sysdeps
 
@@ -85,6 +85,29 @@ airflow: install
 	$(AIRFLOW_ENV) $(BIN)/airflow db migrate
 	$(AIRFLOW_ENV) $(BIN)/python -m dareforge.orchestration pools
 	$(AIRFLOW_ENV) AIRFLOW__API_AUTH__JWT_SECRET=$$(cat data/airflow/jwt_secret) $(BIN)/airflow standalone
+
+# Airflow as a cluster on this machine: Postgres (metadata), Redis (Celery broker), API server, scheduler, DAG
+# processor, triggerer and two Celery workers, each in a process group of its own with its pid recorded under
+# data/cluster/pids/. `make cluster-refresh` triggers dare_refresh and waits for it; `make cluster-stop` ends
+# exactly the recorded processes and keeps the data (data/cluster/, the store in data/cluster/store/).
+CLUSTER_STAMP := $(VENV)/.cluster-stamp
+
+$(CLUSTER_STAMP): $(STAMP) constraints-cluster.txt
+	command -v redis-server >/dev/null 2>&1 && test -x /usr/lib/postgresql/15/bin/postgres || { apt-get update -qq && apt-get install -y -qq postgresql redis-server >/dev/null; }
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt -c constraints-cluster.txt -e '.[dev,inspect,cluster]'
+	touch $(CLUSTER_STAMP)
+
+cluster: $(CLUSTER_STAMP)
+	$(BIN)/python -m dareforge.cluster start
+
+cluster-refresh: $(CLUSTER_STAMP)
+	$(BIN)/python -m dareforge.cluster refresh
+
+cluster-stop:
+	$(BIN)/python -m dareforge.cluster stop
+
+test-cluster: $(CLUSTER_STAMP)
+	DAREFORGE_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/test_cluster.py -q
 
 # Re-pin after changing dependencies in pyproject.toml.
 constraints: install

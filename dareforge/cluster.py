@@ -1,0 +1,435 @@
+"""A real Airflow cluster on this machine: Postgres as the metadata database, Redis as the Celery broker, and
+Airflow 3 with the CeleryExecutor (API server, scheduler, DAG processor, triggerer and two Celery workers),
+every process in its own process group with its pid recorded under `data/cluster/pids/`.
+
+    python -m dareforge.cluster start      # `make cluster`
+    python -m dareforge.cluster refresh    # trigger dare_refresh, wait, print what it made and what it cost
+    python -m dareforge.cluster stop       # `make cluster-stop`: ends exactly the recorded processes
+
+Every component reads the same `airflow.cfg` (the embedded default's) with the cluster's settings as
+AIRFLOW__* variables, and the same dareforge store (`DAREFORGE_STORE__ROOT`), a path every worker shares. Data
+stays in `data/cluster/` (Postgres, Redis) and in the store when the cluster stops. Postgres and Redis listen on
+localhost only, on ports of their own (`PG_PORT`, `REDIS_PORT`), so they never meet a system instance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dareforge.errors import DareforgeError
+
+PG_PORT = 54329
+REDIS_PORT = 63799
+API_PORT = 8089
+WORKER_LOG_PORT = 8793
+WORKERS = 2
+WORKER_CONCURRENCY = 2
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+AIRFLOW_PROCESSES = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+class ClusterError(DareforgeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where the cluster of one checkout keeps its state (under `root`, default `<repo>/data/cluster`)."""
+
+    repo: Path
+    store: Path
+    home: Path | None = None
+    """Where the cluster's own state lives (default `<repo>/data/cluster`)."""
+
+    @property
+    def root(self) -> Path:
+        return self.home or self.repo / "data" / "cluster"
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "pids"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pg_data(self) -> Path:
+        return self.root / "postgres"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.root / "airflow"
+
+    def env(self) -> dict[str, str]:
+        """The environment of every Airflow component and worker."""
+        db = f"postgresql+psycopg2://postgres@localhost:{PG_PORT}/airflow"
+        secret = self._secret()
+        bin_dir = Path(sys.executable).parent
+        return {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(self.airflow_home),
+            "AIRFLOW_CONFIG": str(self.repo / "airflow.cfg"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.repo / "dags"),
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(WORKERS * WORKER_CONCURRENCY),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{API_PORT}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.airflow_home / "passwords.json"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db,
+            "AIRFLOW__CELERY__BROKER_URL": f"redis://localhost:{REDIS_PORT}/0",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://postgres@localhost:{PG_PORT}/airflow",
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
+            "AIRFLOW__API__PORT": str(API_PORT),
+            "AIRFLOW__API__BASE_URL": f"http://localhost:{API_PORT}",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secret,
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs / "tasks"),
+            "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(self.logs / "dag_processor"),
+            "DAREFORGE_STORE__ROOT": str(self.store),
+            "DAREFORGE_STORE__WORK_DIR": str(self.store.parent / "work"),
+        }
+
+    def _secret(self) -> str:
+        path = self.root / "jwt_secret"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(64))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    # -- processes -------------------------------------------------------------------------------------------------
+    def _spawn(
+        self, name: str, command: list[str], user: str | None = None, extra_env: dict[str, str] | None = None
+    ) -> int:
+        """Start `command` in a process group of its own, its output in logs/<name>.log, its pid recorded."""
+        if self.running(name):
+            return self._pid(name)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.pids.mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            command = ["runuser", "-u", user, "--", *command]
+        with open(self.logs / f"{name}.log", "ab") as log:
+            process = subprocess.Popen(
+                command,
+                env={**self.env(), **(extra_env or {})},
+                cwd=self.repo,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        (self.pids / f"{name}.pid").write_text(str(process.pid))
+        return process.pid
+
+    def _pid(self, name: str) -> int:
+        return int((self.pids / f"{name}.pid").read_text())
+
+    def running(self, name: str) -> bool:
+        path = self.pids / f"{name}.pid"
+        if not path.exists():
+            return False
+        try:
+            os.kill(int(path.read_text()), 0)
+        except (ProcessLookupError, ValueError):
+            return False
+        return True
+
+    def names(self) -> list[str]:
+        return sorted(p.stem for p in self.pids.glob("*.pid")) if self.pids.exists() else []
+
+    def kill(self, name: str, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> None:
+        """End the process group recorded for `name` (SIGTERM, then SIGKILL after `wait_s`)."""
+        path = self.pids / f"{name}.pid"
+        if not path.exists():
+            return
+        pid = int(path.read_text())
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        path.unlink(missing_ok=True)
+
+    # -- services --------------------------------------------------------------------------------------------------
+    def start_postgres(self) -> None:
+        if not (self.pg_data / "PG_VERSION").exists():
+            self.pg_data.mkdir(parents=True, exist_ok=True)
+            shutil.chown(self.pg_data, "postgres", "postgres")
+            _run(
+                [
+                    "runuser",
+                    "-u",
+                    "postgres",
+                    "--",
+                    str(PG_BIN / "initdb"),
+                    "-D",
+                    str(self.pg_data),
+                    "--auth=trust",
+                    "-U",
+                    "postgres",
+                ],
+                "initdb",
+            )
+        sockets = self.root / "pgsock"
+        sockets.mkdir(parents=True, exist_ok=True)
+        shutil.chown(sockets, "postgres", "postgres")
+        self._spawn(
+            "postgres",
+            [
+                str(PG_BIN / "postgres"),
+                "-D",
+                str(self.pg_data),
+                "-p",
+                str(PG_PORT),
+                "-c",
+                "listen_addresses=localhost",
+                "-c",
+                f"unix_socket_directories={sockets}",
+            ],
+            user="postgres",
+        )
+        _wait_for(
+            lambda: _ok([str(PG_BIN / "pg_isready"), "-h", "localhost", "-p", str(PG_PORT)]), "postgres"
+        )
+        exists = subprocess.run(
+            [
+                "psql",
+                "-h",
+                "localhost",
+                "-p",
+                str(PG_PORT),
+                "-U",
+                "postgres",
+                "-tAc",
+                "select 1 from pg_database where datname = 'airflow'",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if exists != "1":
+            _run(
+                [
+                    "psql",
+                    "-h",
+                    "localhost",
+                    "-p",
+                    str(PG_PORT),
+                    "-U",
+                    "postgres",
+                    "-c",
+                    "create database airflow",
+                ],
+                "create database",
+            )
+
+    def start_redis(self) -> None:
+        data = self.root / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        self._spawn(
+            "redis",
+            [
+                "redis-server",
+                "--port",
+                str(REDIS_PORT),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(data),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+        )
+        _wait_for(lambda: _ok(["redis-cli", "-p", str(REDIS_PORT), "ping"]), "redis")
+
+    def start(self) -> None:
+        self.store.mkdir(parents=True, exist_ok=True)
+        self.airflow_home.mkdir(parents=True, exist_ok=True)
+        self.start_postgres()
+        self.start_redis()
+        env = self.env()
+        _run([_airflow(), "db", "migrate"], "airflow db migrate", env)
+        _run([sys.executable, "-m", "dareforge.orchestration", "pools"], "pools", env)
+        for name in AIRFLOW_PROCESSES:
+            self._spawn(name, [_airflow(), name])
+        for n in range(1, WORKERS + 1):
+            # Each worker serves its task logs on a port of its own.
+            self._spawn(
+                f"worker{n}",
+                [
+                    _airflow(),
+                    "celery",
+                    "worker",
+                    "--celery-hostname",
+                    f"worker{n}@%h",
+                    "--concurrency",
+                    str(WORKER_CONCURRENCY),
+                ],
+                extra_env={"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(WORKER_LOG_PORT + n)},
+            )
+        _wait_for(
+            lambda: _ok(["curl", "-sf", f"http://localhost:{API_PORT}/api/v2/monitor/health"]),
+            "api-server",
+            timeout=180,
+        )
+
+    def stop(self) -> list[str]:
+        """End every recorded process, workers and Airflow first, the databases last; returns their names."""
+        names = self.names()
+        order = [n for n in names if n not in ("postgres", "redis")] + [
+            n for n in ("redis", "postgres") if n in names
+        ]
+        for name in order:
+            self.kill(name)
+        return order
+
+    # -- a refresh through the scheduler ---------------------------------------------------------------------------
+    def airflow(self, *args: str) -> str:
+        done = subprocess.run([_airflow(), *args], env=self.env(), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ClusterError(f"airflow {' '.join(args)} failed: {done.stderr.strip()[-800:]}")
+        return done.stdout
+
+    def sql(self, query: str) -> list[list[str]]:
+        out = subprocess.run(
+            [
+                "psql",
+                "-h",
+                "localhost",
+                "-p",
+                str(PG_PORT),
+                "-U",
+                "postgres",
+                "-d",
+                "airflow",
+                "-tA",
+                "-F",
+                "\t",
+                "-c",
+                query,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return [line.split("\t") for line in out.splitlines() if line]
+
+    def trigger(self, dag_id: str = "dare_refresh") -> str:
+        """Trigger `dag_id` (unpausing it) and return the run id."""
+        rows = json.loads(_json_line(self.airflow("dags", "trigger", dag_id, "-o", "json")))
+        self.airflow("dags", "unpause", dag_id)
+        return rows[0]["dag_run_id"] if isinstance(rows, list) else rows["dag_run_id"]
+
+    def wait(self, dag_id: str, run_id: str, timeout_s: float = 3600) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.sql(f"select state from dag_run where dag_id = '{dag_id}' and run_id = '{run_id}'")
+            if state and state[0][0] in ("success", "failed"):
+                return state[0][0]
+            time.sleep(5)
+        raise ClusterError(f"{dag_id} {run_id} did not finish within {timeout_s:.0f}s")
+
+    def figures(self, dag_id: str, run_id: str) -> dict[str, object]:
+        """Wall time of the run, task-seconds per task (summed over mapped instances), the overhead."""
+        ((start, end),) = self.sql(
+            f"select extract(epoch from start_date), extract(epoch from end_date) from dag_run "
+            f"where dag_id = '{dag_id}' and run_id = '{run_id}'"
+        )
+        per_task = {
+            task: (float(seconds), int(n))
+            for task, seconds, n in self.sql(
+                "select task_id, coalesce(sum(extract(epoch from end_date - start_date)), 0), count(*) "
+                f"from task_instance where dag_id = '{dag_id}' and run_id = '{run_id}' group by task_id"
+            )
+        }
+        wall = float(end) - float(start)
+        busy = sum(seconds for seconds, _ in per_task.values())
+        slots = WORKERS * WORKER_CONCURRENCY
+        return {
+            "wall_s": wall,
+            "task_seconds": per_task,
+            "busy_s": busy,
+            "slots": slots,
+            "overhead": 1 - busy / (wall * slots) if wall else None,
+        }
+
+
+def _json_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(("[", "{")))
+
+
+def _airflow() -> str:
+    return str(Path(sys.executable).parent / "airflow")
+
+
+def _ok(command: list[str]) -> bool:
+    return subprocess.run(command, capture_output=True).returncode == 0
+
+
+def _run(command: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise ClusterError(f"{what} failed:\n{tail}")
+
+
+def _wait_for(ready, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        time.sleep(0.5)
+    raise ClusterError(f"{what} did not come up within {timeout:.0f}s; see data/cluster/logs/")
+
+
+def main(argv: list[str]) -> int:
+    repo = Path(__file__).resolve().parents[1]
+    store = Path(os.environ.get("DAREFORGE_STORE__ROOT", repo / "data" / "cluster" / "store")).resolve()
+    cluster = Cluster(repo, store)
+    command = argv[0] if argv else ""
+    if command == "start":
+        cluster.start()
+        print(f"cluster up: {', '.join(cluster.names())}; UI http://localhost:{API_PORT}; store {store}")
+    elif command == "stop":
+        print(f"stopped: {', '.join(cluster.stop()) or 'nothing was running'}; data kept in {cluster.root}")
+    elif command == "refresh":
+        started = time.monotonic()
+        run_id = cluster.trigger()
+        state = cluster.wait("dare_refresh", run_id)
+        print(f"dare_refresh {run_id}: {state} after {time.monotonic() - started:.0f}s")
+        print(json.dumps(cluster.figures("dare_refresh", run_id), indent=2))
+    elif command == "env":
+        print(
+            json.dumps(
+                {k: v for k, v in cluster.env().items() if k.startswith(("AIRFLOW", "DAREFORGE"))}, indent=2
+            )
+        )
+    else:
+        print("usage: python -m dareforge.cluster start | stop | refresh | env", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
