@@ -13,9 +13,8 @@ refresh that finds nothing new publishes nothing (the publish task is skipped an
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 
-from airflow.sdk import Asset, Param, chain, dag, task
+from airflow.sdk import Asset, CronTriggerTimetable, Param, chain, dag, task
 
 from dareforge.orchestration import DEFAULT_RELEASE, NETWORK_RETRIES, RELEASES_ASSET, TASKS_ASSET
 
@@ -26,8 +25,10 @@ BY_SOURCE = "{{ task.op_kwargs['source_id'] }}"  # mapped instances named by sou
 
 @dag(
     dag_id="dare_refresh",
-    schedule="@weekly",
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    # Sundays 00:00 UTC. No start_date: unpausing then waits for the next Sunday instead of running the last
+    # one at once (a start_date in the past made Airflow schedule that interval the moment the DAG was unpaused,
+    # and a manual trigger then queued behind it).
+    schedule=CronTriggerTimetable("0 0 * * 0", timezone="UTC"),
     catchup=False,
     max_active_runs=1,
     tags=["dareforge"],

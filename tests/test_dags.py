@@ -127,6 +127,10 @@ def test_dags_import_without_errors(dagbag):
     assert [a.uri.rstrip("/") for a in refresh.task_dict["validate"].outlets] == [TASKS_ASSET]
     assert [a.uri.rstrip("/") for a in publish.outlets] == [RELEASES_ASSET]
     assert dagbag.dags["dare_release"].schedule is None
+    refresh_dag = dagbag.dags["dare_refresh"]
+    # weekly, and unpausing waits for the next Sunday instead of running the last one at once
+    assert refresh_dag.start_date is None and refresh_dag.timetable.expression == "0 0 * * 0"
+    assert refresh_dag.timetable.run_immediately is False
     assert dagbag.dags["dare_audit"].schedule == [Asset(RELEASES_ASSET)]
     assert dagbag.dags["dare_sft"].schedule == [Asset(RELEASES_ASSET)]
     assert refresh.task_dict["probe"].downstream_task_ids == {"gate"}

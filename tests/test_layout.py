@@ -50,6 +50,7 @@ FLOORS: dict[str, int] = {
     # the top: what wires the stages together
     "pipeline": 11,
     "orchestration": 12,
+    "cluster": 12,
     "cli": 12,
 }
 """Every top-level module or package of dareforge and its floor: a module may import its own floor and below."""
