@@ -16,7 +16,13 @@ import logging
 
 from airflow.sdk import Asset, CronTriggerTimetable, Param, chain, dag, task
 
-from dareforge.orchestration import DEFAULT_RELEASE, NETWORK_RETRIES, RELEASES_ASSET, TASKS_ASSET
+from dareforge.orchestration import (
+    DEFAULT_RELEASE,
+    NETWORK_RETRIES,
+    RELEASES_ASSET,
+    STAGE_RETRIES,
+    TASKS_ASSET,
+)
 
 log = logging.getLogger("dareforge.dags")  # DAG modules get mangled names when Airflow loads them
 
@@ -63,7 +69,7 @@ def dare_refresh():
 
         return accepted_source_ids(context())
 
-    @task(map_index_template=BY_SOURCE)
+    @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
     def understand(source_id: str) -> str | None:
         """The source id when a framing was chosen. None when the source holds no task (why: `framings`)."""
         from dareforge.orchestration import run_stage
@@ -74,7 +80,7 @@ def dare_refresh():
             return None
         return source_id
 
-    @task(map_index_template=BY_SOURCE)
+    @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
     def prepare(source_id: str) -> str | None:
         """The source id once prepared. None when it failed (reason in the log): no generate task maps over it."""
         from dareforge.orchestration import run_stage
@@ -82,14 +88,14 @@ def dare_refresh():
         report = run_stage("prepare", [source_id]).detail
         return source_id if report.prepared or report.skipped else None
 
-    @task(map_index_template=BY_SOURCE)
+    @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
     def generate(source_id: str) -> list[str]:
         """Store keys of the task records written for one prepared source."""
         from dareforge.orchestration import run_stage
 
         return run_stage("generate", [source_id]).detail.written
 
-    @task(outlets=[Asset(TASKS_ASSET)])
+    @task(outlets=[Asset(TASKS_ASSET)], **STAGE_RETRIES)
     def validate() -> list[str]:
         from dareforge.orchestration import run_stage
 

@@ -90,6 +90,9 @@ class Cluster:
             "AIRFLOW__CELERY__BROKER_URL": f"redis://localhost:{REDIS_PORT}/0",
             "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://postgres@localhost:{PG_PORT}/airflow",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
+            # A task instance whose worker died is failed (then retried elsewhere) after a minute without a
+            # heartbeat, not the default five.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
             "AIRFLOW__API__PORT": str(API_PORT),
             "AIRFLOW__API__BASE_URL": f"http://localhost:{API_PORT}",
             "AIRFLOW__API_AUTH__JWT_SECRET": secret,
@@ -341,6 +344,19 @@ class Cluster:
         self.airflow("dags", "unpause", dag_id)
         return rows[0]["dag_run_id"] if isinstance(rows, list) else rows["dag_run_id"]
 
+    def kill_worker_during(self, run_id: str, task_id: str = "generate", worker: str = "worker1") -> int:
+        """Once `task_id` has running instances in `run_id`, kill -9 `worker`'s whole process group (the worker
+        and the task processes it forked); returns how many instances were running then."""
+        while True:
+            running = self.sql(
+                f"select count(*) from task_instance where run_id = '{run_id}' and task_id = '{task_id}' "
+                "and state = 'running'"
+            )
+            if int(running[0][0]) > 0:
+                self.kill(worker, signal.SIGKILL, wait_s=5)
+                return int(running[0][0])
+            time.sleep(1)
+
     def wait(self, dag_id: str, run_id: str, timeout_s: float = 3600) -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -413,10 +429,17 @@ def main(argv: list[str]) -> int:
         print(f"cluster up: {', '.join(cluster.names())}; UI http://localhost:{API_PORT}; store {store}")
     elif command == "stop":
         print(f"stopped: {', '.join(cluster.stop()) or 'nothing was running'}; data kept in {cluster.root}")
-    elif command == "refresh":
+    elif command in ("refresh", "refresh-killing-a-worker"):
         started = time.monotonic()
         run_id = cluster.trigger()
+        if command == "refresh-killing-a-worker":
+            running = cluster.kill_worker_during(run_id)
+            print(f"killed worker1's process group while {running} generate instances ran", flush=True)
         state = cluster.wait("dare_refresh", run_id)
+        retried = cluster.sql(
+            f"select task_id, count(*) from task_instance where run_id = '{run_id}' and try_number > 1 group by 1"
+        )
+        print(f"retried on another worker: {dict(retried) or 'nothing'}")
         print(f"dare_refresh {run_id}: {state} after {time.monotonic() - started:.0f}s")
         print(json.dumps(cluster.figures("dare_refresh", run_id), indent=2))
     elif command == "env":
@@ -426,7 +449,10 @@ def main(argv: list[str]) -> int:
             )
         )
     else:
-        print("usage: python -m dareforge.cluster start | stop | refresh | env", file=sys.stderr)
+        print(
+            "usage: python -m dareforge.cluster start | stop | refresh | refresh-killing-a-worker | env",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

@@ -49,6 +49,11 @@ NETWORK_RETRIES: dict[str, Any] = {
 }
 """Task arguments for tasks that talk to remote services (Kaggle, object storage, the Hub)."""
 
+STAGE_RETRIES: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=15)}
+"""Task arguments for the per-source and validate stages: a worker that dies (killed, out of memory) leaves its
+task instances to the scheduler, which runs them again on another worker. Safe because every stage skips
+finished work and writes atomically under the source's lock."""
+
 # Errors that say nothing about the input: worth an Airflow retry. Missing files and permissions are not.
 _NOT_TRANSIENT_OS = (
     FileNotFoundError,
