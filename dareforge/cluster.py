@@ -345,14 +345,15 @@ class Cluster:
         return rows[0]["dag_run_id"] if isinstance(rows, list) else rows["dag_run_id"]
 
     def kill_worker_during(self, run_id: str, task_id: str = "generate", worker: str = "worker1") -> int:
-        """Once `task_id` has running instances in `run_id`, kill -9 `worker`'s whole process group (the worker
-        and the task processes it forked); returns how many instances were running then."""
+        """Once `task_id` has more running instances in `run_id` than one worker takes (so both workers hold
+        some), kill -9 `worker`'s whole process group (the worker and the task processes it forked); returns how
+        many instances were running then."""
         while True:
             running = self.sql(
                 f"select count(*) from task_instance where run_id = '{run_id}' and task_id = '{task_id}' "
                 "and state = 'running'"
             )
-            if int(running[0][0]) > 0:
+            if int(running[0][0]) > WORKER_CONCURRENCY:
                 self.kill(worker, signal.SIGKILL, wait_s=5)
                 return int(running[0][0])
             time.sleep(1)
