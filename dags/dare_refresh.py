@@ -1,8 +1,10 @@
 """Weekly refresh: crawl -> filter -> understand, prepare, generate (each per source) -> validate -> probe -> gate ->
 publish.
 
-The shortcut probe runs when LLM endpoints are configured (models attempt each accepted task without its data;
-tasks most of them still solve are rejected by the gate before publishing); without endpoints it is skipped.
+The shortcut probe runs with the models `dareforge run` uses: the LLM endpoints configured, else the embedded local
+model when `make local-llm` installed it (started on the worker for the probe task only); models attempt each
+accepted task without its data, and tasks most of them still solve are rejected by the gate before publishing.
+Without any model the probe is skipped, and its log says how to get one.
 
 Every task runs one stage of `dareforge.pipeline.STAGES` (the task named by the stage's `dag_task`; a test
 checks that this DAG and the list agree) on the store named by `dareforge.yaml` / DAREFORGE_* env vars and returns
@@ -105,17 +107,15 @@ def dare_refresh():
     def probe() -> int:
         """Tasks most probe models solved without their data (the gate task then rejects them)."""
         from airflow.sdk.exceptions import AirflowSkipException
+        from rich.text import Text
 
-        from dareforge.orchestration import context, retry_only_transient
-        from dareforge.probes import probe_shortcuts
+        from dareforge.orchestration import retry_only_transient, run_stage
 
-        ctx = context()
-        if not ctx.config.llm.endpoints:
-            raise AirflowSkipException("no llm.endpoints configured: no shortcut probe")
         with retry_only_transient("probe"):
-            report = probe_shortcuts(ctx)
-        log.info("probe: %s", report.summary())
-        return len(report.flagged)
+            report = run_stage("probe")
+        if report.detail is None:
+            raise AirflowSkipException(Text.from_markup(report.lines[0]).plain)  # why no model, and how to get one
+        return len(report.detail.flagged)
 
     @task(trigger_rule="none_failed")
     def gate() -> int:

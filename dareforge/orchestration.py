@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -97,12 +97,21 @@ def context() -> RunContext:
 
 
 def run_stage(name: str, ids: list[str] | None = None) -> StageReport:
-    """Run the pipeline stage `name` on `ids` in this task's context, logging its summary lines."""
+    """Run the pipeline stage `name` on `ids` in this task's context, logging its summary lines.
+
+    A stage that needs models opens them as `dareforge run` does: the configured endpoints, else the embedded
+    local model (started on this worker for the task's duration when `make local-llm` installed it), else none
+    (the report's lines say why)."""
     from rich.text import Text
 
     from dareforge.pipeline import Run, stage
+    from dareforge.trajectories.models import run_models
 
-    report = stage(name).run(Run(context()), ids)
+    each, run = stage(name), Run(context())
+    with ExitStack() as models:
+        if each.needs_models:
+            run.models = models.enter_context(run_models(run.ctx, run.ctx.work_dir))
+        report = each.run(run, ids)
     for line in report.lines:
         if isinstance(line, str):  # tables are for terminals; the store has their rows
             log.info("%s", Text.from_markup(line).plain)

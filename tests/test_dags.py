@@ -80,6 +80,8 @@ def store_env(tmp_path_factory) -> Path:
         mp.setenv("DAREFORGE_STORE__ROOT", str(root / "store"))
         mp.setenv("DAREFORGE_STORE__WORK_DIR", str(root / "work"))
         mp.setenv("DAREFORGE_BUILTIN__INCLUDE", f"[{', '.join(SOURCES)}]")
+        # The same verdicts whether or not this machine ran `make local-llm`: no embedded model here.
+        mp.setenv("DAREFORGE_LLM__LOCAL__PYTHON", str(root / "no-local-llm" / "python"))
         yield root / "store"
 
 
@@ -184,7 +186,7 @@ def test_refresh_runs_end_to_end(refresh_run, store_env):
     states = _states(refresh_run)
     assert refresh_run.state == "success", states
     assert states["understand"] == states["prepare"] == states["generate"] == ["success"] * len(SOURCES)
-    assert states["probe"] == ["skipped"]  # no llm.endpoints: nothing to probe with, publish goes on
+    assert states["probe"] == ["skipped"]  # no endpoint, no local model: nothing to probe with, publish goes on
     others = {t: s for t, s in states.items() if t not in ("understand", "prepare", "generate", "probe")}
     assert all(s == ["success"] for s in others.values()), states
     assert len(list((store_env / "tasks").glob("*/_MANIFEST.json"))) >= len(SOURCES)
@@ -192,6 +194,16 @@ def test_refresh_runs_end_to_end(refresh_run, store_env):
     assert len(versions) == 1
     assert _events(RELEASES_ASSET)[-1] == {"release": f"{DEFAULT_RELEASE}@{versions[0]}"}
     assert len(_events(TASKS_ASSET)) == 1
+
+
+def test_the_refresh_probe_opens_models_as_dareforge_run_does(refresh_run, store_env):
+    """Under Airflow the probe looks for the embedded local model too (it used to check llm.endpoints only, so a
+    cluster never probed although `make run` did); without one, the skip says what to install."""
+    from dareforge.orchestration import run_stage
+
+    report = run_stage("probe")
+    assert report.detail is None
+    assert "make local-llm" in report.lines[0]
 
 
 def test_release_publishes_a_new_name_and_skips_unchanged_content(dagbag, refresh_run):
