@@ -113,8 +113,8 @@ def dare_refresh():
 
         with retry_only_transient("probe"):
             report = run_stage("probe")
-        if report.detail is None:
-            raise AirflowSkipException(Text.from_markup(report.lines[0]).plain)  # why no model, and how to get one
+        if report.detail is None:  # no model: the first line says why and how to get one
+            raise AirflowSkipException(Text.from_markup(report.lines[0]).plain)
         return len(report.detail.flagged)
 
     @task(trigger_rule="none_failed")

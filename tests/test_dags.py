@@ -186,7 +186,7 @@ def test_refresh_runs_end_to_end(refresh_run, store_env):
     states = _states(refresh_run)
     assert refresh_run.state == "success", states
     assert states["understand"] == states["prepare"] == states["generate"] == ["success"] * len(SOURCES)
-    assert states["probe"] == ["skipped"]  # no endpoint, no local model: nothing to probe with, publish goes on
+    assert states["probe"] == ["skipped"]  # no model at all: nothing to probe with; publish goes on
     others = {t: s for t, s in states.items() if t not in ("understand", "prepare", "generate", "probe")}
     assert all(s == ["success"] for s in others.values()), states
     assert len(list((store_env / "tasks").glob("*/_MANIFEST.json"))) >= len(SOURCES)
