@@ -107,7 +107,7 @@ cluster-stop:
 	$(BIN)/python -m dareforge.cluster stop
 
 test-cluster: $(CLUSTER_STAMP)
-	DAREFORGE_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/test_cluster.py -q
+	CLUSTER_TEST=1 $(BIN)/python -m pytest tests/test_cluster.py -q
 
 # Re-pin after changing dependencies in pyproject.toml.
 constraints: install

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from bench import (
+    cost_model,
     crawl_warm_cold,
     generate_throughput,
     gold_trajectories,
@@ -18,6 +19,7 @@ from bench import (
 )
 
 BENCHMARKS = {
+    "cost": cost_model.main,
     "crawl": crawl_warm_cold.main,
     "generate": generate_throughput.main,
     "gold": gold_trajectories.main,

@@ -163,6 +163,10 @@ class Cluster:
             return
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
+            with contextlib.suppress(
+                ChildProcessError
+            ):  # started by this process: reap it, or it stays a zombie
+                os.waitpid(pid, os.WNOHANG)
             try:
                 os.killpg(pid, 0)
             except ProcessLookupError:
@@ -344,19 +348,32 @@ class Cluster:
         self.airflow("dags", "unpause", dag_id)
         return rows[0]["dag_run_id"] if isinstance(rows, list) else rows["dag_run_id"]
 
-    def kill_worker_during(self, run_id: str, task_id: str = "generate", worker: str = "worker1") -> int:
-        """Once `task_id` has more running instances in `run_id` than one worker takes (so both workers hold
-        some), kill -9 `worker`'s whole process group (the worker and the task processes it forked); returns how
-        many instances were running then."""
+    def _when_running(self, run_id: str, task_id: str, more_than: int) -> int:
+        """Wait until `task_id` has more than `more_than` running instances in `run_id`; returns how many."""
         while True:
             running = self.sql(
                 f"select count(*) from task_instance where run_id = '{run_id}' and task_id = '{task_id}' "
                 "and state = 'running'"
             )
-            if int(running[0][0]) > WORKER_CONCURRENCY:
-                self.kill(worker, signal.SIGKILL, wait_s=5)
+            if int(running[0][0]) > more_than:
                 return int(running[0][0])
             time.sleep(1)
+
+    def kill_worker_during(self, run_id: str, task_id: str = "generate", worker: str = "worker1") -> int:
+        """Once `task_id` has more running instances in `run_id` than one worker takes (so both workers hold
+        some), kill -9 `worker`'s whole process group (the worker and the task processes it forked); returns how
+        many instances were running then."""
+        running = self._when_running(run_id, task_id, WORKER_CONCURRENCY)
+        self.kill(worker, signal.SIGKILL, wait_s=5)
+        return running
+
+    def restart_scheduler_during(self, run_id: str, task_id: str = "generate") -> int:
+        """While `task_id` runs in `run_id`, kill -9 the scheduler's process group and start a new scheduler
+        (which adopts the running task instances); returns how many instances were running at the kill."""
+        running = self._when_running(run_id, task_id, 0)
+        self.kill("scheduler", signal.SIGKILL, wait_s=5)
+        self._spawn("scheduler", [_airflow(), "scheduler"])
+        return running
 
     def wait(self, dag_id: str, run_id: str, timeout_s: float = 3600) -> str:
         deadline = time.monotonic() + timeout_s
@@ -391,6 +408,22 @@ class Cluster:
             "overhead": 1 - busy / (wall * slots) if wall else None,
         }
 
+    def made(self) -> dict[str, int]:
+        """What the store holds: sources that framed into tasks and tasks generated (what a cost model scales)."""
+        from dareforge.schema import Task
+        from dareforge.store import Store
+
+        tasks = Store(str(self.store)).read_records(Task)
+        return {"sources": len({t.source_id for t in tasks}), "tasks": len(tasks)}
+
+    def keep_figures(self, run_id: str, figures: dict[str, object]) -> Path:
+        path = self.root / "reports" / f"{run_id.replace(':', '-').replace('+', '-')}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps({"run_id": run_id, "workers": WORKERS, "cores": os.cpu_count(), **figures}, indent=2)
+        )
+        return path
+
 
 def _json_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith(("[", "{")))
@@ -420,6 +453,9 @@ def _wait_for(ready, what: str, timeout: float = 60.0) -> None:
     raise ClusterError(f"{what} did not come up within {timeout:.0f}s; see data/cluster/logs/")
 
 
+REFRESHES = ("refresh", "refresh-killing-a-worker", "refresh-restarting-the-scheduler")
+
+
 def main(argv: list[str]) -> int:
     repo = Path(__file__).resolve().parents[1]
     store = Path(os.environ.get("DAREFORGE_STORE__ROOT", repo / "data" / "cluster" / "store")).resolve()
@@ -430,19 +466,31 @@ def main(argv: list[str]) -> int:
         print(f"cluster up: {', '.join(cluster.names())}; UI http://localhost:{API_PORT}; store {store}")
     elif command == "stop":
         print(f"stopped: {', '.join(cluster.stop()) or 'nothing was running'}; data kept in {cluster.root}")
-    elif command in ("refresh", "refresh-killing-a-worker"):
+    elif command in REFRESHES:
         started = time.monotonic()
         run_id = cluster.trigger()
         if command == "refresh-killing-a-worker":
             running = cluster.kill_worker_during(run_id)
             print(f"killed worker1's process group while {running} generate instances ran", flush=True)
+        elif command == "refresh-restarting-the-scheduler":
+            running = cluster.restart_scheduler_during(run_id)
+            print(f"killed and restarted the scheduler while {running} generate instances ran", flush=True)
         state = cluster.wait("dare_refresh", run_id)
         retried = cluster.sql(
             f"select task_id, count(*) from task_instance where run_id = '{run_id}' and try_number > 1 group by 1"
         )
-        print(f"retried on another worker: {dict(retried) or 'nothing'}")
+        print(f"retried: {dict(retried) or 'nothing'}")
         print(f"dare_refresh {run_id}: {state} after {time.monotonic() - started:.0f}s")
-        print(json.dumps(cluster.figures("dare_refresh", run_id), indent=2))
+        figures = {
+            "state": state,
+            "how": command,
+            **cluster.figures("dare_refresh", run_id),
+            **cluster.made(),
+        }
+        print(json.dumps(figures, indent=2))
+        print(
+            f"figures kept in {cluster.keep_figures(run_id, figures)} (bench/cost_model.py compares with them)"
+        )
     elif command == "env":
         print(
             json.dumps(
@@ -451,7 +499,7 @@ def main(argv: list[str]) -> int:
         )
     else:
         print(
-            "usage: python -m dareforge.cluster start | stop | refresh | refresh-killing-a-worker | env",
+            f"usage: python -m dareforge.cluster start | stop | {' | '.join(REFRESHES)} | env",
             file=sys.stderr,
         )
         return 2

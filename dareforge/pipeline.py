@@ -16,6 +16,7 @@ failures with their reasons, the wall time.
 
 from __future__ import annotations
 
+import resource
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -49,7 +50,8 @@ class Run:
 @dataclass
 class StageReport:
     """What one stage did, in one shape: its summary lines (rich markup), records written and reused, failures
-    (label -> reason), wall seconds, and the stage function's own report (`detail`)."""
+    (label -> reason), wall seconds, CPU seconds (this process and the children it reaped: reference workers,
+    sandboxes), and the stage function's own report (`detail`)."""
 
     stage: str
     lines: list[Any]
@@ -58,6 +60,7 @@ class StageReport:
     failures: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     detail: Any = None
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Stage:
     needs_models: bool = False
 
     def run(self, run: Run, ids: list[str] | None = None) -> StageReport:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         detail = self.call(run, ids)
         written, reused, failures = self.counts(detail)
         return StageReport(
@@ -89,7 +92,14 @@ class Stage:
             failures,
             time.perf_counter() - started,
             detail,
+            cpu_seconds() - cpu,
         )
+
+
+def cpu_seconds() -> float:
+    """User and system CPU of this process and of the children it has reaped."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 # -- the stages, each calling its module's function ------------------------------------------------------------

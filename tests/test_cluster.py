@@ -1,6 +1,7 @@
 """The cluster path end to end: Postgres, Redis, Airflow with the CeleryExecutor and two workers, a triggered
 dare_refresh on one source, and a stop that leaves nothing running. About 4 minutes and root-only system
-packages, so it runs with `make test-cluster` (DAREFORGE_TEST_CLUSTER=1), not in `make test`."""
+packages, so it runs with `make test-cluster` (CLUSTER_TEST=1), not in `make test`. (Not a DAREFORGE_* variable:
+the cluster hands those to every component as configuration, and an unknown one is refused.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import dareforge
 from dareforge.cluster import Cluster
 
 pytestmark = pytest.mark.skipif(
-    os.environ.get("DAREFORGE_TEST_CLUSTER") != "1" or shutil.which("redis-server") is None,
+    os.environ.get("CLUSTER_TEST") != "1" or shutil.which("redis-server") is None,
     reason="the cluster test runs with `make test-cluster` (Postgres, Redis and the `cluster` extra)",
 )
 

@@ -185,3 +185,19 @@ def test_text_is_escaped_and_missing_verdicts_are_said(built, tmp_path):
 def test_no_release_is_an_error(ctx):
     with pytest.raises(ReleaseError, match="no finished version"):
         write_release_report(ctx, "bench")
+
+
+def test_the_costs_section_shows_the_stores_measurement_or_how_to_make_one(built):
+    from dareforge.plan import Measured
+
+    ctx, release = built
+    assert "`make bench`" in render_release_report(ctx, release)  # no measurement yet: says how to get one
+    Measured(
+        tasks=100, sources=20, stage_cpu_s={"generate": 150.0, "validate": 40.0}, task_instance_cpu_s=1.5
+    ).save(ctx.store)
+    try:
+        text = render_release_report(ctx, release)
+        assert "measured on 20 sources, 100 tasks" in text
+        assert "10,000 tasks on 1 x (2 slots, 2 cores)" in text
+    finally:
+        ctx.store.remove_prefix("reports/costs")

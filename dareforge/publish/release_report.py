@@ -558,6 +558,26 @@ def _task_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[s
     ]
 
 
+def _cost_section(ctx: RunContext) -> list[str]:
+    """The cost model (dareforge/plan.py) from the store's last measurement, or how to make one."""
+    from dareforge.plan import MEASURED_KEY, Measured, plan_lines
+
+    measured = Measured.load(ctx.store)
+    if measured is None:
+        return [
+            "<h2 id='costs'>Costs</h2>",
+            f"<p class='muted'>No measurement in this store ({_e(MEASURED_KEY)}): `make bench` (its cost model "
+            "bench) measures the catalog and keeps one.</p>",
+        ]
+    items = "".join(f"<li>{_e(line)}</li>" for line in plan_lines(measured))
+    return [
+        "<h2 id='costs'>Costs</h2>",
+        "<p class='muted'>Projected from per-task CPU and tokens measured by `make bench` on the builtin catalog "
+        "(dareforge/plan.py says what the model counts and what it leaves out).</p>",
+        f"<ul>{items}</ul>",
+    ]
+
+
 def render_release_report(ctx: RunContext, release: Release) -> str:
     """The report page of a loaded release (see the module doc)."""
     manifest = release.manifest
@@ -591,13 +611,14 @@ def render_release_report(ctx: RunContext, release: Release) -> str:
         f"<h1>{_e(title)}</h1>",
         f"<p class='muted'>{_e(manifest.get('pretty_name', release.name))}</p>",
         "<nav><a href='#funnel'>Funnel</a><a href='#families'>Families</a><a href='#scores'>Scores</a>"
-        "<a href='#validation'>Validation</a><a href='#tasks'>Tasks</a></nav>",
+        "<a href='#validation'>Validation</a><a href='#tasks'>Tasks</a><a href='#costs'>Costs</a></nav>",
         f"<table id='summary'>{summary_rows}</table>",
         *_funnel_section(state.funnel),
         *_family_section(release),
         *_score_section(release, scores),
         *_validation_section(release, state.verdicts),
         *_task_section(release, scores),
+        *_cost_section(ctx),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"

@@ -1,0 +1,202 @@
+"""The cost model: from what one catalog run measured, the wall time, workers and token bill of a weekly refresh
+at any scale (10,000 tasks by default).
+
+What is measured (`Measured`, by `bench/cost_model.py` on the builtin catalog, kept at `reports/costs/measured.json`
+in the store it is given, and shown in the release report):
+- CPU seconds per task of each refresh stage (this process and the children it reaped: reference workers);
+- Airflow's own CPU per task instance (a process that imports the task runtime and parses the DAG files);
+- LLM tokens per probe attempt, per trajectory and per judgement, as the endpoint counted them.
+
+How the refresh spends them (`project`), following `dags/dare_refresh.py`: crawl, filter, validate, probe, gate
+and publish run as one task instance each, so their CPU is serial on one core; understand, prepare and generate
+are mapped per source and spread over min(slots, cores) of the cluster, as is Airflow's per-instance CPU. Not
+modelled: the scheduler's latency between dependent tasks (seconds per hop, not per task), network time of
+crawling and publishing, and the LLM's latency (the probe and sampling are bounded by the endpoint's
+throughput, which the bill's tokens divided by the endpoint's tokens per second gives).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from dareforge.store import Store
+
+MAPPED = ("understand", "prepare", "generate")
+"""Stages the refresh maps over sources: they spread over the cluster's slots."""
+SERIAL = ("crawl", "filter", "validate", "gate", "release")
+"""Stages the refresh runs as one task instance: they use one core whatever the cluster's size."""
+SERIAL_INSTANCES = 8  # accepted_sources, crawl, filter, validate, probe, gate, publish, the run's own start
+MEASURED_KEY = "reports/costs/measured.json"
+WEEK_HOURS = 168.0
+
+
+@dataclass(frozen=True)
+class Measured:
+    tasks: int
+    sources: int
+    stage_cpu_s: dict[str, float]
+    """CPU seconds of each stage over the whole measured catalog."""
+    task_instance_cpu_s: float
+    tokens: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per unit ("probe attempt", "trajectory", "judgement"): mean (prompt, completion) tokens."""
+    token_counter: str = ""
+    """Who counted the tokens (the endpoint's usage; the scripted server counts whitespace words)."""
+
+    def cpu_per_task(self, stage: str) -> float:
+        return self.stage_cpu_s.get(stage, 0.0) / max(self.tasks, 1)
+
+    @property
+    def tasks_per_source(self) -> float:
+        return self.tasks / max(self.sources, 1)
+
+    @classmethod
+    def load(cls, store: Store) -> Measured | None:
+        if not store.exists(MEASURED_KEY):
+            return None
+        raw = store.read_json(MEASURED_KEY)
+        raw["tokens"] = {k: tuple(v) for k, v in raw.get("tokens", {}).items()}
+        return cls(**raw)
+
+    def save(self, store: Store) -> str:
+        store.write_json(MEASURED_KEY, asdict(self))
+        return MEASURED_KEY
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A cluster: workers, task slots per worker (Celery concurrency) and the cores each worker has."""
+
+    workers: int
+    slots_per_worker: int = 2
+    cores_per_worker: float = 2.0
+
+    @property
+    def parallel(self) -> float:
+        return min(self.workers * self.slots_per_worker, self.workers * self.cores_per_worker)
+
+    def describe(self) -> str:
+        return f"{self.workers} x ({self.slots_per_worker} slots, {self.cores_per_worker:g} cores)"
+
+
+@dataclass(frozen=True)
+class Projection:
+    tasks: int
+    shape: Shape
+    serial_s: float
+    mapped_s: float
+    airflow_s: float
+
+    @property
+    def wall_s(self) -> float:
+        return self.serial_s + self.mapped_s + self.airflow_s
+
+
+def project(measured: Measured, tasks: int, shape: Shape) -> Projection:
+    """The refresh's wall time for `tasks` tasks on `shape`; see the module doc."""
+    sources = math.ceil(tasks / measured.tasks_per_source)
+    serial = tasks * sum(measured.cpu_per_task(s) for s in SERIAL)
+    mapped = tasks * sum(measured.cpu_per_task(s) for s in MAPPED) / shape.parallel
+    instances = len(MAPPED) * sources + SERIAL_INSTANCES
+    airflow = instances * measured.task_instance_cpu_s / shape.parallel
+    return Projection(tasks, shape, serial, mapped, airflow)
+
+
+def workers_for(
+    measured: Measured, tasks: int, hours: float, slots: int = 2, cores: float = 2.0
+) -> int | None:
+    """The fewest workers that finish `tasks` within `hours`; None when the serial stages alone take longer."""
+    one = Shape(1, slots, cores)
+    if project(measured, tasks, Shape(10**6, slots, cores)).wall_s > hours * 3600:
+        return None
+    workers = 1
+    while (
+        project(measured, tasks, Shape(workers, one.slots_per_worker, one.cores_per_worker)).wall_s
+        > hours * 3600
+    ):
+        workers += 1
+    return workers
+
+
+@dataclass(frozen=True)
+class Price:
+    """US dollars per million tokens of one model."""
+
+    model: str
+    prompt: float
+    completion: float
+
+
+DEFAULT_PRICES = (Price("small (0.15/0.60)", 0.15, 0.60), Price("large (2.50/10.00)", 2.50, 10.00))
+"""Illustrative list prices per million input/output tokens of a small and a large hosted model; pass your own."""
+
+
+@dataclass(frozen=True)
+class Bill:
+    units: dict[str, int]
+    tokens: dict[str, tuple[float, float]]
+    dollars: dict[str, float]
+
+
+def token_bill(
+    measured: Measured,
+    tasks: int,
+    probe_models: int,
+    probe_samples: int,
+    k: int,
+    train_share: float,
+    prices: tuple[Price, ...] = DEFAULT_PRICES,
+) -> Bill:
+    """Tokens and dollars of one refresh: every task probed by `probe_models` x `probe_samples`, K trajectories
+    per train task, one judgement per trajectory (each call priced at every model in `prices`)."""
+    trajectories = round(tasks * train_share) * k
+    units = {
+        "probe attempt": tasks * probe_models * probe_samples,
+        "trajectory": trajectories,
+        "judgement": trajectories,
+    }
+    tokens = {
+        unit: (n * measured.tokens.get(unit, (0.0, 0.0))[0], n * measured.tokens.get(unit, (0.0, 0.0))[1])
+        for unit, n in units.items()
+    }
+    prompt = sum(p for p, _ in tokens.values())
+    completion = sum(c for _, c in tokens.values())
+    dollars = {p.model: (prompt * p.prompt + completion * p.completion) / 1e6 for p in prices}
+    return Bill(units, tokens, dollars)
+
+
+def plan_lines(measured: Measured, tasks: int = 10_000, hours: float = WEEK_HOURS, k: int = 8) -> list[str]:
+    """The cost model as plain lines: per-task CPU by stage, wall time by cluster size, workers, token bill."""
+    lines = [
+        f"measured on {measured.sources} sources, {measured.tasks} tasks "
+        f"({measured.tasks_per_source:.1f} tasks per source); Airflow {measured.task_instance_cpu_s:.2f} CPU-s "
+        "per task instance",
+        "CPU seconds per task: "
+        + ", ".join(f"{s} {measured.cpu_per_task(s):.3f}" for s in (*SERIAL[:2], *MAPPED, *SERIAL[2:])),
+    ]
+    for workers in (1, 2, 4, 8, 16):
+        p = project(measured, tasks, Shape(workers))
+        lines.append(
+            f"{tasks:,} tasks on {p.shape.describe()}: {p.wall_s / 3600:.2f} h "
+            f"(serial stages {p.serial_s / 3600:.2f} h, mapped {p.mapped_s / 3600:.2f} h, "
+            f"Airflow {p.airflow_s / 3600:.2f} h)"
+        )
+    for window in (hours, 24.0, 6.0):
+        needed = workers_for(measured, tasks, window)
+        lines.append(
+            f"workers (2 slots, 2 cores each) to finish {tasks:,} tasks within {window:g} h: "
+            + (str(needed) if needed else "none suffice: the serial stages alone take longer")
+        )
+    bill = token_bill(measured, tasks, probe_models=3, probe_samples=1, k=k, train_share=0.5)
+    for unit, n in bill.units.items():
+        prompt, completion = bill.tokens[unit]
+        lines.append(
+            f"{unit}: {n:,} x {measured.tokens.get(unit, (0, 0))[0]:,.0f}+"
+            f"{measured.tokens.get(unit, (0, 0))[1]:,.0f} tokens = {prompt + completion:,.0f} tokens"
+        )
+    lines.append(
+        f"token bill (3 probe models x 1 sample, K={k} on half the tasks, one judgement each; tokens as "
+        f"{measured.token_counter or 'the endpoint'} counted them): "
+        + ", ".join(f"{model} ${dollars:,.0f}" for model, dollars in bill.dollars.items())
+    )
+    return lines
