@@ -161,20 +161,10 @@ class Cluster:
         except ProcessLookupError:
             path.unlink(missing_ok=True)
             return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            with contextlib.suppress(
-                ChildProcessError
-            ):  # started by this process: reap it, or it stays a zombie
-                os.waitpid(pid, os.WNOHANG)
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.2)
-        else:
+        if not _group_ended(pid, wait_s):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+            _group_ended(pid, 10.0)
         path.unlink(missing_ok=True)
 
     # -- services --------------------------------------------------------------------------------------------------
@@ -423,6 +413,22 @@ class Cluster:
             json.dumps({"run_id": run_id, "workers": WORKERS, "cores": os.cpu_count(), **figures}, indent=2)
         )
         return path
+
+
+def _group_ended(pgid: int, wait_s: float) -> bool:
+    """Wait up to `wait_s` for every process of group `pgid` to end; a leader this process started is reaped
+    (else it stays a zombie, and the group with it)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pgid, os.WNOHANG)
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _json_line(text: str) -> str:

@@ -27,6 +27,7 @@ from dareforge import locking
 from dareforge.errors import StoreError
 from dareforge.hashing import canonical_json, sha256_bytes
 from dareforge.schema import RECORDS, Record
+from dareforge.table_views import create_view
 
 MANIFEST = "_MANIFEST.json"
 LOCKS = ".locks"
@@ -234,21 +235,22 @@ class Store:
             yield cls.model_validate(row)
 
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with one view per table (empty tables still have their columns)."""
+        """An in-memory DuckDB connection with one view per table (empty tables still have their columns); a
+        local store's large tables read a compacted copy (`dareforge.table_views`)."""
         con = duckdb.connect()
         if not self.is_local:
             con.register_filesystem(self.fs)
         for name, cls in sorted(RECORDS.items()):
-            files = [k for k in self.list(f"{TABLES}/{name}") if k.endswith(".parquet")]
-            if files:
-                prefix = (
-                    ""
-                    if self.is_local
-                    else f"{self.fs.protocol[0] if isinstance(self.fs.protocol, tuple) else self.fs.protocol}://"
-                )
-                glob = f"{prefix}{self.path(f'{TABLES}/{name}')}/*.parquet"
+            if self.is_local:
+                made = create_view(con, self, name)
+            elif any(k.endswith(".parquet") for k in self.list(f"{TABLES}/{name}")):
+                protocol = self.fs.protocol[0] if isinstance(self.fs.protocol, tuple) else self.fs.protocol
+                glob = f"{protocol}://{self.path(f'{TABLES}/{name}')}/*.parquet"
                 con.execute(f"create view {name} as select * from read_parquet('{glob}', union_by_name=true)")
+                made = True
             else:
+                made = False
+            if not made:
                 con.register(f"_{name}_empty", cls.arrow_schema().empty_table())
                 con.execute(f"create view {name} as select * from _{name}_empty")
         return con

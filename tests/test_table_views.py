@@ -1,0 +1,136 @@
+"""Views over many partitions read a compacted copy and stay exactly as current as the partition files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dareforge import table_views
+from dareforge.schema import FilterDecision
+from dareforge.store import Store
+
+PARTITIONS = 12
+HOLD = """
+import sys
+from dareforge.store import Store
+with Store(sys.argv[1]).lock("table-copy/filter_decisions"):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> Store:
+    monkeypatch.setattr(table_views, "COMPACT_FROM", 10)
+    monkeypatch.setattr(table_views, "REBUILD_SHARE", 0.25)  # more than 3 of 12 changed: rebuild
+    store = Store(str(tmp_path / "store"))
+    for n in range(PARTITIONS):
+        write(store, n)
+    return store
+
+
+def write(store: Store, n: int, kept: bool = True, rules: int = 2) -> None:
+    source = f"kaggle.owner-{n:02d}"
+    store.write_records(
+        source,
+        [
+            FilterDecision(
+                source_id=source,
+                source_version="v1",
+                rule=f"rule-{r}",
+                kept=kept,
+                reason="ok" if kept else "too small",
+                rules_fingerprint="f",
+            )
+            for r in range(rules)
+        ],
+    )
+
+
+def rows(store: Store) -> list[tuple]:
+    query = "select source_id, rule, kept from filter_decisions order by all"
+    return store.connect().sql(query).fetchall()
+
+
+def truth(store: Store) -> list[tuple]:
+    """The same rows read from the partition files one by one, without DuckDB's views."""
+    return sorted((r.source_id, r.rule, r.kept) for r in store.read_records(FilterDecision))
+
+
+def copies(store: Store) -> list[str]:
+    folder = os.path.join(store.root, table_views.CACHE)
+    return sorted(
+        n for n in os.listdir(folder) if n.startswith("filter_decisions-") and n.endswith(".parquet")
+    )
+
+
+def test_a_large_table_gets_one_compacted_copy_that_reads_like_its_files(store):
+    assert rows(store) == truth(store) and len(truth(store)) == 2 * PARTITIONS
+    assert len(copies(store)) == 1
+    assert rows(store) == truth(store)  # the second connection reuses the copy
+    assert len(copies(store)) == 1
+
+
+def test_rewritten_added_and_removed_partitions_show_at_once_without_a_rebuild(store):
+    rows(store)
+    (first,) = copies(store)
+    write(store, 3, kept=False, rules=3)  # rewritten with different rows
+    write(store, PARTITIONS)  # new
+    store.remove_prefix(store.table_key("filter_decisions", "kaggle.owner-07"))  # removed
+    assert rows(store) == truth(store)
+    assert ("kaggle.owner-03", "rule-2", False) in rows(store)
+    assert not any(source == "kaggle.owner-07" for source, _, _ in rows(store))
+    assert copies(store) == [first]  # 3 of 13 changed: below the rebuild share, read as a delta
+
+
+def test_past_the_rebuild_share_the_copy_is_rebuilt_and_old_ones_pruned(store):
+    rows(store)
+    for round_ in range(3):
+        for n in range(5):
+            write(store, n, kept=bool(round_ % 2), rules=2 + round_)
+        assert rows(store) == truth(store)
+    # The newest two stay, for readers that opened the older one.
+    assert len(copies(store)) == table_views.KEEP
+
+
+def test_while_another_process_rebuilds_a_reader_uses_the_delta_view(store):
+    rows(store)
+    (first,) = copies(store)
+    for n in range(6):
+        write(store, n, kept=False)
+    holder = subprocess.Popen(  # another process holds the rebuild lock, as if rebuilding
+        [sys.executable, "-c", HOLD, store.root],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert rows(store) == truth(store)
+        assert copies(store) == [first]
+    finally:
+        holder.communicate("")
+    assert rows(store) == truth(store)
+    assert len(copies(store)) == 2  # the lock is free again: this reader rebuilt it
+
+
+def test_a_half_made_copy_is_never_read(store):
+    rows(store)
+    folder = os.path.join(store.root, table_views.CACHE)
+    with open(os.path.join(folder, "filter_decisions-ffffffffffffffff.parquet"), "wb") as fh:
+        fh.write(b"not parquet: a copy whose index was never written")
+    with open(os.path.join(folder, ".tmp-1-filter_decisions-0000.parquet"), "wb") as fh:
+        fh.write(b"a rebuild that died")
+    write(store, 1, kept=False)
+    assert rows(store) == truth(store)
+
+
+def test_small_tables_read_their_files_directly(tmp_path):
+    store = Store(str(tmp_path / "small"))
+    for n in range(3):
+        write(store, n)
+    assert rows(store) == truth(store)
+    assert not os.path.exists(os.path.join(store.root, table_views.CACHE))
