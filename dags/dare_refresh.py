@@ -28,7 +28,11 @@ from dareforge.orchestration import (
 
 log = logging.getLogger("dareforge.dags")  # DAG modules get mangled names when Airflow loads them
 
-BY_SOURCE = "{{ task.op_kwargs['source_id'] }}"  # mapped instances named by source id in the UI
+# Mapped instances named by their source in the UI (by the first one and how many more, for a batch).
+BY_SOURCE = (
+    "{{ task.op_kwargs['source_ids'][0] }}"
+    "{% if task.op_kwargs['source_ids'] | length > 1 %} +{{ task.op_kwargs['source_ids'] | length - 1 }}{% endif %}"
+)
 
 
 @dag(
@@ -65,37 +69,40 @@ def dare_refresh():
         return run_stage("filter").detail.written
 
     @task
-    def accepted_sources() -> list[str]:
-        from dareforge.orchestration import context
+    def accepted_sources() -> list[list[str]]:
+        """The accepted sources in batches, one per mapped instance (one source each up to 512 sources)."""
+        from dareforge.orchestration import context, source_batches
         from dareforge.queries import accepted_source_ids
 
-        return accepted_source_ids(context())
+        return source_batches(accepted_source_ids(context()))
 
     @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
-    def understand(source_id: str) -> str | None:
-        """The source id when a framing was chosen. None when the source holds no task (why: `framings`)."""
+    def understand(source_ids: list[str]) -> list[str] | None:
+        """The sources of the batch with a chosen framing; None when none holds a task (why: `framings`)."""
         from dareforge.orchestration import run_stage
 
-        report = run_stage("understand", [source_id]).detail
-        if source_id not in report.framed:
-            log.warning("understand %s: no task: %s", source_id, report.reasons.get(source_id))
-            return None
-        return source_id
+        report = run_stage("understand", source_ids).detail
+        for source_id in source_ids:
+            if source_id not in report.framed:
+                log.warning("understand %s: no task: %s", source_id, report.reasons.get(source_id))
+        return [s for s in source_ids if s in report.framed] or None
 
     @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
-    def prepare(source_id: str) -> str | None:
-        """The source id once prepared. None when it failed (reason in the log): no generate task maps over it."""
+    def prepare(source_ids: list[str]) -> list[str] | None:
+        """The sources of the batch once prepared; a source that failed (reason in the log) is left out, and a
+        batch with none prepared maps no generate instance (None)."""
         from dareforge.orchestration import run_stage
 
-        report = run_stage("prepare", [source_id]).detail
-        return source_id if report.prepared or report.skipped else None
+        report = run_stage("prepare", source_ids).detail
+        done = {label.split("/")[0] for label in [*report.prepared, *report.skipped]}  # "<source>/<framing>"
+        return [s for s in source_ids if s in done] or None
 
     @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
-    def generate(source_id: str) -> list[str]:
-        """Store keys of the task records written for one prepared source."""
+    def generate(source_ids: list[str]) -> list[str]:
+        """Store keys of the task records written for the batch's prepared sources."""
         from dareforge.orchestration import run_stage
 
-        return run_stage("generate", [source_id]).detail.written
+        return run_stage("generate", source_ids).detail.written
 
     @task(outlets=[Asset(TASKS_ASSET)], **STAGE_RETRIES)
     def validate() -> list[str]:
@@ -132,9 +139,9 @@ def dare_refresh():
         return publish_release(params["release"], None, outlet_events)
 
     sources = accepted_sources()
-    framed = understand.expand(source_id=sources)
-    prepared = prepare.expand(source_id=framed)
-    generated = generate.expand(source_id=prepared)
+    framed = understand.expand(source_ids=sources)
+    prepared = prepare.expand(source_ids=framed)
+    generated = generate.expand(source_ids=prepared)
     chain(crawl(), filter_sources(), sources)
     chain(generated, validate(), probe(), gate(), publish())
 

@@ -347,6 +347,11 @@ class Cluster:
             )
             if int(running[0][0]) > more_than:
                 return int(running[0][0])
+            state = self.sql(f"select state from dag_run where run_id = '{run_id}'")
+            if state and state[0][0] in ("success", "failed"):
+                raise ClusterError(
+                    f"{run_id} ended ({state[0][0]}) before {task_id} ran on more than {more_than}"
+                )
             time.sleep(1)
 
     def kill_worker_during(self, run_id: str, task_id: str = "generate", worker: str = "worker1") -> int:

@@ -88,6 +88,23 @@ def on_each_release(doc: str | None) -> dict[str, Any]:
     }
 
 
+def source_batches(source_ids: list[str], most: int | None = None) -> list[list[str]]:
+    """The sources a mapped stage of the refresh runs on, one list per task instance: one source each up to
+    `most` (default `plan.MAX_MAPPED_INSTANCES`) sources, else `most` contiguous batches of near-equal size."""
+    from dareforge.plan import MAX_MAPPED_INSTANCES
+
+    most = most or MAX_MAPPED_INSTANCES
+    if len(source_ids) <= most:
+        return [[source_id] for source_id in source_ids]
+    size, extra = divmod(len(source_ids), most)
+    batches, start = [], 0
+    for n in range(most):
+        end = start + size + (n < extra)
+        batches.append(source_ids[start:end])
+        start = end
+    return batches
+
+
 def context() -> RunContext:
     """The run context of one Airflow task: `dareforge.yaml` (or $DAREFORGE_CONFIG) plus DAREFORGE_* env vars."""
     from dareforge.config import load_config

@@ -9,7 +9,8 @@ in the store it is given, and shown in the release report):
 
 How the refresh spends them (`project`), following `dags/dare_refresh.py`: crawl, filter, validate, probe, gate
 and publish run as one task instance each, so their CPU is serial on one core; understand, prepare and generate
-are mapped per source and spread over min(slots, cores) of the cluster, as is Airflow's per-instance CPU. Not
+are mapped per source (in batches past `MAX_MAPPED_INSTANCES` sources) and spread over min(slots, cores) of the
+cluster, as is Airflow's per-instance CPU. Not
 modelled: the scheduler's latency between dependent tasks (seconds per hop, not per task), network time of
 crawling and publishing, and the LLM's latency (the probe and sampling are bounded by the endpoint's
 throughput, which the bill's tokens divided by the endpoint's tokens per second gives).
@@ -27,6 +28,10 @@ MAPPED = ("understand", "prepare", "generate")
 SERIAL = ("crawl", "filter", "validate", "gate", "release")
 """Stages the refresh runs as one task instance: they use one core whatever the cluster's size."""
 SERIAL_INSTANCES = 8  # accepted_sources, crawl, filter, validate, probe, gate, publish, the run's own start
+MAX_MAPPED_INSTANCES = 512
+"""Instances a mapped stage of the refresh gets at most: beyond, sources go in batches (one instance each), so a
+catalog of any size stays under Airflow's `max_map_length` (1024 by default) and the scheduler's load stays
+bounded."""
 MEASURED_KEY = "reports/costs/measured.json"
 WEEK_HOURS = 168.0
 
@@ -97,7 +102,7 @@ def project(measured: Measured, tasks: int, shape: Shape) -> Projection:
     sources = math.ceil(tasks / measured.tasks_per_source)
     serial = tasks * sum(measured.cpu_per_task(s) for s in SERIAL)
     mapped = tasks * sum(measured.cpu_per_task(s) for s in MAPPED) / shape.parallel
-    instances = len(MAPPED) * sources + SERIAL_INSTANCES
+    instances = len(MAPPED) * min(sources, MAX_MAPPED_INSTANCES) + SERIAL_INSTANCES
     airflow = instances * measured.task_instance_cpu_s / shape.parallel
     return Projection(tasks, shape, serial, mapped, airflow)
 

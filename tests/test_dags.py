@@ -251,3 +251,15 @@ def test_the_dags_that_follow_a_release_start_unpaused(dagbag):
     """A paused dare_audit or dare_sft would never follow a publish unless the user found and unpaused it."""
     for dag_id in ("dare_audit", "dare_sft"):
         assert dagbag.dags[dag_id].is_paused_upon_creation is False
+
+
+@pytest.mark.parametrize(("sources", "most"), [(5, 8), (8, 8), (9, 8), (1000, 8), (2260, 512)])
+def test_sources_map_one_per_instance_then_in_batches_within_the_limit(sources, most):
+    from dareforge.orchestration import source_batches
+
+    ids = [f"s{n:05d}" for n in range(sources)]
+    batches = source_batches(ids, most)
+    assert [s for batch in batches for s in batch] == ids  # every source once, in order
+    assert len(batches) == min(sources, most)
+    assert max(map(len, batches)) - min(map(len, batches)) <= 1
+    assert source_batches(ids, most) == batches
