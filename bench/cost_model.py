@@ -1,8 +1,10 @@
 """The cost model (dareforge/plan.py) measured on the builtin catalog and checked against a real refresh.
 
 Measures, in this run: CPU seconds per task of each refresh stage on the whole default catalog (as `make run`
-and `make cluster-refresh` build it), Airflow's CPU per task instance, and tokens per probe attempt, trajectory
-and judgement against the scripted server. Prints the plan for 10,000 tasks a week and keeps the measurement in
+and `make cluster-refresh` build it), each stage run the way the refresh DAG runs it (a fresh process per task
+instance: per source for the mapped stages, which is where most of their CPU goes, in imports and reference
+workers started per process), Airflow's CPU to parse the DAG per task instance, and tokens per probe attempt,
+trajectory and judgement against the scripted server. Prints the plan for 10,000 tasks a week and keeps the measurement in
 the default store (`reports/costs/measured.json`), where the release report shows it.
 
 The check: the model's projection for the catalog on the cluster's shape (two workers of two slots sharing this
@@ -18,7 +20,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import yaml
 
 from bench.common import bench_config
 from bench.probe_throughput import _reply as probe_reply
@@ -26,8 +31,8 @@ from bench.trajectory_throughput import MAJORITY_CODE
 from dareforge.config import Config, EndpointConfig
 from dareforge.context import RunContext
 from dareforge.judge import CRITERION_FIELDS
-from dareforge.pipeline import Run, stage
 from dareforge.plan import MAPPED, SERIAL, Measured, Shape, plan_lines, project
+from dareforge.queries import accepted_source_ids, framed_source_ids
 from dareforge.schema import Task
 from dareforge.store import Store
 from tests.llm_server import LLMServer
@@ -41,37 +46,67 @@ VERDICT = json.dumps(
         "rationale": "Reads the data and predicts the majority class: a baseline.",
     }
 )
-TASK_INSTANCE = """
-import runpy, sys
-from airflow.sdk import dag, task
-runpy.run_path(sys.argv[1])
-from dareforge.orchestration import context, run_stage
-import dareforge.generators.generate, dareforge.understand.stage, dareforge.validators.validate
-context()
+STAGE_PROCESS = """
+import sys
+from dareforge.orchestration import run_stage
+run_stage(sys.argv[1], sys.argv[2:] or None)
 """
-"""What a task instance's fresh process does before its stage starts: the task runtime, the DAG file parsed,
-the orchestration and stage modules imported, the configuration read."""
+"""One task instance's stage work, as `dags/dare_refresh.py` runs it: a fresh process that imports what the stage
+needs, runs it on its sources (all, for a serial stage) and reaps its reference workers."""
+DAG_PARSE = """
+import runpy, sys, time
+import airflow.sdk  # a Celery worker forks task processes with Airflow loaded: not counted
+started = time.process_time()
+runpy.run_path(sys.argv[1])
+print(time.process_time() - started)
+"""
 
 
-def task_instance_cpu() -> float:
-    before = os.times()
-    subprocess.run([sys.executable, "-c", TASK_INSTANCE, str(REPO / "dags" / "dare_refresh.py")], check=True)
-    after = os.times()
-    return (after.children_user - before.children_user) + (after.children_system - before.children_system)
+def dag_parse_cpu(env: dict[str, str]) -> float:
+    """CPU seconds a task process spends parsing the DAG file (Airflow's own share of a task instance)."""
+    done = subprocess.run(
+        [sys.executable, "-c", DAG_PARSE, str(REPO / "dags" / "dare_refresh.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(done.stdout.strip().splitlines()[-1])
 
 
-def measure_stages(tmp: str) -> tuple[RunContext, dict[str, float]]:
+def process_cpu(command: list[str], env: dict[str, str]) -> float:
+    """CPU seconds of a child process and every descendant it reaped (from wait4, not the clock)."""
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise RuntimeError(f"{command[-2:]} failed with exit code {child.returncode}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_stages(tmp: str) -> tuple[RunContext, dict[str, float], float]:
+    """CPU seconds of each stage over the catalog, one process per task instance (serial stages once, mapped
+    ones per source, two at a time as a two-core worker would), and the DAG parse per instance."""
     cfg = bench_config(tmp)
     cfg.builtin.rdatasets = (
         Config().builtin.rdatasets
     )  # the default catalog, as make run and the cluster build it
+    config = Path(tmp) / "dareforge.yaml"
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)))
+    env = {**os.environ, "DAREFORGE_CONFIG": str(config)}
+    env = {k: v for k, v in env.items() if not k.startswith("DAREFORGE_") or k == "DAREFORGE_CONFIG"}
     ctx = RunContext.from_config(cfg, show_progress=False)
-    run, spent = Run(ctx, release="bench"), {}
+    spent: dict[str, float] = {}
     for name in (*SERIAL[:2], *MAPPED, *SERIAL[2:]):
-        report = stage(name).run(run)
-        spent[name] = report.cpu_seconds
-        print(f"  {name}: {report.cpu_seconds:.1f} CPU-s, {report.seconds:.1f} s wall", flush=True)
-    return ctx, spent
+        if name in MAPPED:
+            sources = framed_source_ids(ctx) if name != "understand" else accepted_source_ids(ctx)
+            commands = [[sys.executable, "-c", STAGE_PROCESS, name, source] for source in sources]
+        else:
+            commands = [[sys.executable, "-c", STAGE_PROCESS, name]]
+        with ThreadPoolExecutor(2) as pool:
+            spent[name] = sum(pool.map(lambda command: process_cpu(command, env), commands))
+        print(f"  {name}: {spent[name]:.1f} CPU-s in {len(commands)} processes", flush=True)
+    return ctx, spent, dag_parse_cpu(env)
 
 
 def measure_tokens(ctx: RunContext) -> dict[str, tuple[float, float]]:
@@ -81,7 +116,7 @@ def measure_tokens(ctx: RunContext) -> dict[str, tuple[float, float]]:
     from dareforge.publish.release import load_release
     from dareforge.trajectories import synthesize
 
-    released = set(load_release(ctx, "bench").task_ids)
+    released = set(load_release(ctx, "dareforge").task_ids)
     tasks = sorted(t.id for t in ctx.store.read_records(Task) if t.id in released and not t.is_question)
     chosen = tasks[:TOKEN_TASKS]
     with LLMServer() as server:
@@ -92,7 +127,7 @@ def measure_tokens(ctx: RunContext) -> dict[str, tuple[float, float]]:
         server.script(
             lambda r: "<answer>predictions.csv is written</answer>" if len(r.messages) > 2 else MAJORITY_CODE
         )
-        sampled = synthesize(ctx, "bench", samples=1, split="all", task_ids=chosen)
+        sampled = synthesize(ctx, "dareforge", samples=1, split="all", task_ids=chosen)
         server.script(VERDICT)
         judged = judge_trajectories(ctx)
     counts = {"probe": probed.ran, "synthesize": sampled.ran, "judge": judged.judged}
@@ -121,13 +156,13 @@ def last_cluster_refresh() -> dict | None:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         print("cost model: measuring every refresh stage on the default catalog")
-        ctx, spent = measure_stages(tmp)
+        ctx, spent, parse = measure_stages(tmp)
         tasks = ctx.store.read_records(Task)
         measured = Measured(
             tasks=len(tasks),
             sources=len({t.source_id for t in tasks}),
             stage_cpu_s={k: round(v, 3) for k, v in spent.items()},
-            task_instance_cpu_s=round(task_instance_cpu(), 3),
+            task_instance_cpu_s=round(parse, 3),
             tokens=measure_tokens(ctx),
             token_counter="the scripted server (whitespace words; a BPE tokenizer counts more)",
         )

@@ -186,7 +186,7 @@ def plan_lines(measured: Measured, tasks: int = 10_000, hours: float = WEEK_HOUR
             f"(serial stages {p.serial_s / 3600:.2f} h, mapped {p.mapped_s / 3600:.2f} h, "
             f"Airflow {p.airflow_s / 3600:.2f} h)"
         )
-    for window in (hours, 24.0, 6.0):
+    for window in (hours, 24.0, 6.0, 2.0):
         needed = workers_for(measured, tasks, window)
         lines.append(
             f"workers (2 slots, 2 cores each) to finish {tasks:,} tasks within {window:g} h: "
