@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from dareforge.plan import Measured, Price, Shape, plan_lines, project, token_bill, workers_for
+from dareforge.plan import (
+    MAX_MAPPED_INSTANCES,
+    Measured,
+    Price,
+    Shape,
+    plan_lines,
+    project,
+    token_bill,
+    workers_for,
+)
 from dareforge.store import Store
 
 MEASURED = Measured(
@@ -22,8 +31,10 @@ def test_mapped_stages_spread_over_the_cluster_and_serial_ones_do_not():
     assert one.serial_s == four.serial_s == 10_000 * (10 + 2 + 80) / 200
     assert one.mapped_s == 10_000 * 440 / 200 / 2  # 2 slots on 2 cores
     assert four.mapped_s == one.mapped_s / 4
-    sources = 10_000 / MEASURED.tasks_per_source
-    assert one.airflow_s == pytest.approx((3 * sources + 8) * 2.0 / 2)
+    # 2,000 sources: past MAX_MAPPED_INSTANCES each mapped stage runs 512 batches, not 2,000 instances.
+    assert one.airflow_s == pytest.approx((3 * MAX_MAPPED_INSTANCES + 8) * 2.0 / 2)
+    small = project(MEASURED, 1_000, Shape(1))  # 200 sources: one instance each
+    assert small.airflow_s == pytest.approx((3 * 200 + 8) * 2.0 / 2)
 
 
 def test_a_worker_has_the_parallelism_of_its_slots_or_its_cores_whichever_is_fewer():
