@@ -149,7 +149,15 @@ def measure_tokens(ctx: RunContext) -> dict[str, tuple[float, float]]:
 def last_cluster_refresh() -> dict | None:
     reports = sorted((REPO / "data" / "cluster" / "reports").glob("*.json"), key=lambda p: p.stat().st_mtime)
     done = [json.loads(p.read_text()) for p in reports]
-    done = [r for r in done if r.get("state") == "success" and r.get("how") == "refresh" and r.get("tasks")]
+    # A full refresh: undisturbed, successful, on a store that held no task before it.
+    done = [
+        r
+        for r in done
+        if r.get("state") == "success"
+        and r.get("how") == "refresh"
+        and r.get("tasks_before") == 0
+        and r["tasks"]
+    ]
     return done[-1] if done else None
 
 
@@ -170,7 +178,10 @@ def main() -> None:
         print(f"  {line}")
     refresh = last_cluster_refresh()
     if refresh is None:
-        print("  check against a cluster run: skipped (run `make cluster` then `make cluster-refresh` first)")
+        print(
+            "  check against a cluster run: skipped (no full refresh recorded: `make cluster` on a fresh store, "
+            "then `make cluster-refresh`)"
+        )
     else:
         workers = refresh["workers"]
         shape = Shape(

@@ -408,7 +408,7 @@ class Cluster:
         from dareforge.schema import Task
         from dareforge.store import Store
 
-        tasks = Store(str(self.store)).read_records(Task)
+        tasks = Store(str(self.store)).read_records(Task) if self.store.exists() else []
         return {"sources": len({t.source_id for t in tasks}), "tasks": len(tasks)}
 
     def keep_figures(self, run_id: str, figures: dict[str, object]) -> Path:
@@ -478,6 +478,7 @@ def main(argv: list[str]) -> int:
     elif command == "stop":
         print(f"stopped: {', '.join(cluster.stop()) or 'nothing was running'}; data kept in {cluster.root}")
     elif command in REFRESHES:
+        before = cluster.made()["tasks"]  # a refresh of a store that holds tasks reuses them: not a full run
         started = time.monotonic()
         run_id = cluster.trigger()
         if command == "refresh-killing-a-worker":
@@ -495,6 +496,7 @@ def main(argv: list[str]) -> int:
         figures = {
             "state": state,
             "how": command,
+            "tasks_before": before,
             **cluster.figures("dare_refresh", run_id),
             **cluster.made(),
         }
