@@ -122,11 +122,14 @@ def run_stage(name: str, ids: list[str] | None = None) -> StageReport:
     from rich.text import Text
 
     from dareforge.pipeline import Run, stage
-    from dareforge.trajectories.models import run_models
 
     each, run = stage(name), Run(context())
     with ExitStack() as models:
         if each.needs_models:
+            # Imported here only: the models' modules (openai, the graders, sklearn's metrics) cost a stage task's
+            # fresh process about 4 CPU-seconds, ten times what understanding a small source takes.
+            from dareforge.trajectories.models import run_models
+
             run.models = models.enter_context(run_models(run.ctx, run.ctx.work_dir))
         report = each.run(run, ids)
     for line in report.lines:

@@ -240,3 +240,24 @@ def test_the_bubblewrap_sandbox_is_a_sandbox_environment():
 
     assert issubclass(Sandbox, SandboxEnvironment)
     assert get_type_hints(Sandbox.execute)["return"] is Execution
+
+
+def test_a_stage_task_without_models_does_not_import_the_model_stack(tmp_path):
+    """A refresh task is a fresh process per source: importing openai, the graders and sklearn's metrics for a
+    stage that needs no model cost each one about 4 CPU-seconds (measured by bench/cost_model.py)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "dareforge.yaml").write_text(f"store:\n  root: {tmp_path / 'store'}\n")
+    code = (
+        "import sys\nfrom dareforge.orchestration import run_stage\nrun_stage('filter')\n"
+        "print(sorted(m for m in ('openai', 'dareforge.trajectories', 'dareforge.agents') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"DAREFORGE_CONFIG": str(tmp_path / "dareforge.yaml"), "PATH": ""},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"
