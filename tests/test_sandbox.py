@@ -382,6 +382,14 @@ def test_output_written_to_file_descriptors_reaches_the_agent_capped(sandbox):
 
 
 @needs_bwrap
+def test_the_kernel_starts_without_its_debugger_yet_the_code_may_import_it(sandbox):
+    # debugpy was a quarter of a kernel's start-up CPU for a front end's debugger that nothing here uses.
+    code = "import sys\nsorted(m for m in sys.modules if m.split('.')[0] in ('debugpy', '_pydevd_bundle'))"
+    assert run_ok(sandbox, code).result == "[]"
+    assert run_ok(sandbox, "import debugpy\ndebugpy.__name__").result == "'debugpy'"
+
+
+@needs_bwrap
 def test_read_file_refuses_links_out_of_the_workspace(sandbox):
     run_ok(sandbox, "import os\nos.symlink('/etc/passwd', 'link.csv')\nos.mkfifo('pipe.csv')")
     for name in ("link.csv", "pipe.csv", "../x", "/etc/passwd"):
@@ -408,6 +416,25 @@ def test_pool_hands_out_started_kernels(task, tmp_path):
         finally:
             box.close()
     assert (task / "public" / "train.csv").read_text().startswith("id,x,y")
+
+
+@needs_bwrap
+def test_a_pool_told_its_demand_starts_no_kernel_nobody_takes(task, tmp_path):
+    # Kept at 2 ready, 3 to be taken: 3 kernels start, not the 2 + 3 a pool of unknown demand would start.
+    config = CONFIG.model_copy(update={"preload": []})
+    pool = KernelPool(
+        config, 2, seconds_per_execution=SECONDS, root=tmp_path / "pool", start_timeout_s=START, demand=3
+    )
+    with pool:
+        for n in range(3):
+            box = pool.acquire(task / "public", tmp_path / f"ws{n}")
+            try:
+                assert run_ok(box, "1 + 1").result == "2"
+            finally:
+                box.close()
+        assert (pool.hits, pool.misses) == (3, 0)
+        assert pool.wait_ready(1.0)  # nothing more is wanted: ready at once
+    assert pool.started == 3
 
 
 def test_missing_isolation_is_an_error_unless_allowed(monkeypatch, tmp_path, caplog):

@@ -116,8 +116,11 @@ def make_client(ctx: RunContext, endpoint: EndpointConfig, purpose: str) -> Any:
     return LLMClient(endpoint, ctx.store, run_id, cache=ctx.config.llm.cache)
 
 
-def default_sandbox_factory(ctx: RunContext, workers: int) -> tuple[SandboxFactory, Callable[[], None]]:
-    """Sandboxes from a `KernelPool` of `sandbox.pool_size` kernels (at most `workers`); cold starts when 0.
+def default_sandbox_factory(
+    ctx: RunContext, workers: int, episodes: int | None = None
+) -> tuple[SandboxFactory, Callable[[], None]]:
+    """Sandboxes from a `KernelPool` of `sandbox.pool_size` kernels (at most `workers`, and never more than the
+    `episodes` still to come, when known); cold starts when 0.
 
     Returns the factory and the function that closes the pool.
     """
@@ -131,7 +134,7 @@ def default_sandbox_factory(ctx: RunContext, workers: int) -> tuple[SandboxFacto
             return Sandbox(inputs, workspace, config, seconds)
 
         return cold, lambda: None
-    pool = KernelPool(config, size)
+    pool = KernelPool(config, size, demand=episodes)
 
     def pooled(inputs: Path, workspace: Path, seconds: float) -> Any:
         return pool.acquire(inputs, workspace, seconds_per_execution=seconds)
@@ -209,7 +212,7 @@ async def _run(ctx: RunContext, client: Any, attempts: list[Attempt], settings: 
 
     close_pool: Callable[[], None] | None = None
     if sandbox_factory is None and todo:
-        sandbox_factory, close_pool = default_sandbox_factory(ctx, workers)
+        sandbox_factory, close_pool = default_sandbox_factory(ctx, workers, len(todo))
     with (
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dareforge-sandbox") as executor,
         ctx.progress() as progress,

@@ -13,8 +13,10 @@ folders of its own under the pool's `root`: `sN/input` (bound read-only at /task
 
 Each sandbox serves one trajectory and is discarded on `close()`. Background threads keep `size` of them started,
 at most `sandbox.pool_starters` starts at a time, and each pooled kernel imports `sandbox.preload` (pandas,
-numpy) while it waits: a kernel costs about 2 CPU-seconds to boot and import pandas, which otherwise falls in
-the trajectory's first execution.
+numpy) while it waits: a kernel costs about 1 CPU-second to boot and import pandas, which otherwise falls in
+the trajectory's first execution. A caller that knows how many sandboxes it will take passes `demand`, and the
+pool never holds more than are still to be taken: without it, a run of 24 episodes at 4 at once started 28
+kernels, and the last 4 were started, preloaded and waited for by `close()` for nobody.
 """
 
 from __future__ import annotations
@@ -56,9 +58,12 @@ class KernelPool:
         seconds_per_execution: float = 60.0,
         root: Path | str | None = None,
         start_timeout_s: float = 60.0,
+        demand: int | None = None,
     ):
         self.config = config
         self.size = config.pool_size if size is None else size
+        self.demand = demand
+        """How many times the caller will call `acquire` in all; None: unknown, `size` are kept until closed."""
         self.seconds_per_execution = seconds_per_execution
         self.start_timeout_s = start_timeout_s
         isolation.require(config)  # fail here, not in the background thread
@@ -72,6 +77,9 @@ class KernelPool:
         self._error: BaseException | None = None
         self._serial = 0
         self.hits = self.misses = 0
+        self.started = 0
+        """Kernels the pool has begun to start, used or not."""
+        self._taken = 0
         starters = max(1, min(config.pool_starters, self.size))
         self._threads = [
             threading.Thread(target=self._fill, name=f"kernel-pool-{n}", daemon=True) for n in range(starters)
@@ -88,7 +96,13 @@ class KernelPool:
         """A started sandbox on `inputs` (read-only) and `workspace`; close it when the trajectory ends."""
         inputs, workspace = Path(inputs).resolve(), Path(workspace).resolve()
         seconds = self.seconds_per_execution if seconds_per_execution is None else seconds_per_execution
-        sandbox = self._take() if self._fits(workspace) else None
+        if self._fits(workspace):
+            sandbox = self._take()
+        else:
+            sandbox = None
+            with self._cond:
+                self._taken += 1
+                self._cond.notify_all()
         if sandbox is not None:
             try:
                 self._attach(sandbox, inputs, workspace)
@@ -108,12 +122,12 @@ class KernelPool:
         """Block until `size` sandboxes are started (benchmarks, warm-up); False on timeout."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while len(self._ready) < self.size and not self._closed:
+            while len(self._ready) < self._wanted() and not self._closed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (self._error is not None and not self._starting):
                     return False
                 self._cond.wait(remaining)
-            return len(self._ready) >= self.size
+            return len(self._ready) >= self._wanted()
 
     def close(self) -> None:
         with self._cond:
@@ -155,15 +169,26 @@ class KernelPool:
             return False
         return True
 
+    def _wanted(self) -> int:
+        """Sandboxes to hold ready or starting (under `_cond`): `size`, or fewer when fewer are still to be
+        taken. A call waiting in `_take` is not taken yet, so its sandbox is still wanted."""
+        if self.demand is None:
+            return self.size
+        return max(0, min(self.size, self.demand - self._taken))
+
     def _take(self) -> Sandbox | None:
-        """A ready sandbox; if none, wait for the one being started (it is further along than a cold start)."""
+        """A ready sandbox; if none, wait for the one being started (it is further along than a cold start).
+        Either way the call counts as taken: a cold start serves it."""
         deadline = time.monotonic() + self.start_timeout_s
         with self._cond:
             while not self._ready:
                 if self._closed or not self._starting or time.monotonic() > deadline:
+                    self._taken += 1
+                    self._cond.notify_all()  # `wait_ready` may now have enough
                     return None
                 self._cond.wait(max(0.0, deadline - time.monotonic()))
             sandbox = self._ready.pop(0)
+            self._taken += 1
             self._cond.notify_all()
         if not sandbox.running:  # died while waiting (CPU limit, host OOM killer)
             sandbox.close()
@@ -190,11 +215,12 @@ class KernelPool:
     def _fill_until_closed(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and len(self._ready) + self._starting >= self.size:
+                while not self._closed and len(self._ready) + self._starting >= self._wanted():
                     self._cond.wait()
                 if self._closed:
                     return
                 self._starting += 1
+                self.started += 1
                 self._serial += 1
                 stage = self.root / f"s{self._serial}"
             try:

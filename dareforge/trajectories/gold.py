@@ -518,7 +518,7 @@ def regrade(
     )
     close = None
     if sandbox_factory is None:
-        sandbox_factory, close = default_sandbox_factory(ctx, 1)
+        sandbox_factory, close = default_sandbox_factory(ctx, 1, episodes=1)
     try:
         with TemporaryDirectory(prefix="dareforge-regrade-", dir=temp_root()) as tmp:
             public_dir, answers = files(Path(tmp))
