@@ -24,19 +24,20 @@ from dareforge.agents import (
     parse_reply,
     render_table,
     run_agent,
+    runner,
     stored_trajectories,
     trajectory_id,
 )
 from dareforge.agents.protocol import truncate
-from dareforge.agents.runner import store_task_files
+from dareforge.agents.runner import Attempt, AttemptSettings, Checkpoints, run_attempts, store_task_files
 from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
-from dareforge.errors import ConfigError
+from dareforge.errors import ConfigError, DareforgeError
 from dareforge.llm import ChatResult, LLMClient
 from dareforge.publish.release import build_release
 from dareforge.queries import partition_name
 from dareforge.sandbox import Sandbox, probe
-from dareforge.schema import Task, TaskLimits
+from dareforge.schema import Task, TaskLimits, Trajectory
 from dareforge.store import Store
 from dareforge.trajectories.gold import regrade
 from tests.llm_server import Fault, LLMServer, Reply
@@ -265,6 +266,58 @@ def test_evaluate_grades_stores_and_is_idempotent(built, tasks, scripted):
     for column in ("Class-IF", "Class-MM", "Time-XF", "total", "instruction-non-adherence", "llm-error"):
         assert column in text
     assert "100% · 1.000 (2)" in text and "scripted-model" in text
+
+
+def test_checkpoints_write_a_growing_partition_in_linear_rows_and_at_least_every_minute():
+    n, rows, saves = 10_000, 0, 0
+    plan = Checkpoints(saved_at=0.0)
+    for done in range(1, n + 1):
+        plan.unsaved += 1
+        now = done * 0.001  # ten seconds in all: the share decides, not the clock
+        if plan.due(done, now):
+            rows, saves = rows + done, saves + 1
+            plan.saved(now, now)
+    rows += n if plan.unsaved else 0  # the final save
+    # A save after every attempt would write n(n+1)/2 = 50 million rows.
+    assert rows <= n / plan.share + n and saves < 250
+    slow = Checkpoints(saved_at=0.0, unsaved=1)
+    assert not slow.due(10_000, 59.0) and slow.due(10_000, 60.0)
+    slow.saved(60.0, 64.0)  # that save took 4 s: the next one by time waits 20 times as long
+    slow.unsaved = 1
+    assert not slow.due(10_000, 64.0 + 79.0) and slow.due(10_000, 64.0 + 80.0)
+
+
+def test_a_failed_attempt_leaves_the_finished_ones_stored(built, tasks, scripted, monkeypatch):
+    ctx = make_ctx(built, scripted)
+    if_tasks = by_family(tasks, "Class-IF")
+    scripted.script(
+        conversations(
+            {
+                t.instruction.strip(): [reply(private_file(built, t, "reference.py").read_text()), DONE]
+                for t in if_tasks
+            }
+        )
+    )
+    monkeypatch.setattr(runner.Checkpoints, "due", lambda self, size, now: False)  # the final save only
+    writes, write = [], Store.write_records
+    monkeypatch.setattr(
+        Store, "write_records", lambda self, part, records: writes.append(part) or write(self, part, records)
+    )
+
+    def files_gone(tmp: Path):
+        raise DareforgeError("the task's files are gone")
+
+    # One at a time, in order: both tasks finish before the third attempt fails.
+    attempts = [Attempt(t, 0, store_task_files(ctx.store, t)) for t in if_tasks]
+    attempts.append(Attempt(if_tasks[0], 1, files_gone))
+    client = LLMClient(ctx.config.llm.endpoints[0], None)
+    settings = AttemptSettings("checkpoint-test", workers=1, sandbox_factory=sandboxes)
+    with pytest.raises(DareforgeError, match="files are gone"):
+        run_attempts(ctx, client, attempts, settings)
+    assert writes == ["checkpoint-test"]
+    stored = ctx.store.read_partition(Trajectory, "checkpoint-test")
+    assert sorted(t.task_id for t in stored) == sorted(t.id for t in if_tasks)
+    assert {t.outcome for t in stored} == {"graded"}
 
 
 def test_unknown_or_missing_endpoint_names_the_config_key(built, scripted):
