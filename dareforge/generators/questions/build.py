@@ -8,8 +8,9 @@ judged: a degenerate question is stored as a rejected task with the reason and n
 
 Degenerate: an undefined (NaN) or empty answer or sub-answer; a count of 0 (a guess gets it right); an exact
 0 where the grade is a relative error; an answer that appears in the question or a sub-question (a column
-name, a value, a number stated in the text); and whatever the program's own rule says (a tie for a top-1, a
-p-value at the test's threshold).
+name, a value, a number stated in the text); a check the program computed that is undefined (NaN: the mean
+of a group with no values); and whatever the program's own rule says (a tie for a top-1, a p-value at the
+test's threshold).
 """
 
 from __future__ import annotations
@@ -182,6 +183,10 @@ def _empty(value: Any) -> str | None:
     return None
 
 
+def _defined(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
+
+
 def degenerate(posed: Posed, output: dict[str, Any]) -> str | None:
     """Why the answered question is degenerate, or None; see the module docstring."""
     question, answer = posed.question, output["answer"]
@@ -191,7 +196,12 @@ def degenerate(posed: Posed, output: dict[str, Any]) -> str | None:
         return "a count of 0: a guess of 0 gets it right"
     if question.answer_type == "numeric_approximate" and answer == 0:
         return "an answer of exactly 0: its relative error is undefined"
-    if why := PROGRAMS[question.program].problem(output.get("checks") or {}):
+    checks = output.get("checks") or {}
+    if undefined := sorted(name for name, value in checks.items() if not _defined(value)):
+        # A statistic over a group with no values (a first difference in its base year) is NaN, and arrives
+        # as null: the program's own test cannot compare it, and the question has no sound answer.
+        return f"its checks are undefined (NaN or missing): {', '.join(undefined)}"
+    if why := PROGRAMS[question.program].problem(checks):
         return why
     public = [posed.instruction, *(sub.question for sub, _ in posed.subtasks)]
     if shown := visible(answer, public):
