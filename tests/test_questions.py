@@ -21,6 +21,8 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.exports.reward import reward, reward_spec
 from dareforge.generators.generate import generate
+from dareforge.generators.prepare import load_prepared
+from dareforge.generators.questions import lake as lake_module
 from dareforge.generators.questions.build import (
     CLEANING,
     REFERENCE,
@@ -39,6 +41,7 @@ from dareforge.probes.shortcut import no_data_task
 from dareforge.publish.kramabench import export_kramabench
 from dareforge.publish.release import build_release, load_release
 from dareforge.publish.release_report import write_release_report
+from dareforge.queries import framed_source_ids
 from dareforge.reference_solutions.answers import score_answer
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.runner import ReferenceRunner
@@ -181,6 +184,19 @@ def test_no_private_answer_in_any_public_file_or_instruction(built):
             for f in task.public_files:
                 data = ctx.store.read_bytes(f"tasks/{task.id}/public/{f.name}").decode()
                 assert not re.search(rf"(?<![\d.]){re.escape(shown)}(?!\d)", data), (task.id, f.name, shown)
+
+
+def test_lake_distractors_are_read_only_when_drawn(built, monkeypatch):
+    ctx, _ = built
+    every = framed_source_ids(ctx)
+    eager = [p for s in every if s != every[0] for p in load_prepared(ctx, s)]
+    reads = []
+    monkeypatch.setattr(lake_module, "load_prepared", lambda c, s: reads.append(s) or load_prepared(c, s))
+    pool = lake_module.DistractorPool(ctx, lake_module.DistractorPool.framings(ctx, every), exclude=every[0])
+    assert len(pool) == len(eager) >= 3 and reads == []
+    # The same framings in the same order as reading them all: the draws, and so the tasks, do not change.
+    assert pool[np.int64(2)] == eager[2] and reads == [eager[2].source_id]
+    assert list(pool) == eager
 
 
 def test_generating_again_reuses_every_question_task(built):

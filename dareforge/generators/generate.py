@@ -14,7 +14,7 @@ import time
 from dareforge.context import RunContext
 from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared, prepare_failure
-from dareforge.generators.questions.lake import lake_tasks
+from dareforge.generators.questions.lake import DistractorPool, lake_tasks
 from dareforge.generators.questions.qa import qa_tasks
 from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
 from dareforge.queries import framed_source_ids
@@ -27,7 +27,7 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
     every = framed_source_ids(ctx)
     ids = source_ids if source_ids is not None else every
     # Lake distractors come from the other sources of the whole store, whichever sources this run generates.
-    lake_pool = [p for source_id in every for p in load_prepared(ctx, source_id)]
+    framings = DistractorPool.framings(ctx, every)
     runners = Runners.start(ctx.config.generate.reference_timeout_s)
     try:
         with ctx.progress() as progress:
@@ -35,7 +35,9 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
             for source_id in ids:
                 progress.update(bar, item=source_id)
                 with ctx.source_lock(source_id):
-                    _generate_source(ctx, source_id, runners, report, lake_pool)
+                    _generate_source(
+                        ctx, source_id, runners, report, DistractorPool(ctx, framings, source_id)
+                    )
                 progress.advance(bar)
     finally:
         runners.close()
@@ -44,7 +46,7 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
 
 
 def _generate_source(
-    ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport, lake_pool: list[PreparedSource]
+    ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport, lake_pool: DistractorPool
 ) -> None:
     framings = sorted(load_prepared(ctx, source_id), key=lambda p: p.framing)
     if not framings:
@@ -91,7 +93,7 @@ def build_question_tasks(
     prepared: PreparedSource,
     writer: TaskWriter,
     runners: Runners,
-    lake_pool: list[PreparedSource],
+    lake_pool: DistractorPool,
 ) -> list[Task]:
     sources = ctx.store.read_partition(Source, prepared.source_id)
     title = sources[-1].title if sources else prepared.source_id

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -27,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from dareforge.context import RunContext
-from dareforge.generators.prepare import prepared_file
+from dareforge.generators.prepare import load_prepared, prepared_file
 from dareforge.generators.questions.build import Posed, answer_metric, fill_question
 from dareforge.generators.questions.programs import PROGRAMS, Question, Table
 from dareforge.generators.questions.qa import answer_lines, program_order, seeded
@@ -93,10 +94,36 @@ class LakePlan:
     near_duplicate: tuple[str, str] | None  # (copy's name, the distractor it copies)
 
 
+class DistractorPool(Sequence[PreparedSource]):
+    """The prepared framings of every framed source but one, sorted by source id, each read from the store when
+    drawn as a distractor. Reading them all up front made every generate call (one per source under Airflow)
+    cost O(sources): 0.46 s of a call's 1.9 s at 164 sources, ~6 s at 2,260."""
+
+    def __init__(self, ctx: RunContext, framings: dict[str, int], exclude: str):
+        self._ctx = ctx
+        self._at = [(s, n) for s in sorted(framings) if s != exclude for n in range(framings[s])]
+
+    @staticmethod
+    def framings(ctx: RunContext, source_ids: list[str]) -> dict[str, int]:
+        """Prepared framings per source, for the sources given (one query, not one read per source)."""
+        wanted = set(source_ids)
+        rows = (
+            ctx.store.connect().sql("select source_id, count(*) from prepared group by source_id").fetchall()
+        )
+        return {source_id: count for source_id, count in rows if source_id in wanted}
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __getitem__(self, index):  # type: ignore[override]  # ints only: draws are single indices
+        source_id, n = self._at[index]
+        return load_prepared(self._ctx, source_id)[n]
+
+
 def lake_tasks(
     ctx: RunContext,
     prepared: PreparedSource,
-    others: list[PreparedSource],
+    pool: Sequence[PreparedSource],
     writer: TaskWriter,
     runners: Runners,
     title: str,
@@ -111,7 +138,6 @@ def lake_tasks(
     frame = _typed(text)
     table = Table.of(frame, prepared)
     order = program_order(base, LAKE_EXCLUDED_PROGRAMS)
-    pool = sorted((o for o in others if o.source_id != prepared.source_id), key=lambda o: o.source_id)
     tasks: dict[str, Task] = {}
     accepted = 0
     for attempt in range(cfg.lakes_per_source * cfg.question_attempts):
@@ -155,7 +181,7 @@ def _plan(
     text: pd.DataFrame,
     frame: pd.DataFrame,
     question: Question,
-    pool: list[PreparedSource],
+    pool: Sequence[PreparedSource],
     rng: np.random.Generator,
 ) -> LakePlan:
     stem = slug(prepared.source_id)
