@@ -65,7 +65,7 @@ def main() -> None:
         f"{CONCURRENCY}, {LATENCY_S:g}s per model call; ideal {ideal:.1f}s"
     )
     print(
-        f"  ratio to the concurrency-bound ideal: {ratio:.2f} (target >= {TARGET}) "
+        f"  ratio to the concurrency-bound ideal: {ratio:.3f} (target >= {TARGET}) "
         f"{'OK' if ratio >= TARGET else 'MISSED'}"
     )
     print(cpu_bound_note(busy, attempts, ideal, wall))

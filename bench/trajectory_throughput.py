@@ -117,6 +117,6 @@ def _print(what: str, episodes: int, wall: float, busy: float) -> None:
         f"{CONCURRENCY}, {LATENCY_S:g}s per model call; ideal {ideal:.1f}s"
     )
     print(
-        f"  ratio to the concurrency-bound ideal: {ratio:.2f} (target >= {TARGET}) {'OK' if ratio >= TARGET else 'MISSED'}"
+        f"  ratio to the concurrency-bound ideal: {ratio:.3f} (target >= {TARGET}) {'OK' if ratio >= TARGET else 'MISSED'}"
     )
     print(cpu_bound_note(busy, episodes, ideal, wall))
