@@ -46,9 +46,10 @@ def machine_busy_seconds() -> float:
 
 
 def cpu_bound_note(busy: float, episodes: int, ideal: float, wall: float) -> str:
-    """How far the machine's CPU alone bounds a run of agent episodes. Each episode starts a fresh kernel
-    (bubblewrap, ipykernel, numpy and pandas preloaded: about 1 CPU-second) so that no episode sees another's
-    state; on few cores that CPU, not the model, can bound the run."""
+    """How far the machine's CPU alone bounds a run of agent episodes. Each episode gets a fresh kernel so that
+    no episode sees another's state (a sandbox and a kernel forked from the warm fork server: about 0.1
+    CPU-second; with `sandbox.fork_kernels: false` a fresh interpreter and its imports, about 0.8); on few cores
+    that CPU, not the model, can bound the run."""
     cores = os.cpu_count() or 1
     floor = busy / cores
     best = max(ideal, floor)

@@ -1,7 +1,9 @@
 """Sandbox kernel start-up, cold vs handed out by the pool, and the round trip of a trivial execution.
 
-Baseline and measurement from the same run: a cold start is `Sandbox(...).start()` (bwrap + ipykernel boot until
-it answers kernel_info and iopub is subscribed); a pooled start is `KernelPool.acquire` once the pool has a
+Baseline and measurement from the same run: a kernel started with a fresh interpreter against one forked from the
+warm fork server (`sandbox.fork_kernels`), each until pandas is imported, in wall time and in the machine's CPU.
+A cold start is `Sandbox(...).start()` (bwrap, the kernel forked or booted, until it answers kernel_info and
+iopub is subscribed); a pooled start is `KernelPool.acquire` once the pool has a
 kernel ready (hard-links the task's files in, renames the workspace). The round trip is `execute("1+1")` on a
 warm kernel, from the host's call to the returned `Execution` (workspace scans included).
 """
@@ -13,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.common import machine_busy_seconds
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import KernelPool, Sandbox, probe
 
@@ -28,6 +31,18 @@ def _task(root: Path) -> Path:
     return public
 
 
+def _starts(public: Path, root: Path, config: SandboxConfig, label: str) -> tuple[list[float], float]:
+    """Wall seconds of STARTS cold starts, each until pandas is imported, and the machine's CPU per start."""
+    walls, busy = [], machine_busy_seconds()
+    for i in range(STARTS):
+        started = time.perf_counter()
+        box = Sandbox(public, root / f"{label}{i}", config, 60).start()
+        assert box.execute("import numpy, pandas").error is None
+        walls.append(time.perf_counter() - started)
+        box.close()
+    return walls, (machine_busy_seconds() - busy) / STARTS
+
+
 def main() -> None:
     found = probe()
     config = SandboxConfig(allow_unsandboxed=not found.available)
@@ -35,6 +50,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         public = _task(root)
+        fresh, fresh_cpu = _starts(public, root, config.model_copy(update={"fork_kernels": False}), "fresh")
+        warm_up = Sandbox(public, root / "warm-up", config, 60)
+        warm_up.start().close()  # the fork server starts once per process
+        forked, forked_cpu = _starts(public, root, config, "forked")
         cold = []
         for i in range(STARTS):
             started = time.perf_counter()
@@ -60,6 +79,12 @@ def main() -> None:
     cold_s, pool_s = statistics.median(cold), statistics.median(pooled)
     trip = sorted(trips)
     print(f"sandbox kernel ({mode}), median of {STARTS} starts:")
+    print(
+        f"  start with pandas imported: fresh interpreter {statistics.median(fresh) * 1000:.0f} ms, "
+        f"{fresh_cpu:.2f} CPU-s; forked from the warm server {statistics.median(forked) * 1000:.0f} ms, "
+        f"{forked_cpu:.2f} CPU-s (machine CPU per start; ratio {fresh_cpu / forked_cpu:.1f}x)"
+        + ("" if warm_up.forks else " [not forked here: bubblewrap as root only]")
+    )
     print(
         f"  cold start       {cold_s * 1000:8.1f} ms  (min {min(cold) * 1000:.1f}, max {max(cold) * 1000:.1f})"
     )

@@ -327,6 +327,13 @@ class SandboxConfig(Section):
         False,
         description="Run agent code without isolation when bubblewrap is unavailable (trusted code only).",
     )
+    fork_kernels: bool = Field(
+        True,
+        description=(
+            "Fork each kernel from a warm interpreter that has ipykernel and `preload` imported, into the "
+            "sandbox bubblewrap builds (bubblewrap as root only); false starts a fresh interpreter per kernel."
+        ),
+    )
 
 
 DARE_BENCH_PASS_BARS = {"Class-MM": 0.8, "Reg-MM": 0.7, "TS-XF": 0.6, "TS-CF": 0.3}

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,12 @@ from dareforge.sandbox import (
     SandboxUnavailableError,
     isolation,
     probe,
+    processes,
 )
 from dareforge.sandbox.execution import OutputBudget, cut_end, cut_traceback, strip_ansi
+from dareforge.sandbox.kernel import KERNEL_BOOT
 from dareforge.sandbox.kernel_boot import OutputCap
+from dareforge.sandbox.kernel_forks import KernelForkServer
 
 # No verdict here may depend on the machine's speed (CI is a busy 2-core machine): every limit is far above what
 # the code needs, except SHORT, used only where the code never ends by itself and so cannot finish first.
@@ -39,6 +43,8 @@ GRACE = 60.0
 START = 300.0
 SHORT = 1.0
 CONFIG = SandboxConfig(memory_mb=2048, max_processes=32, max_output_bytes=2000, max_traceback_chars=400)
+IPYKERNEL_ENV = {"CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "GIT_PAGER", "PAGER", "TERM", "PWD"}
+"""Variables ipykernel (and bubblewrap: PWD) set in a kernel besides the sandbox's own environment."""
 ISOLATION = probe()
 needs_bwrap = pytest.mark.skipif(
     not ISOLATION.available,
@@ -59,12 +65,16 @@ def task(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def sandbox(task, tmp_path_factory):
+@pytest.fixture(scope="module", params=[True, False], ids=["forked", "fresh-interpreter"])
+def sandbox(request, task, tmp_path_factory):
+    """Every test of what the code can see and do runs on both kinds of kernel: forked from the warm fork
+    server into the sandbox, and started by bubblewrap with a fresh interpreter."""
     workspace = tmp_path_factory.mktemp("workspace")
+    config = CONFIG.model_copy(update={"fork_kernels": request.param})
     with Sandbox(
-        task / "public", workspace, CONFIG, SECONDS, interrupt_grace_s=GRACE, start_timeout_s=START
+        task / "public", workspace, config, SECONDS, interrupt_grace_s=GRACE, start_timeout_s=START
     ) as box:
+        assert box.forks == (request.param and box.isolated and os.geteuid() == 0)
         yield box
 
 
@@ -175,6 +185,52 @@ def test_private_files_store_and_host_secrets_are_invisible(sandbox, task):
 
 
 @needs_bwrap
+def test_the_kernel_runs_unprivileged_confined_and_alone(sandbox):
+    """What bubblewrap and the launcher set up, a forked kernel must have too: the sandbox's uid, no
+    capabilities, no new privileges, the seccomp filter (no user namespaces), the sandbox's hostname and
+    namespaces, only the kernel's environment, and no descriptor of the host's."""
+    if not sandbox.forks and os.geteuid() != 0:
+        pytest.skip("as a non-root user bubblewrap maps the host's uid; the uid checks below are root's")
+    (
+        run_ok(
+            sandbox,
+            "import ctypes, json, os, socket\n"
+            "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+            "status = {k: v.split() for k, v in status.items()}\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "refused = libc.unshare(0x10000000) != 0 and ctypes.get_errno()\n"
+            "def link(fd):\n"
+            "    try:\n"
+            "        return os.readlink(f'/proc/self/fd/{fd}')\n"
+            "    except OSError:\n"
+            "        return None  # the descriptor of the listing itself, closed by now\n"
+            "fds = {fd: link(fd) for fd in os.listdir('/proc/self/fd')}\n"
+            "own = [len(open(f'/proc/self/{name}').read()) > 0 for name in ('io', 'environ')]\n"
+            "json.dump({'status': status, 'unshare_errno': refused, 'host': socket.gethostname(), 'own': own,\n"
+            "    'env': sorted(os.environ), 'ns': {n: os.readlink(f'/proc/self/ns/{n}') for n in\n"
+            "    ('mnt', 'pid', 'net', 'ipc', 'uts')}, 'fds': fds}, open('facts.json', 'w'))",
+        )
+    )
+    facts = json.loads(sandbox.read_file("facts.json"))
+    status = facts["status"]
+    assert status["Uid"] == [str(sandbox.uid)] * 4 and status["Gid"] == [str(sandbox.uid)] * 4
+    assert status["Groups"] == []
+    # (CapInh may keep bubblewrap's three: with an empty bounding set and no new privileges nothing can use them.)
+    for caps in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[caps][0], 16) == 0, caps
+    assert status["NoNewPrivs"] == ["1"] and status["Seccomp"] == ["2"]
+    assert facts["unshare_errno"] == 1  # EPERM: the filter refuses new user namespaces
+    assert facts["host"] == "sandbox"
+    assert facts["own"] == [True, True]  # its own /proc files are its own (a dumpable process)
+    for name, inside in facts["ns"].items():
+        assert inside != os.readlink(f"/proc/self/ns/{name}"), name
+    assert set(facts["env"]) - set(sandbox._env(isolation.HOME_DIR)) <= IPYKERNEL_ENV
+    # Its descriptors: standard streams, pipes, sockets, /dev/null and its sockets' folder; no host file.
+    paths = [t for t in facts["fds"].values() if t and t.startswith("/") and not t.startswith("/dev/")]
+    assert all(t.startswith(f"{sandbox._runtime}/ipc") for t in paths), facts["fds"]
+
+
+@needs_bwrap
 def test_inputs_are_read_only(sandbox, task):
     before = (task / "public" / "train.csv").read_text()
     for code in (
@@ -239,7 +295,8 @@ def test_fork_bomb_is_contained(sandbox):
     assert result.timed_out and result.status == "execution-limit" and result.restarted
     assert subprocess.run(["true"], check=False).returncode == 0  # the host still forks
     alive = run_ok(sandbox, "import os\nsorted(p for p in os.listdir('/proc') if p.isdigit())").result
-    assert alive == "['1', '2']"  # the sandbox's init and the new kernel: nothing of the bomb is left
+    # The sandbox's init, the placeholder a kernel is forked beside, the new kernel: nothing of the bomb is left.
+    assert alive == ("['1', '2', '3']" if sandbox.forks else "['1', '2']")
 
 
 @needs_bwrap
@@ -298,7 +355,12 @@ def test_the_limit_starts_when_the_kernel_begins_the_code(sandbox):
 @needs_bwrap
 def test_killing_the_parent_or_everything_leaves_the_host_alone(sandbox):
     result = sandbox.execute("import os\nos.kill(os.getppid(), 9)\n'alive'")
-    assert result.error is None or result.error.startswith("PermissionError")
+    if sandbox.forks:
+        # A forked kernel's parent (the fork server) is outside its PID namespace: getppid() is 0, and
+        # kill(0, ...) signals the kernel's own process group.
+        assert result.killed and result.restarted
+    else:
+        assert result.error is None or result.error.startswith("PermissionError")
     result = sandbox.execute("import subprocess\nsubprocess.run('kill -9 -1', shell=True)\n'alive'")
     assert result.killed or result.error is None  # the kernel itself may be among the victims
     result = sandbox.execute("import os\nos.kill(os.getpid(), 9)")
@@ -387,6 +449,45 @@ def test_the_kernel_starts_without_its_debugger_yet_the_code_may_import_it(sandb
     code = "import sys\nsorted(m for m in sys.modules if m.split('.')[0] in ('debugpy', '_pydevd_bundle'))"
     assert run_ok(sandbox, code).result == "[]"
     assert run_ok(sandbox, "import debugpy\ndebugpy.__name__").result == "'debugpy'"
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="kernels are forked only where bubblewrap runs as root")
+def test_a_forked_kernel_comes_from_the_warm_image_and_outlives_its_fork_server(task, tmp_path):
+    """The fork server's kernels have the preload imported before any code ran (a fresh interpreter has
+    not); killing the server leaves running kernels alone, their deaths are still seen, and the next kernel
+    comes from a new server."""
+    preloaded = "import sys\nall(name in sys.modules for name in ('numpy', 'pandas'))"
+    # A preload that cannot be imported costs the kernels that module, not their start.
+    broken = CONFIG.model_copy(update={"preload": ["numpy", "no_such_module_here"]})
+    with Sandbox(task / "public", tmp_path / "broken", broken, SECONDS, start_timeout_s=START) as box:
+        assert box.forks and run_ok(box, "import sys\n'numpy' in sys.modules").result == "True"
+    fresh_config = CONFIG.model_copy(update={"fork_kernels": False})
+    with Sandbox(task / "public", tmp_path / "fresh", fresh_config, SECONDS, start_timeout_s=START) as fresh:
+        assert not fresh.forks and run_ok(fresh, preloaded).result == "False"
+    draw = "import numpy, random\n(numpy.random.randint(1 << 30), random.randrange(1 << 30))"
+    with Sandbox(task / "public", tmp_path / "w1", CONFIG, SECONDS, start_timeout_s=START) as first:
+        assert first.forks and run_ok(first, preloaded).result == "True"
+        first_draw = run_ok(first, draw).result
+        server = KernelForkServer.shared(CONFIG.preload, first._env(isolation.HOME_DIR), KERNEL_BOOT)
+        server._proc.kill()
+        server._proc.wait()
+        assert run_ok(first, "6 * 7").result == "42"
+        with Sandbox(task / "public", tmp_path / "w2", CONFIG, SECONDS, start_timeout_s=START) as second:
+            assert run_ok(second, preloaded).result == "True"
+            # Unseeded draws differ between kernels of one image, as between fresh interpreters.
+            assert run_ok(second, draw).result != first_draw
+            assert (
+                KernelForkServer.shared(CONFIG.preload, second._env(isolation.HOME_DIR), KERNEL_BOOT)
+                is not server
+            )
+        os.kill(first._kernel_pid, signal.SIGKILL)
+        deadline = time.monotonic() + START
+        while not processes.gone(first._kernel_pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        result = first.execute("1")
+        assert result.restarted and result.error is None  # seen dead before the call, started afresh
+        assert run_ok(first, "2 + 2").result == "4"
 
 
 @needs_bwrap

@@ -45,6 +45,7 @@ from dareforge.sandbox.execution import (
     strip_ansi,
     tail_bytes,
 )
+from dareforge.sandbox.kernel_forks import NAMESPACES, ForkedKernel, KernelForkServer
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ UID_RANGE = (1_000_000, 2_000_000)
 KERNEL_ARGS = ("--HistoryManager.hist_file=:memory:", "--IPKernelApp.quiet=True")
 KERNEL_BOOT = (Path(__file__).parent / "kernel_boot.py").read_text()
 """The kernel's main program (run with `python -c`: the sandbox cannot import dareforge): it caps output."""
+PLACEHOLDER = shutil.which("sleep", path="/usr/bin:/bin") or "/usr/bin/sleep"
+"""What bubblewrap runs when the kernel is forked into the sandbox instead: it keeps the sandbox up."""
 LOG_TAIL = 2000
 LOG_WAIT_S = 2.0
 STOP_TIMEOUT_S = 10.0
@@ -106,6 +109,10 @@ class Sandbox:
         self._log: processes.LogTail | None = None
         self._reaper_pid: int | None = None
         self._kernel_pid: int | None = None
+        self._forked: ForkedKernel | None = None
+        self._placeholder_pid: int | None = None
+        self.forks = self.isolated and self.uid is not None and config.fork_kernels
+        """Kernels are forked from the warm fork server into the sandbox bubblewrap builds (`kernel_forks`)."""
         self._launches = 0
         self._cleanup: list[Path] = []
         self._holder: dict[str, Any] = {}
@@ -123,7 +130,7 @@ class Sandbox:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc is not None and self._exit_code() is None
 
     # --- lifecycle ---
 
@@ -342,44 +349,90 @@ class Sandbox:
             "notice": OUTPUT_NOTICE,
             "error_chars": self.config.max_traceback_chars,
         }
-        kernel = [sys.executable, "-c", KERNEL_BOOT, json.dumps(boot), "-f", str(conn), *KERNEL_ARGS]
+        kernel_args = [json.dumps(boot), "-f", str(conn), *KERNEL_ARGS]
+        kernel = [sys.executable, "-c", KERNEL_BOOT, *kernel_args]
         launcher = [sys.executable, "-I", "-S", "-c", isolation.LAUNCHER, json.dumps(spec)]
+        # Forked kernels: bubblewrap builds the sandbox around a placeholder that sleeps until the sandbox ends.
+        first = [PLACEHOLDER, "infinity"] if self.forks else kernel
         self._log = processes.LogTail(LOG_TAIL)
         fds: list[int] = []
         info_r = None
-        try:
-            if self.isolated:
-                prefix, info_r, fds = self._bwrap_prefix(ipc)
-                argv, cwd, group = [*prefix, *launcher, *kernel], "/", False
-            else:
-                argv, cwd, group = [*launcher, *kernel], str(self.workspace), True
-            self._proc = processes.Spawner.popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log.write_fd,
-                stderr=self._log.write_fd,
-                cwd=cwd,
-                env=self._env(home),
-                pass_fds=fds,
-                start_new_session=group,
-                close_fds=True,
-            )
-        finally:
-            self._log.close_writer()
-            for fd in fds:
-                os.close(fd)
-        self._holder.update(proc=self._proc, group=group)
         deadline = time.monotonic() + self.start_timeout_s
         try:
+            try:
+                if self.isolated:
+                    prefix, info_r, fds = self._bwrap_prefix(ipc)
+                    argv, cwd, group = [*prefix, *launcher, *first], "/", False
+                else:
+                    argv, cwd, group = [*launcher, *kernel], str(self.workspace), True
+                self._proc = processes.Spawner.popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self._log.write_fd,
+                    stderr=self._log.write_fd,
+                    cwd=cwd,
+                    env=self._env(home),
+                    pass_fds=fds,
+                    start_new_session=group,
+                    close_fds=True,
+                )
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self._holder.update(proc=self._proc, group=group)
             if info_r is not None:
                 self._reaper_pid = self._read_info(info_r, deadline)
-            self._connect(ipc, info, deadline)
+            if self.forks:
+                self._fork_kernel(spec, kernel_args, deadline, home)
         finally:
+            self._log.close_writer()
             if info_r is not None:
                 os.close(info_r)
-        root = self._reaper_pid if self.isolated else None
-        kids = processes.children(root) if root else []
-        self._kernel_pid = kids[0] if kids else self._proc.pid
+        self._connect(ipc, info, deadline)
+        if self._forked is not None:
+            self._kernel_pid = self._forked.pid
+        else:
+            kids = processes.children(self._reaper_pid) if self.isolated and self._reaper_pid else []
+            self._kernel_pid = kids[0] if kids else self._proc.pid
+
+    def _fork_kernel(self, spec: dict[str, Any], kernel_args: list[str], deadline: float, home: str) -> None:
+        """Once the placeholder runs inside the finished sandbox, have the fork server fork the kernel into it."""
+        assert self._log is not None and self.uid is not None
+        holder = self._placeholder_pid = self._wait_placeholder(deadline)
+        namespaces: dict[str, int] = {}
+        try:
+            for name in NAMESPACES:
+                namespaces[name] = os.open(f"/proc/{holder}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            if processes.children(self._reaper_pid or -1) != [holder]:
+                raise SandboxError(
+                    "the sandbox's placeholder process changed while its namespaces were opened"
+                )
+            program = isolation.seccomp_program()
+            request = {
+                "spec": spec,
+                "seccomp": program.hex() if program is not None else None,
+                "env": self._env(home),
+                "argv": kernel_args,
+            }
+            server = KernelForkServer.shared(self.config.preload, self._env(home), KERNEL_BOOT)
+            self._forked = server.fork(request, self._log.write_fd, namespaces)
+        finally:
+            for fd in namespaces.values():
+                os.close(fd)
+
+    def _wait_placeholder(self, deadline: float) -> int:
+        """The placeholder's pid once it runs as the sandbox's uid with the sandbox's root: bubblewrap has finished
+        the mounts and the launcher its limits, so its namespaces are the sandbox's, complete."""
+        workspace = os.stat(self.workspace)
+        while True:
+            self._check_starting(deadline)
+            kids = processes.children(self._reaper_pid) if self._reaper_pid else []
+            if len(kids) == 1 and processes.uid_of(kids[0]) == self.uid:
+                with contextlib.suppress(OSError):
+                    seen = os.stat(f"/proc/{kids[0]}/root{isolation.WORK_DIR}")
+                    if (seen.st_dev, seen.st_ino) == (workspace.st_dev, workspace.st_ino):
+                        return kids[0]
+            time.sleep(0.002)
 
     def _bwrap_prefix(self, ipc: Path) -> tuple[list[str], int, list[int]]:
         assert self._runtime is not None
@@ -468,8 +521,16 @@ class Sandbox:
         while client.iopub_channel.msg_ready():
             client.get_iopub_msg(timeout=0)
 
+    def _exit_code(self) -> int | None:
+        """The kernel's exit code once it has ended; None while it runs. A forked kernel ends with its sandbox
+        (bwrap's exit), or on its own (its code, reported by the fork server)."""
+        code = self._proc.poll() if self._proc is not None else None
+        if self._forked is not None and self._forked.poll() is not None:
+            return self._forked.returncode
+        return code
+
     def _check_starting(self, deadline: float) -> None:
-        if self._proc.poll() is not None:
+        if self._exit_code() is not None:
             raise SandboxError(f"the kernel died while starting: {self._death_reason()}")
         if time.monotonic() > deadline:
             raise SandboxError(
@@ -499,7 +560,7 @@ class Sandbox:
         poller.register(client.shell_channel.socket, zmq.POLLIN)
         poller.register(client.iopub_channel.socket, zmq.POLLIN)
         while not (state["idle"] and (state["reply"] or until is not None)):
-            if self._proc.poll() is not None:
+            if self._exit_code() is not None:
                 return "died"
             if until is not None:
                 deadline, expired = until, "timeout"
@@ -567,11 +628,16 @@ class Sandbox:
     def _strays(self) -> list[int]:
         """Processes left in the sandbox besides the kernel (a fork bomb, a background job)."""
         if self.isolated and self._reaper_pid is not None:
-            return [p for p in processes.descendants(self._reaper_pid) if p != self._kernel_pid]
+            # A forked kernel's parent is the fork server, outside: what it starts descends from it, and what
+            # it orphans goes to the sandbox's pid 1. The placeholder is not a stray.
+            inside = processes.descendants(self._reaper_pid)
+            if self._forked is not None:
+                inside += processes.descendants(self._forked.pid)
+            return [p for p in inside if p not in (self._kernel_pid, self._placeholder_pid)]
         return processes.descendants(self._proc.pid)
 
     def _death_reason(self, with_log: bool = True) -> str:
-        code = self._proc.poll() if self._proc is not None else None
+        code = self._exit_code()
         if code is None:
             return "the kernel stopped answering"
         signo = -code if code < 0 else code - 128 if code > 128 else 0
@@ -589,7 +655,7 @@ class Sandbox:
     def _log_tail(self) -> str:
         if self._log is None:
             return ""
-        dead = self._proc is not None and self._proc.poll() is not None
+        dead = self._proc is not None and self._exit_code() is not None
         return self._log.text(wait_s=LOG_WAIT_S if dead else 0.0)
 
     def _stop(self) -> None:
@@ -613,4 +679,5 @@ class Sandbox:
                 while not processes.gone(self._reaper_pid) and time.monotonic() < deadline:
                     time.sleep(0.005)
         self._log = None  # its thread ends with the pipe, when the last process in the sandbox is gone
-        self._reaper_pid = self._kernel_pid = None
+        self._reaper_pid = self._kernel_pid = self._placeholder_pid = None
+        self._forked = None

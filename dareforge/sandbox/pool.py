@@ -13,8 +13,9 @@ folders of its own under the pool's `root`: `sN/input` (bound read-only at /task
 
 Each sandbox serves one trajectory and is discarded on `close()`. Background threads keep `size` of them started,
 at most `sandbox.pool_starters` starts at a time, and each pooled kernel imports `sandbox.preload` (pandas,
-numpy) while it waits: a kernel costs about 1 CPU-second to boot and import pandas, which otherwise falls in
-the trajectory's first execution. A caller that knows how many sandboxes it will take passes `demand`, and the
+numpy) while it waits, which otherwise falls in the trajectory's first execution (a no-op for a kernel forked
+from the warm fork server, `kernel_forks`, which has them imported already; a fresh interpreter spends about
+0.45 CPU-seconds on them). A caller that knows how many sandboxes it will take passes `demand`, and the
 pool never holds more than are still to be taken: without it, a run of 24 episodes at 4 at once started 28
 kernels, and the last 4 were started, preloaded and waited for by `close()` for nobody.
 """

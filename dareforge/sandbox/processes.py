@@ -132,6 +132,18 @@ def descendants(pid: int) -> list[int]:
     return [p for p in seen if not gone(p)]
 
 
+def uid_of(pid: int) -> int | None:
+    """The process's real uid, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def gone(pid: int) -> bool:
     """The process has exited (a zombie counts: it runs nothing and holds nothing)."""
     try:
