@@ -2,10 +2,9 @@
 
 Baseline from the same run: the concurrency-bound ideal, C no-data attempts at a time, each costing its model
 calls' latency and nothing else. The ratio (ideal time / measured time) shows what sandboxes, grading and
-bookkeeping cost on top (aim >= 0.9); on a small machine a fresh sandboxed kernel per attempt is most of it,
-as in bench/trajectory_throughput.py. A second figure isolates the probe's own work outside the agent engine:
-building each task's `test_ids.csv`, computing and storing findings, re-running the gate. Every attempt is
-real: a sandboxed kernel runs the model's code.
+bookkeeping cost on top (aim >= 0.9; bench/trajectory_throughput.py shows where it goes). A second figure
+isolates the probe's own work outside the agent engine: building each task's `test_ids.csv`, computing and
+storing findings, re-running the gate. Every attempt is real: a sandboxed kernel runs the model's code.
 """
 
 from __future__ import annotations

@@ -5,16 +5,16 @@ Baseline from the same run: the concurrency-bound ideal, C episodes at a time, e
 latency and nothing else. The ratio (ideal time / measured time) shows what sandboxes, the kernel pool,
 grading and bookkeeping cost on top (aim >= 0.9). Every episode is real: a sandboxed kernel runs the code.
 
-On this 2-core machine the run is CPU-bound before it is model-bound: each episode starts a fresh kernel
-(about 1 CPU-second with numpy and pandas preloaded), so the output also gives the machine's CPU floor and the
+Each episode gets a fresh kernel; on a 2-core machine their CPU can bound the run before the model does (a
+kernel started with a fresh interpreter and pandas cost about 0.8 CPU-seconds, so this run was CPU-bound; one
+forked from the warm fork server costs about 0.1), so the output also gives the machine's CPU floor and the
 ratio to it.
 
-Where the rest goes, per episode: the model calls (their latency, plus waiting for the client's concurrency
-slot and the event loop) and the executions in the kernel, from the trajectories' own timings; the kernel
-hand-out (how long the pool took to hand a ready kernel over: it overlaps the first model call, so only what
-exceeds that call delays the episode), grading and listing the workspace, timed around the engine's calls. A
-pool recycles a kernel after every episode (a fresh kernel: bubblewrap, ipykernel, the preloaded imports), so
-when the machine's cores are busy the hand-out is where the time goes.
+Where the rest goes, per conversation (what the concurrency counts): the model calls (their latency, plus the
+HTTP client, the server and the event loop) and the executions in the kernel, from the trajectories' own
+timings; the kernel hand-out (how long the pool took to hand a ready kernel over: it overlaps the first model
+call, so only what exceeds that call delays the episode). Grading and listing the workspace, timed around the
+engine's calls, come after the conversation and outside its slot: they overlap the next conversations.
 """
 
 from __future__ import annotations
@@ -88,23 +88,27 @@ def _breakdown(trajectories, timers: dict[str, list[float]], wall: float) -> Non
     n = len(trajectories)
     model = sum(s.seconds or 0 for t in trajectories for s in t.steps if s.role == "assistant") / n
     runs = sum(s.seconds or 0 for t in trajectories for s in t.steps if s.role == "execution") / n
-    episode = sum(t.seconds for t in trajectories) / n
-    handout, grading = timers["_hand_out"], timers["check_predictions"]
+    handout, grading = timers["_hand_out"], sum(timers["check_predictions"]) / n
+    listing = sum(timers["list_files"]) / n
+    # A trajectory's seconds run from its conversation's start to the end of its grading.
+    conversation = sum(t.seconds for t in trajectories) / n - grading - listing
     late = sum(max(0.0, h - LATENCY_S) for h in handout) / n  # beyond the first call it overlaps
     print(
-        f"  per episode: {episode:.2f}s = model calls {model:.2f}s (ideal {CALLS_PER_EPISODE * LATENCY_S:.2f}s) + "
-        f"executions {runs:.2f}s + the rest {episode - model - runs:.2f}s: kernel hand-out beyond the first call "
-        f"{late:.2f}s (hand-out mean {sum(handout) / n:.2f}s, max {max(handout):.2f}s), grading "
-        f"{sum(grading) / n:.2f}s, listing files {sum(timers['list_files']) / n:.2f}s"
+        f"  per conversation: {conversation:.2f}s = model calls {model:.2f}s (ideal "
+        f"{CALLS_PER_EPISODE * LATENCY_S:.2f}s) + executions {runs:.2f}s + the rest {conversation - model - runs:.2f}s"
+        f": kernel hand-out beyond the first call {late:.2f}s (hand-out mean {sum(handout) / n:.2f}s, max "
+        f"{max(handout):.2f}s); then, outside the conversation's slot, grading {grading:.2f}s and listing files "
+        f"{listing:.2f}s"
     )
-    # The episodes run in waves of CONCURRENCY: what the waves do not explain is the run's fixed part (the pool
-    # starting its first kernels while the first calls wait, the last wave's stragglers).
+    # The conversations run in waves of CONCURRENCY: what the waves do not explain is the run's fixed part (the
+    # pool starting its first kernels while the first calls wait, the last wave's grading and stragglers).
     waves = math.ceil(n / CONCURRENCY)
     ideal_episode = CALLS_PER_EPISODE * LATENCY_S
     print(
-        f"  per-episode ratio {ideal_episode / episode:.2f} (ideal {ideal_episode:.2f}s / {episode:.2f}s); "
-        f"{waves} waves of {CONCURRENCY} explain {waves * episode:.1f}s of the {wall:.1f}s, the run's fixed part "
-        f"(first kernels, last stragglers) is {wall - waves * episode:.1f}s"
+        f"  per-conversation ratio {ideal_episode / conversation:.2f} (ideal {ideal_episode:.2f}s / "
+        f"{conversation:.2f}s); {waves} waves of {CONCURRENCY} explain {waves * conversation:.1f}s of the "
+        f"{wall:.1f}s, the run's fixed part (first kernels, the last grading, stragglers) is "
+        f"{wall - waves * conversation:.1f}s"
     )
 
 

@@ -11,6 +11,7 @@ import asyncio
 import json
 import re
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,6 +29,7 @@ from dareforge.agents import (
     stored_trajectories,
     trajectory_id,
 )
+from dareforge.agents import loop as loop_module
 from dareforge.agents.protocol import truncate
 from dareforge.agents.runner import Attempt, AttemptSettings, Checkpoints, run_attempts, store_task_files
 from dareforge.config import Config, EndpointConfig, SandboxConfig
@@ -304,10 +306,24 @@ def test_a_failed_attempt_leaves_the_finished_ones_stored(built, tasks, scripted
         Store, "write_records", lambda self, part, records: writes.append(part) or write(self, part, records)
     )
 
+    finished, play_one = [], runner.run_agent
+
+    async def recorded(*args, **kwargs):
+        trajectory = await play_one(*args, **kwargs)
+        finished.append(trajectory.id)  # stored in the same step of the event loop, before anything else runs
+        return trajectory
+
+    monkeypatch.setattr(runner, "run_agent", recorded)
+
     def files_gone(tmp: Path):
+        # Files are copied in ahead of the conversation: this one waits (not past a far deadline) until the
+        # two before it finished, then fails.
+        deadline = time.monotonic() + 120
+        while len(finished) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise DareforgeError("the task's files are gone")
 
-    # One at a time, in order: both tasks finish before the third attempt fails.
+    # One conversation at a time: both tasks finish before the third attempt fails.
     attempts = [Attempt(t, 0, store_task_files(ctx.store, t)) for t in if_tasks]
     attempts.append(Attempt(if_tasks[0], 1, files_gone))
     client = LLMClient(ctx.config.llm.endpoints[0], None)
@@ -318,6 +334,41 @@ def test_a_failed_attempt_leaves_the_finished_ones_stored(built, tasks, scripted
     stored = ctx.store.read_partition(Trajectory, "checkpoint-test")
     assert sorted(t.task_id for t in stored) == sorted(t.id for t in if_tasks)
     assert {t.outcome for t in stored} == {"graded"}
+
+
+def test_grading_runs_outside_the_conversation_slot(built, tasks, scripted, monkeypatch):
+    """With one conversation at a time, the second attempt's first model call comes while the first attempt is
+    still being graded: grading holds no slot. (Held, the second call could not come and the wait would end
+    at its far deadline.)"""
+    ctx = make_ctx(built, scripted)
+    if_tasks = by_family(tasks, "Class-IF")[:2]
+    scripted.script(
+        conversations(
+            {
+                t.instruction.strip(): [reply(private_file(built, t, "reference.py").read_text()), DONE]
+                for t in if_tasks
+            }
+        )
+    )
+    grade, seen = loop_module.check_predictions, []
+
+    def grade_once_the_next_conversation_began(task, workspace, answers):
+        if not seen:
+            deadline = time.monotonic() + 120
+            while len(scripted.requests) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen.append(len(scripted.requests))
+        return grade(task, workspace, answers)
+
+    monkeypatch.setattr(loop_module, "check_predictions", grade_once_the_next_conversation_began)
+    attempts = [Attempt(t, 0, store_task_files(ctx.store, t)) for t in if_tasks]
+    client = LLMClient(ctx.config.llm.endpoints[0], None)
+    played = run_attempts(
+        ctx, client, attempts, AttemptSettings("slot-test", workers=1, sandbox_factory=sandboxes)
+    )
+    assert seen == [3]
+    assert [t.outcome for t in played.trajectories] == ["graded", "graded"]
+    assert all(t.passed for t in played.trajectories)
 
 
 def test_unknown_or_missing_endpoint_names_the_config_key(built, scripted):

@@ -117,6 +117,7 @@ async def run_agent(
     max_tokens: int | None = None,
     executor: Executor | None = None,
     kind: str = "",
+    conversation: contextlib.AbstractAsyncContextManager[Any] | None = None,
 ) -> Trajectory:
     """Play one episode of `task` and grade it (when `answers`, a host path to the private answers, is given).
 
@@ -124,12 +125,14 @@ async def run_agent(
     read-only. `workspace` (default: a temporary folder, removed afterwards) is the kernel's writable working
     directory. Blocking sandbox calls run in `executor` (default: asyncio's). `kind` tells ways of playing the same
     task apart in the trajectory id (see `dareforge.agents.runner`). Without `answers` nothing is
-    scored: valid-looking predictions give outcome `graded` with no score.
+    scored: valid-looking predictions give outcome `graded` with no score. `conversation` (a caller's
+    concurrency slot) is held only while the model and the sandbox are in use: copying the files in, listing
+    the workspace and grading run outside it, so they overlap other episodes' model calls instead of delaying
+    the next episode. The trajectory's `seconds` count from when the conversation begins.
     """
     endpoint = getattr(client.endpoint, "name", str(client.endpoint))
     model = getattr(client.endpoint, "model", "")
     protocol = protocol_for(endpoint_protocol(client.endpoint))
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dareforge-agent-", dir=temp_root()) as tmp:
         root = Path(tmp)
         inputs = root / "inputs"
@@ -139,9 +142,20 @@ async def run_agent(
             (inputs / f.name).chmod(0o444)
         work = workspace if workspace is not None else root / "workspace"
         work.mkdir(parents=True, exist_ok=True)
-        episode = await play(
-            task, inputs, work, client, sandbox_factory, temperature, sample, max_tokens, executor, protocol
-        )
+        async with conversation or contextlib.nullcontext():
+            started = time.monotonic()
+            episode = await play(
+                task,
+                inputs,
+                work,
+                client,
+                sandbox_factory,
+                temperature,
+                sample,
+                max_tokens,
+                executor,
+                protocol,
+            )
         # Off the event loop: hashing files and grading would stall every other episode's replies meanwhile.
         loop = asyncio.get_running_loop()
         public = {f.name for f in task.public_files}

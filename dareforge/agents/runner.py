@@ -217,7 +217,10 @@ async def _run(ctx: RunContext, client: Any, attempts: list[Attempt], settings: 
         if old is None or (settings.rerun_llm_errors and old.outcome == "llm-error"):
             todo.append(attempt)
     write_lock = asyncio.Lock()
-    limit = asyncio.Semaphore(workers)
+    # `workers` conversations at once (model calls and sandboxes); each attempt's files are copied in and its
+    # result graded outside its conversation, for at most as many attempts again (bounded temporary files).
+    conversations = asyncio.Semaphore(workers)
+    admitted = asyncio.Semaphore(2 * workers)
     checkpoints = Checkpoints(saved_at=time.monotonic())
     writes: list[asyncio.Future] = []
 
@@ -232,7 +235,7 @@ async def _run(ctx: RunContext, client: Any, attempts: list[Attempt], settings: 
         checkpoints.saved(started, time.monotonic())
 
     async def one(attempt: Attempt, executor: ThreadPoolExecutor, progress: Any, bar: Any) -> None:
-        async with limit:
+        async with admitted:
             with tempfile.TemporaryDirectory(prefix="dareforge-attempt-", dir=temp_root()) as tmp:
                 public_dir, answers = await asyncio.to_thread(attempt.materialize, Path(tmp))
                 trajectory = await run_agent(
@@ -247,6 +250,7 @@ async def _run(ctx: RunContext, client: Any, attempts: list[Attempt], settings: 
                     max_tokens=settings.max_tokens,
                     executor=executor,
                     kind=attempt.kind,
+                    conversation=conversations,
                 )
         async with write_lock:
             stored[trajectory.id] = trajectory
@@ -259,7 +263,7 @@ async def _run(ctx: RunContext, client: Any, attempts: list[Attempt], settings: 
     if sandbox_factory is None and todo:
         sandbox_factory, close_pool = default_sandbox_factory(ctx, workers, len(todo))
     with (
-        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dareforge-sandbox") as executor,
+        ThreadPoolExecutor(max_workers=2 * workers, thread_name_prefix="dareforge-sandbox") as executor,
         ctx.progress() as progress,
     ):
         bar = progress.add_task(f"{settings.label} {endpoint}", total=len(todo), item="")
