@@ -74,6 +74,15 @@ def test_bad_submission_scores_zero_with_specific_error(tmp_path, case):
         assert fragment in result.error
 
 
+def test_key_examples_are_the_smallest_missing_and_unexpected_keys(tmp_path):
+    """Whatever the rows' order, the message names the same examples: the smallest key, column by column."""
+    answers = write(tmp_path, "answers.csv", "g,id,y\nb,2,1\na,9,0\nb,1,1\na,3,0\n")
+    submission = write(tmp_path, "submission.csv", "g,id,y\nc,5,1\na,3,0\nb,0,1\nc,4,1\n")
+    result = grade(spec(keys=("g", "id")), submission, answers)
+    assert "3 expected key(s) are missing, e.g. g='a', id='9'" in result.error
+    assert "3 unexpected key(s) not in the test set, e.g. g='b', id='0'" in result.error
+
+
 def test_keys_with_leading_zeros_dropped_are_reported_not_joined(tmp_path):
     answers = write(tmp_path, "answers.csv", ANSWERS)
     submission = write(tmp_path, "submission.csv", "id,y\n7,1\n8,0\n9,1\n")

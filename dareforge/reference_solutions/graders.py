@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import is_scalar
 
 from dareforge.reference_solutions.answers import grade_answer
 from dareforge.reference_solutions.metrics import (
@@ -111,15 +112,25 @@ def _read_table(source: Path | str | pd.DataFrame, what: str = "table") -> pd.Da
 
 
 def _text_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    # Cell by cell in Python: a CSV read as text is all str already, and per-column pandas steps cost more
+    # than the cells on the tables graded here (a grade is on every agent episode's path).
     columns = {}
     for i in range(frame.shape[1]):
-        values = pd.Series(frame.iloc[:, i].to_numpy(dtype=object), dtype=object)
-        missing = values.isna()  # None, NaN, pd.NA, NaT
-        text = values.where(~missing, "").map(str).str.strip()
-        columns[i] = text.to_numpy(dtype=object)
+        values = frame.iloc[:, i].to_numpy(dtype=object)
+        text = np.empty(len(values), dtype=object)
+        text[:] = [v.strip() if type(v) is str else _cell_text(v) for v in values]
+        columns[i] = text
     out = pd.DataFrame(columns, index=pd.RangeIndex(len(frame)), dtype=object)
     out.columns = [str(c).strip() for c in frame.columns]
     return out
+
+
+def _cell_text(value: object) -> str:
+    if isinstance(value, str):
+        return value.strip()
+    if is_scalar(value) and pd.isna(value):  # None, NaN, pd.NA, NaT
+        return ""
+    return str(value).strip()
 
 
 # --- checks --------------------------------------------------------------------------------------------
@@ -204,12 +215,18 @@ def _match_integer_keys(table: pd.DataFrame, integer_keys: list[str]) -> pd.Data
     return table
 
 
+def _key_tuples(table: pd.DataFrame, keys: list[str]) -> list[tuple[str, ...]]:
+    return list(zip(*(table[k].tolist() for k in keys), strict=True))
+
+
 def _check_keys(truth: pd.DataFrame, table: pd.DataFrame, keys: list[str], integer_keys: list[str]) -> None:
-    both = truth[keys].merge(table[keys], on=keys, how="outer", indicator="__side__")
-    missing = both.loc[both["__side__"] == "left_only", keys]
-    extra = both.loc[both["__side__"] == "right_only", keys]
-    if missing.empty and extra.empty:
+    # Both sides hold each key once (checked before), so sets compare them; examples are the smallest, as
+    # an outer merge (which sorts its keys) would list them first.
+    expected, given = set(_key_tuples(truth, keys)), set(_key_tuples(table, keys))
+    if expected == given:
         return
+    missing = pd.DataFrame(sorted(expected - given), columns=keys, dtype=object)
+    extra = pd.DataFrame(sorted(given - expected), columns=keys, dtype=object)
     parts = []
     if len(table) != len(truth):
         parts.append(f"submission has {len(table)} rows but {len(truth)} were expected (one per test row)")
@@ -312,11 +329,12 @@ def _score(metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.Da
 
     true_names = {c: f"__true{i}" for i, c in enumerate(targets)}
     pred_names = {c: f"__pred{i}" for i, c in enumerate(targets)}
-    aligned = (
-        truth[keys + targets]
-        .rename(columns=true_names)
-        .merge(table[keys + targets].rename(columns=pred_names), on=keys, how="left", validate="one_to_one")
-    )
+    # The submission's rows in the answers' order (the same keys, each once: checked above).
+    row_of = {key: row for row, key in enumerate(_key_tuples(table, keys))}
+    order = [row_of[key] for key in _key_tuples(truth, keys)]
+    aligned = truth[keys + targets].rename(columns=true_names)
+    for column in targets:
+        aligned[pred_names[column]] = table[column].to_numpy(dtype=object)[order]
     scores = []
     for column in targets:
         y_true = _target_values(aligned[true_names[column]], aligned, keys, column, scorer, "answers")
