@@ -315,6 +315,15 @@ class SandboxConfig(Section):
     memory_mb: int = 4096
     cpu_seconds: int = 600
     max_processes: int = 64
+    nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description=(
+            "CPU priority of agent code (0-19, higher yields more): on a busy machine the engine that talks "
+            "to models and grades runs first, and agent code cannot stall it."
+        ),
+    )
     max_output_bytes: int = 100_000
     max_traceback_chars: int = 4000
     pool_size: int = Field(2, description="Kernels started ahead of time.")

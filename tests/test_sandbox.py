@@ -188,7 +188,7 @@ def test_private_files_store_and_host_secrets_are_invisible(sandbox, task):
 def test_the_kernel_runs_unprivileged_confined_and_alone(sandbox):
     """What bubblewrap and the launcher set up, a forked kernel must have too: the sandbox's uid, no
     capabilities, no new privileges, the seccomp filter (no user namespaces), the sandbox's hostname and
-    namespaces, only the kernel's environment, and no descriptor of the host's."""
+    namespaces, the lower CPU priority, only the kernel's environment, and no descriptor of the host's."""
     if not sandbox.forks and os.geteuid() != 0:
         pytest.skip("as a non-root user bubblewrap maps the host's uid; the uid checks below are root's")
     (
@@ -206,7 +206,9 @@ def test_the_kernel_runs_unprivileged_confined_and_alone(sandbox):
             "        return None  # the descriptor of the listing itself, closed by now\n"
             "fds = {fd: link(fd) for fd in os.listdir('/proc/self/fd')}\n"
             "own = [len(open(f'/proc/self/{name}').read()) > 0 for name in ('io', 'environ')]\n"
+            "nice = os.getpriority(os.PRIO_PROCESS, 0)\n"
             "json.dump({'status': status, 'unshare_errno': refused, 'host': socket.gethostname(), 'own': own,\n"
+            "    'nice': nice,\n"
             "    'env': sorted(os.environ), 'ns': {n: os.readlink(f'/proc/self/ns/{n}') for n in\n"
             "    ('mnt', 'pid', 'net', 'ipc', 'uts')}, 'fds': fds}, open('facts.json', 'w'))",
         )
@@ -221,6 +223,7 @@ def test_the_kernel_runs_unprivileged_confined_and_alone(sandbox):
     assert status["NoNewPrivs"] == ["1"] and status["Seccomp"] == ["2"]
     assert facts["unshare_errno"] == 1  # EPERM: the filter refuses new user namespaces
     assert facts["host"] == "sandbox"
+    assert facts["nice"] == CONFIG.nice > 0  # agent code yields the CPU to the engine
     assert facts["own"] == [True, True]  # its own /proc files are its own (a dumpable process)
     for name, inside in facts["ns"].items():
         assert inside != os.readlink(f"/proc/self/ns/{name}"), name
@@ -469,7 +472,9 @@ def test_a_forked_kernel_comes_from_the_warm_image_and_outlives_its_fork_server(
     with Sandbox(task / "public", tmp_path / "w1", CONFIG, SECONDS, start_timeout_s=START) as first:
         assert first.forks and run_ok(first, preloaded).result == "True"
         first_draw = run_ok(first, draw).result
-        server = KernelForkServer.shared(CONFIG.preload, first._env(isolation.HOME_DIR), KERNEL_BOOT)
+        server = KernelForkServer.shared(
+            CONFIG.preload, first._env(isolation.HOME_DIR), KERNEL_BOOT, CONFIG.nice
+        )
         server._proc.kill()
         server._proc.wait()
         assert run_ok(first, "6 * 7").result == "42"
@@ -478,7 +483,9 @@ def test_a_forked_kernel_comes_from_the_warm_image_and_outlives_its_fork_server(
             # Unseeded draws differ between kernels of one image, as between fresh interpreters.
             assert run_ok(second, draw).result != first_draw
             assert (
-                KernelForkServer.shared(CONFIG.preload, second._env(isolation.HOME_DIR), KERNEL_BOOT)
+                KernelForkServer.shared(
+                    CONFIG.preload, second._env(isolation.HOME_DIR), KERNEL_BOOT, CONFIG.nice
+                )
                 is not server
             )
         os.kill(first._kernel_pid, signal.SIGKILL)

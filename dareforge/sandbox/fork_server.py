@@ -1,6 +1,6 @@
 """The kernel fork server's main program: a clean interpreter with ipykernel and the preloaded modules imported
 once, that forks a kernel into a sandbox bubblewrap has already built. Run on the host as
-`python -c <this file's source> SOCKET_FD PRELOAD_JSON KERNEL_BOOT_SOURCE` (standard library only, like
+`python -c <this file's source> SOCKET_FD PRELOAD_JSON KERNEL_BOOT_SOURCE NICE` (standard library only, like
 `kernel_boot`, so nothing of dareforge is in the image a kernel inherits).
 
 Why: a kernel costs about 0.75 CPU-seconds to start with a fresh interpreter (ipykernel 0.3, numpy and pandas
@@ -77,6 +77,7 @@ def confine(spec: dict, seccomp: bytes | None, log_fd: int) -> None:
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    os.setpriority(os.PRIO_PROCESS, 0, spec["nice"])
     for name, soft, hard in spec["rlimits"]:
         resource.setrlimit(getattr(resource, name), (soft, hard))
     uid = spec["uid"]
@@ -217,6 +218,7 @@ def main() -> None:
     _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
     sock = socket.socket(fileno=int(sys.argv[1]))
     preload, source = json.loads(sys.argv[2]), sys.argv[3]
+    os.setpriority(os.PRIO_PROCESS, 0, int(sys.argv[4]))
     boot = types.ModuleType("dareforge_kernel_boot")
     sys.modules[boot.__name__] = boot
     exec(compile(source, "<kernel_boot>", "exec"), boot.__dict__)

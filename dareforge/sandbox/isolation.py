@@ -48,6 +48,7 @@ PROBE_TIMEOUT_S = 15
 LAUNCHER = r"""
 import json, os, resource, sys
 spec = json.loads(sys.argv[1])
+os.setpriority(os.PRIO_PROCESS, 0, spec["nice"])
 for name, soft, hard in spec["rlimits"]:
     resource.setrlimit(getattr(resource, name), (soft, hard))
 uid = spec["uid"]

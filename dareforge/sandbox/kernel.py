@@ -338,6 +338,7 @@ class Sandbox:
             (self._runtime / "tmp").mkdir(exist_ok=True)
         spec = {
             "rlimits": isolation.rlimits(self.config),
+            "nice": self.config.nice,
             "uid": self.uid,
             "mkdirs": [home],
             "cwd": self.work_path,
@@ -414,7 +415,9 @@ class Sandbox:
                 "env": self._env(home),
                 "argv": kernel_args,
             }
-            server = KernelForkServer.shared(self.config.preload, self._env(home), KERNEL_BOOT)
+            server = KernelForkServer.shared(
+                self.config.preload, self._env(home), KERNEL_BOOT, self.config.nice
+            )
             self._forked = server.fork(request, self._log.write_fd, namespaces)
         finally:
             for fd in namespaces.values():

@@ -54,20 +54,28 @@ class KernelForkServer:
     _servers: ClassVar[dict[tuple[str, ...], KernelForkServer]] = {}
 
     @classmethod
-    def shared(cls, preload: list[str], env: dict[str, str], kernel_boot: str) -> KernelForkServer:
-        key = (json.dumps(preload), json.dumps(env, sort_keys=True))
+    def shared(cls, preload: list[str], env: dict[str, str], kernel_boot: str, nice: int) -> KernelForkServer:
+        key = (json.dumps(preload), json.dumps(env, sort_keys=True), str(nice))
         with cls._lock:
             server = cls._servers.get(key)
             if server is None or not server.alive:
-                server = cls._servers[key] = cls(preload, env, kernel_boot)
+                server = cls._servers[key] = cls(preload, env, kernel_boot, nice)
             return server
 
-    def __init__(self, preload: list[str], env: dict[str, str], kernel_boot: str):
+    def __init__(self, preload: list[str], env: dict[str, str], kernel_boot: str, nice: int):
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._log = processes.LogTail(LOG_TAIL)
         try:
             self._proc = processes.Spawner.popen(
-                [sys.executable, "-c", FORK_SERVER, str(theirs.fileno()), json.dumps(preload), kernel_boot],
+                [
+                    sys.executable,
+                    "-c",
+                    FORK_SERVER,
+                    str(theirs.fileno()),
+                    json.dumps(preload),
+                    kernel_boot,
+                    str(nice),  # its start and its forks are background work too: the kernels' priority
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=self._log.write_fd,
                 stderr=self._log.write_fd,
