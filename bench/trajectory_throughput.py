@@ -13,8 +13,9 @@ ratio to it.
 Where the rest goes, per conversation (what the concurrency counts): the model calls (their latency, plus the
 HTTP client, the server and the event loop) and the executions in the kernel, from the trajectories' own
 timings; the kernel hand-out (how long the pool took to hand a ready kernel over: it overlaps the first model
-call, so only what exceeds that call delays the episode). Grading and listing the workspace, timed around the
-engine's calls, come after the conversation and outside its slot: they overlap the next conversations.
+call, so only what exceeds that call delays the episode). Closing the sandbox, grading and listing the
+workspace, timed around the engine's calls, come after the conversation and outside its slot: they overlap
+the next conversations.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from bench.probe_throughput import _timed
 from dareforge.agents import evaluate, loop
 from dareforge.config import EndpointConfig
 from dareforge.publish.release import build_release
+from dareforge.sandbox import Sandbox
 from dareforge.trajectories import synthesize
 from tests.llm_server import LLMServer
 
@@ -64,6 +66,7 @@ def main() -> None:
         build_release(ctx, "bench")
         server.script(_reply)
         timers = {name: _timed(loop, name) for name in ("_hand_out", "check_predictions", "list_files")}
+        timers["close"] = _timed(Sandbox, "close")
         started, busy = time.perf_counter(), machine_busy_seconds()
         report = evaluate(
             ctx,
@@ -89,16 +92,16 @@ def _breakdown(trajectories, timers: dict[str, list[float]], wall: float) -> Non
     model = sum(s.seconds or 0 for t in trajectories for s in t.steps if s.role == "assistant") / n
     runs = sum(s.seconds or 0 for t in trajectories for s in t.steps if s.role == "execution") / n
     handout, grading = timers["_hand_out"], sum(timers["check_predictions"]) / n
-    listing = sum(timers["list_files"]) / n
+    listing, closing = sum(timers["list_files"]) / n, sum(timers["close"]) / n
     # A trajectory's seconds run from its conversation's start to the end of its grading.
-    conversation = sum(t.seconds for t in trajectories) / n - grading - listing
+    conversation = sum(t.seconds for t in trajectories) / n - closing - grading - listing
     late = sum(max(0.0, h - LATENCY_S) for h in handout) / n  # beyond the first call it overlaps
     print(
         f"  per conversation: {conversation:.2f}s = model calls {model:.2f}s (ideal "
         f"{CALLS_PER_EPISODE * LATENCY_S:.2f}s) + executions {runs:.2f}s + the rest {conversation - model - runs:.2f}s"
         f": kernel hand-out beyond the first call {late:.2f}s (hand-out mean {sum(handout) / n:.2f}s, max "
-        f"{max(handout):.2f}s); then, outside the conversation's slot, grading {grading:.2f}s and listing files "
-        f"{listing:.2f}s"
+        f"{max(handout):.2f}s); then, outside the conversation's slot, closing the sandbox {closing:.2f}s, "
+        f"grading {grading:.2f}s and listing files {listing:.2f}s"
     )
     # The conversations run in waves of CONCURRENCY: what the waves do not explain is the run's fixed part (the
     # pool starting its first kernels while the first calls wait, the last wave's grading and stragglers).

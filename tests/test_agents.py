@@ -350,9 +350,16 @@ def test_grading_runs_outside_the_conversation_slot(built, tasks, scripted, monk
             }
         )
     )
-    grade, seen = loop_module.check_predictions, []
+    grade, seen, boxes = loop_module.check_predictions, [], []
+
+    def kept(inputs: Path, workspace: Path, seconds: float) -> Sandbox:
+        boxes.append(sandboxes(inputs, workspace, seconds))
+        return boxes[-1]
 
     def grade_once_the_next_conversation_began(task, workspace, answers):
+        # The episode's own sandbox is closed before its workspace is graded: no agent process can still write.
+        mine = [box for box in boxes if box.workspace == Path(workspace).resolve()]
+        assert len(mine) == 1 and not mine[0].running
         if not seen:
             deadline = time.monotonic() + 120
             while len(scripted.requests) < 3 and time.monotonic() < deadline:
@@ -364,7 +371,7 @@ def test_grading_runs_outside_the_conversation_slot(built, tasks, scripted, monk
     attempts = [Attempt(t, 0, store_task_files(ctx.store, t)) for t in if_tasks]
     client = LLMClient(ctx.config.llm.endpoints[0], None)
     played = run_attempts(
-        ctx, client, attempts, AttemptSettings("slot-test", workers=1, sandbox_factory=sandboxes)
+        ctx, client, attempts, AttemptSettings("slot-test", workers=1, sandbox_factory=kept)
     )
     assert seen == [3]
     assert [t.outcome for t in played.trajectories] == ["graded", "graded"]

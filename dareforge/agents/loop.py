@@ -126,9 +126,9 @@ async def run_agent(
     directory. Blocking sandbox calls run in `executor` (default: asyncio's). `kind` tells ways of playing the same
     task apart in the trajectory id (see `dareforge.agents.runner`). Without `answers` nothing is
     scored: valid-looking predictions give outcome `graded` with no score. `conversation` (a caller's
-    concurrency slot) is held only while the model and the sandbox are in use: copying the files in, listing
-    the workspace and grading run outside it, so they overlap other episodes' model calls instead of delaying
-    the next episode. The trajectory's `seconds` count from when the conversation begins.
+    concurrency slot) is held only while the model and the sandbox are in use: copying the files in, closing
+    the sandbox, listing the workspace and grading run outside it, so they overlap other episodes' model calls
+    instead of delaying the next episode. The trajectory's `seconds` count from when the conversation begins.
     """
     endpoint = getattr(client.endpoint, "name", str(client.endpoint))
     model = getattr(client.endpoint, "model", "")
@@ -142,7 +142,9 @@ async def run_agent(
             (inputs / f.name).chmod(0o444)
         work = workspace if workspace is not None else root / "workspace"
         work.mkdir(parents=True, exist_ok=True)
-        async with conversation or contextlib.nullcontext():
+        # The sandbox closes on leaving `closing`: after the conversation's slot, before anything reads the
+        # workspace (no agent process is left to write into it while it is listed and graded).
+        async with contextlib.AsyncExitStack() as closing, conversation or contextlib.nullcontext():
             started = time.monotonic()
             episode = await play(
                 task,
@@ -155,6 +157,7 @@ async def run_agent(
                 max_tokens,
                 executor,
                 protocol,
+                closing,
             )
         # Off the event loop: hashing files and grading would stall every other episode's replies meanwhile.
         loop = asyncio.get_running_loop()
@@ -200,8 +203,10 @@ async def play(
     max_tokens: int | None,
     executor: Executor | None,
     protocol: AgentProtocol | None = None,
+    closing: contextlib.AsyncExitStack | None = None,
 ) -> Episode:
-    """The conversation itself; the sandbox is handed out at once and started at the first code action."""
+    """The conversation itself; the sandbox is handed out at once and started at the first code action. It is
+    closed on the way out, or, given `closing`, when that stack unwinds."""
     protocol = protocol or protocol_for("tags")
     loop = asyncio.get_running_loop()
     episode = Episode()
@@ -313,7 +318,9 @@ async def play(
                 sandbox = await handing_out
             except Exception:
                 sandbox = None
-        if sandbox is not None:
+        if sandbox is not None and closing is not None:
+            closing.push_async_callback(loop.run_in_executor, executor, sandbox.close)
+        elif sandbox is not None:
             await loop.run_in_executor(executor, sandbox.close)
 
 
