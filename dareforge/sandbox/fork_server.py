@@ -1,7 +1,7 @@
 """The kernel fork server's main program: a clean interpreter with ipykernel and the preloaded modules imported
 once, that forks a kernel into a sandbox bubblewrap has already built. Run on the host as
-`python -c <this file's source> SOCKET_FD PRELOAD_JSON KERNEL_BOOT_SOURCE NICE` (standard library only, like
-`kernel_boot`, so nothing of dareforge is in the image a kernel inherits).
+`python -c <this file's source> SOCKET_FD PRELOAD_JSON NICE KERNEL_BOOT_SOURCE CONFINEMENT_SOURCE` (standard
+library only, like `kernel_boot` and `confinement`, so nothing of dareforge is in the image a kernel inherits).
 
 Why: a kernel costs about 0.75 CPU-seconds to start with a fresh interpreter (ipykernel 0.3, numpy and pandas
 0.45), and every episode gets a fresh kernel; a fork of this warm image costs a few hundredths. On a 2-core
@@ -14,8 +14,9 @@ the holder's namespace descriptors. For each request the server forks a child th
 inside the sandbox's PID namespace and sees only its filesystem. The kernel repeats what the launcher does
 before it runs anything of the request's: a new session, standard descriptors (the log pipe), every other
 descriptor closed, the resource limits, the capability bounding set emptied, the sandbox's uid, no new
-privileges, the same seccomp filter, the environment, the working folder. The kernel dies with the sandbox (its
-PID namespace ends with bwrap), whatever happens to this server.
+privileges, the same seccomp filter, the environment, the working folder (limits, uid and folders by the
+launcher's own code, `confinement`). The kernel dies with the sandbox (its PID namespace ends with bwrap),
+whatever happens to this server.
 
 Protocol (SOCK_SEQPACKET, JSON): request {"id", "namespaces": [names of the passed descriptors after the
 first], "spec": the launcher's spec, "seccomp": hex of the BPF program or null, "env", "argv"} with descriptors
@@ -29,11 +30,13 @@ import ctypes
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import struct
 import sys
 import types
+from typing import NamedTuple
 
 CLONE_FLAGS = {
     "net": 0x40000000,
@@ -45,7 +48,7 @@ CLONE_FLAGS = {
 }
 JOIN_ORDER = ("net", "ipc", "uts", "cgroup", "pid", "mnt")
 """Mount last: once in the sandbox's filesystem, /proc and the descriptors' paths are the sandbox's."""
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP = 1, 4, 36, 24
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 16
@@ -63,33 +66,38 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
+class Programs(NamedTuple):
+    """The sandbox-side programs a forked kernel runs, loaded from their sources (nothing of dareforge)."""
+
+    kernel_boot: types.ModuleType
+    confinement: types.ModuleType
+
+
+def _module(name: str, source: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # kernel_boot names its output stream class by its module's name
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
 def join_namespaces(fds: dict[str, int]) -> None:
     for name in JOIN_ORDER:
         if name in fds:
             _check(libc.setns(fds[name], CLONE_FLAGS[name]), f"setns {name}")
 
 
-def confine(spec: dict, seccomp: bytes | None, log_fd: int) -> None:
-    """What the launcher does inside bubblewrap, for a process that arrived by setns instead of exec."""
+def confine(confinement: types.ModuleType, spec: dict, seccomp: bytes | None, log_fd: int) -> None:
+    """For a process that arrived by setns instead of exec: what bubblewrap does for its first process (a new
+    session, its descriptors, no new privileges, the seccomp filter), and what the launcher does
+    (`confinement`: limits, the sandbox's uid, its folders)."""
     os.setsid()
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    os.setpriority(os.PRIO_PROCESS, 0, spec["nice"])
-    for name, soft, hard in spec["rlimits"]:
-        resource.setrlimit(getattr(resource, name), (soft, hard))
-    uid = spec["uid"]
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last_cap = int(f.read())
-    for cap in range(last_cap + 1):
-        _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
-        raise OSError("could not drop privileges")
+    confinement.limit(spec)
+    confinement.drop_privileges(spec["uid"])
     # Leaving root made the process non-dumpable (its /proc files root's: /proc/self/io, environ... refused);
     # a fresh kernel is dumpable again after its exec. Nothing of root's is in this memory.
     _check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
@@ -98,9 +106,7 @@ def confine(spec: dict, seccomp: bytes | None, log_fd: int) -> None:
         program = ctypes.create_string_buffer(seccomp, len(seccomp))
         fprog = _SockFprog(len(seccomp) // 8, ctypes.addressof(program))
         _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")
-    for path in spec["mkdirs"]:
-        os.makedirs(path, exist_ok=True)
-    os.chdir(spec["cwd"])
+    confinement.settle(spec)
 
 
 def reseed() -> None:
@@ -111,7 +117,7 @@ def reseed() -> None:
         numpy_random.seed()
 
 
-def run_kernel(boot: types.ModuleType, request: dict, fds: list[int]) -> None:
+def run_kernel(programs: Programs, request: dict, fds: list[int]) -> None:
     """In the grandchild, inside the sandbox: confine, then become the kernel. Never returns."""
     code = 1
     try:
@@ -119,12 +125,13 @@ def run_kernel(boot: types.ModuleType, request: dict, fds: list[int]) -> None:
         # files, and Python writes a byte there on every signal.
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        confine(request["spec"], bytes.fromhex(request["seccomp"]) if request["seccomp"] else None, fds[0])
+        seccomp = bytes.fromhex(request["seccomp"]) if request["seccomp"] else None
+        confine(programs.confinement, request["spec"], seccomp, fds[0])
         reseed()
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = ["-c", *request["argv"]]
-        boot.main()
+        programs.kernel_boot.main()
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -137,7 +144,7 @@ def run_kernel(boot: types.ModuleType, request: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def fork_kernel(boot: types.ModuleType, sock: socket.socket, request: dict, fds: list[int]) -> int:
+def fork_kernel(programs: Programs, sock: socket.socket, request: dict, fds: list[int]) -> int:
     """Fork a child that joins the sandbox and forks the kernel there; the kernel's host pid."""
     names = ["log", *request["namespaces"]]
     if len(names) != len(fds) or not set(request["namespaces"]) <= set(CLONE_FLAGS):
@@ -153,7 +160,7 @@ def fork_kernel(boot: types.ModuleType, sock: socket.socket, request: dict, fds:
             kernel = os.fork()  # the first process this child makes in the sandbox's PID namespace
             if kernel == 0:
                 os.close(report_w)
-                run_kernel(boot, request, fds)
+                run_kernel(programs, request, fds)
             os.write(report_w, struct.pack("=i", kernel))
             status = 0
         except BaseException as exc:
@@ -181,13 +188,11 @@ def reap(sock: socket.socket) -> None:
         sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
-def serve(boot: types.ModuleType, sock: socket.socket) -> None:
+def serve(programs: Programs, sock: socket.socket) -> None:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    import select
-
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [])
         if wake_r in ready:
@@ -201,7 +206,7 @@ def serve(boot: types.ModuleType, sock: socket.socket) -> None:
         request: dict = {}
         try:
             request = json.loads(data)
-            reply = {"id": request.get("id"), "pid": fork_kernel(boot, sock, request, fds)}
+            reply = {"id": request.get("id"), "pid": fork_kernel(programs, sock, request, fds)}
         except Exception as exc:
             reply = {"id": request.get("id"), "error": str(exc) or repr(exc)}
         finally:
@@ -217,11 +222,11 @@ def main() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
     sock = socket.socket(fileno=int(sys.argv[1]))
-    preload, source = json.loads(sys.argv[2]), sys.argv[3]
-    os.setpriority(os.PRIO_PROCESS, 0, int(sys.argv[4]))
-    boot = types.ModuleType("dareforge_kernel_boot")
-    sys.modules[boot.__name__] = boot
-    exec(compile(source, "<kernel_boot>", "exec"), boot.__dict__)
+    preload, nice = json.loads(sys.argv[2]), int(sys.argv[3])
+    os.setpriority(os.PRIO_PROCESS, 0, nice)
+    programs = Programs(
+        _module("dareforge_kernel_boot", sys.argv[4]), _module("dareforge_confinement", sys.argv[5])
+    )
     for name in preload:
         try:
             __import__(name)
@@ -232,7 +237,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # the imported image stays shared with every kernel instead of copied by their first collection
     sock.send(b'{"ready": true}')
-    serve(boot, sock)
+    serve(programs, sock)
 
 
 if __name__ == "__main__":

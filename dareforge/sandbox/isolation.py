@@ -43,33 +43,9 @@ HOME_DIR = "/tmp/home"
 SANDBOX_USER = "agent"
 PROBE_TIMEOUT_S = 15
 
-# Runs inside the sandbox as the first process (`python -I -S -c LAUNCHER SPEC CMD...`): limits, then privileges
-# dropped for good, then exec of the kernel. Kept dependency-free: only the interpreter is there.
-LAUNCHER = r"""
-import json, os, resource, sys
-spec = json.loads(sys.argv[1])
-os.setpriority(os.PRIO_PROCESS, 0, spec["nice"])
-for name, soft, hard in spec["rlimits"]:
-    resource.setrlimit(getattr(resource, name), (soft, hard))
-uid = spec["uid"]
-if uid is not None:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last_cap = int(f.read())
-    for cap in range(last_cap + 1):
-        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-            raise SystemExit(f"sandbox launcher: cannot drop capability {cap} from the bounding set")
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
-        raise SystemExit("sandbox launcher: could not drop privileges")
-for path in spec["mkdirs"]:
-    os.makedirs(path, exist_ok=True)
-os.chdir(spec["cwd"])  # here, not with bwrap --chdir: only the sandbox uid may enter a 0700 workspace
-os.execv(sys.argv[2], sys.argv[2:])
-"""
+LAUNCHER = (Path(__file__).parent / "confinement.py").read_text()
+"""Runs inside the sandbox as the first process (`python -I -S -c LAUNCHER SPEC CMD...`): limits, then privileges
+dropped for good, then exec of the kernel (see `confinement`)."""
 
 # /etc files a Python data-science stack reads; none holds secrets. Missing ones are skipped.
 ETC_FILES = (

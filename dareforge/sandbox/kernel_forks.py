@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from dareforge.sandbox import processes
 from dareforge.sandbox.errors import SandboxError
+from dareforge.sandbox.isolation import LAUNCHER
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,9 @@ class KernelForkServer:
                     FORK_SERVER,
                     str(theirs.fileno()),
                     json.dumps(preload),
-                    kernel_boot,
                     str(nice),  # its start and its forks are background work too: the kernels' priority
+                    kernel_boot,
+                    LAUNCHER,  # the confinement module, run as a program by fresh kernels
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=self._log.write_fd,
