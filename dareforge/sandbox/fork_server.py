@@ -8,8 +8,8 @@ Why: a kernel costs about 0.75 CPU-seconds to start with a fresh interpreter (ip
 machine that CPU, not the model, bounded how many episodes ran per minute.
 
 Isolation is bubblewrap's, not rebuilt here. The host starts the sandbox as before (mounts, namespaces,
-seccomp, the launcher's limits and uid) with a holder process in place of the kernel, then passes this server
-the holder's namespace descriptors. For each request the server forks a child that joins those namespaces
+seccomp, the launcher's limits and uid) with a placeholder process in place of the kernel, then passes this server
+the placeholder's namespace descriptors. For each request the server forks a child that joins those namespaces
 (network, IPC, UTS, cgroup, mount, and the PID namespace for its own child) and forks the kernel, which is then
 inside the sandbox's PID namespace and sees only its filesystem. The kernel repeats what the launcher does
 before it runs anything of the request's: a new session, standard descriptors (the log pipe), every other

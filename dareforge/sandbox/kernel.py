@@ -399,12 +399,12 @@ class Sandbox:
     def _fork_kernel(self, spec: dict[str, Any], kernel_args: list[str], deadline: float, home: str) -> None:
         """Once the placeholder runs inside the finished sandbox, have the fork server fork the kernel into it."""
         assert self._log is not None and self.uid is not None
-        holder = self._placeholder_pid = self._wait_placeholder(deadline)
+        placeholder = self._placeholder_pid = self._wait_placeholder(deadline)
         namespaces: dict[str, int] = {}
         try:
             for name in NAMESPACES:
-                namespaces[name] = os.open(f"/proc/{holder}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
-            if processes.children(self._reaper_pid or -1) != [holder]:
+                namespaces[name] = os.open(f"/proc/{placeholder}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            if processes.children(self._reaper_pid or -1) != [placeholder]:
                 raise SandboxError(
                     "the sandbox's placeholder process changed while its namespaces were opened"
                 )

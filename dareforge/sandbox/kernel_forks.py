@@ -3,7 +3,7 @@ list, started on first use, that forks kernels into sandboxes bubblewrap has bui
 
 A kernel started this way costs a fork and ipykernel's own set-up instead of an interpreter start and the
 imports of ipykernel, numpy and pandas (about 0.75 CPU-seconds a kernel, measured). The sandbox is the same:
-bubblewrap builds it around a holder process, and the forked kernel joins the holder's namespaces and confines
+bubblewrap builds it around a placeholder process, and the forked kernel joins its namespaces and confines
 itself as the launcher would (see `fork_server`).
 """
 
