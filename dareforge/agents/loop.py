@@ -202,12 +202,11 @@ async def play(
     sample: int,
     max_tokens: int | None,
     executor: Executor | None,
-    protocol: AgentProtocol | None = None,
-    closing: contextlib.AsyncExitStack | None = None,
+    protocol: AgentProtocol,
+    closing: contextlib.AsyncExitStack,
 ) -> Episode:
-    """The conversation itself; the sandbox is handed out at once and started at the first code action. It is
-    closed on the way out, or, given `closing`, when that stack unwinds."""
-    protocol = protocol or protocol_for("tags")
+    """The conversation itself; the sandbox is handed out at once and started at the first code action, and
+    closed when `closing` unwinds."""
     loop = asyncio.get_running_loop()
     episode = Episode()
     limits = task.limits
@@ -318,10 +317,8 @@ async def play(
                 sandbox = await handing_out
             except Exception:
                 sandbox = None
-        if sandbox is not None and closing is not None:
+        if sandbox is not None:
             closing.push_async_callback(loop.run_in_executor, executor, sandbox.close)
-        elif sandbox is not None:
-            await loop.run_in_executor(executor, sandbox.close)
 
 
 def _hand_out(factory: SandboxFactory, inputs: Path, workspace: Path, seconds: float) -> Any:
