@@ -189,3 +189,11 @@ def test_a_missing_mirror_path_is_a_listing_error(ctx, tmp_path):
     ctx.config.mirror.paths = [str(tmp_path / "nowhere")]
     report = crawl(ctx)
     assert "is not a folder; fix mirror.paths" in report.listing_errors["mirror"]
+
+
+def test_a_relative_mirror_path_crawls(ctx, mirror, monkeypatch):
+    monkeypatch.chdir(mirror.parent)
+    ctx.config.mirror.paths = [mirror.name]
+    crawl(ctx)
+    comp = _records(ctx)["mirror.mirror-comp"]
+    assert comp.status == SourceStatus.OK and comp.url == (mirror / "mirror-comp").as_uri()

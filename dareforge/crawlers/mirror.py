@@ -34,7 +34,8 @@ class MirrorCrawler:
     name = "mirror"
 
     def __init__(self, roots: list[Path]):
-        self.roots = roots
+        # Absolute: a source's url is a file URI, and `mirror.paths: [../mirror]` is how people write them.
+        self.roots = [root.absolute() for root in roots]
 
     def list_sources(self) -> Iterator[Source]:
         by_id: dict[str, list[tuple[Path, Source]]] = {}
