@@ -62,7 +62,11 @@ def blind_core(tmp: str) -> None:
     agree, typed, with_target, series, series_found, misses = 0, 0, 0, 0, 0, []
     for source_id in ids:
         entry = known[source_id.removeprefix("builtin.")]
-        chosen = [f for f in ctx.store.read_partition(Framing, source_id) if f.status == "chosen"]
+        chosen = [
+            f
+            for f in ctx.store.read_partition(Framing, source_id)
+            if f.status == "chosen" and not f.questions_only
+        ]
         if entry.task_hint == TaskType.TIME_SERIES.value:
             series += 1
             series_found += any(f.task_type == TaskType.TIME_SERIES for f in chosen)

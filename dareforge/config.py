@@ -177,6 +177,15 @@ class UnderstandConfig(Section):
     candidates_checked: int = Field(
         4, description="Best-ranked target candidates per problem type whose data checks are run."
     )
+    max_tabular_framings: int = Field(
+        2,
+        ge=1,
+        description="Tabular targets chosen per source: after the best one, candidates whose evidence scores "
+        "within understand.close_score of it and that pass every check (and are no copy of a chosen one).",
+    )
+    close_score: float = Field(
+        2.0, ge=0, description="How close (in evidence points) a second tabular target must score to the first."
+    )
     min_timestamps: int = Field(
         12, description="Distinct timestamps a series needs (the last 20% are held out chronologically)."
     )

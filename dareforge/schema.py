@@ -197,6 +197,16 @@ class Framing(Record):
     time_column: str | None = Field(None, description="The time column as prepared files name it.")
     time_axis: TimeAxis | None = None
     entity_column: str | None = Field(None, description="Series key of a panel (one series per value).")
+    split: Literal["chronological"] | None = Field(
+        None,
+        description="How prepare must split a tabular framing: chronological when its rows are indexed by time "
+        "(`time_column`), so that no date interpolates the answer; None: the usual random or stratified split.",
+    )
+    questions_only: bool = Field(
+        False,
+        description="No target passed its checks (noise labels, formulas): the table is prepared under the "
+        "best-ranked such target for question tasks (QA, Lake) only, which need no learnable target.",
+    )
     known_columns: list[str] = Field(
         default_factory=list, description="Time series: columns known in the forecast window (XF features)."
     )
@@ -229,6 +239,7 @@ class PreparedSource(Record):
         "",
         description="The framing (see `framings`) this preparation poses; empty in records from before framings.",
     )
+    questions_only: bool = Field(False, description="Question tasks only (see `Framing.questions_only`).")
     excluded_columns: list[str] = Field(
         default_factory=list, description="Columns no feature list may use (the framing's exclusions)."
     )

@@ -212,7 +212,7 @@ def _mirror(root: Path, name: str, files: dict[str, bytes]) -> None:
 def mirror_ctx(tmp_path):
     root = tmp_path / "mirror"
     latin = "name,city,size,price\n" + "".join(
-        f"caf\xe9 {i},M\xfcnchen,{3 * (i % 7)},{i % 7}\n" for i in range(120)
+        f"caf\xe9 {i},M\xfcnchen,{3 * (i % 7) + i % 5},{i % 7}\n" for i in range(120)
     )
     _mirror(root, "latin", {"prices.csv": latin.encode("latin-1")})
     # Columns named like the SQL's own aliases (v, k, m) must not confuse it.

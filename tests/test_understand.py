@@ -118,6 +118,8 @@ MONTHS = pd.date_range("2001-01-01", periods=40, freq="MS")
         ("time_ms", [int(d.timestamp()) * 1000 for d in DAYS], "epoch", "daily", "2020-01-01"),
         ("time", [round(1949 + i / 12, 6) for i in range(40)], "decimal-year", "monthly", "1949-01-01"),
         ("Year", list(range(1871, 1911)), "year", "yearly", None),
+        ("Date", [d.strftime("%Y-%m-%d 00:00:00-04:00") for d in DAYS], "text", "daily", "2020-01-01"),
+        ("ts", [d.strftime("%Y-%m-%dT00:05:00+09:00") for d in DAYS], "text", "daily", "2020-01-01"),
     ],
     ids=[
         "iso",
@@ -131,6 +133,8 @@ MONTHS = pd.date_range("2001-01-01", periods=40, freq="MS")
         "epoch-ms",
         "decimal",
         "years",
+        "utc-offset",
+        "iso-t-offset",
     ],
 )
 def test_date_like_columns_in_their_common_spellings(column, values, kind, frequency, first):
@@ -275,18 +279,27 @@ def test_a_rerun_keeps_the_same_framings_and_writes_nothing(understood):
     assert {sid: ctx.store.read_partition(Framing, sid) for sid in (customers, panel)} == before
 
 
-def test_a_target_computed_from_other_columns_is_rejected(tmp_path):
+@pytest.mark.parametrize(
+    ("formula", "reason"),
+    [
+        (lambda a, b, c: a + b, "derived: total is a linear function of "),
+        (lambda a, b, c: round(1000 * a / (b + 1) ** 2, 2), "derived: log total is a linear function of log "),
+        (lambda a, b, c: a + b + c, "derived: the other columns determine it"),
+    ],
+    ids=["difference-of-two", "ratio", "sum-of-three"],
+)
+def test_a_target_computed_from_other_columns_is_rejected(tmp_path, formula, reason):
     mirror = tmp_path / "mirror"
-    rows = [
-        {"a": i % 17, "b": (i * 7) % 23, "noise": (i * 13) % 29, "total": i % 17 + (i * 7) % 23}
-        for i in range(300)
-    ]
+    rows = []
+    for i in range(300):
+        a, b, c = 1 + i % 17, (i * 7) % 23, (i * 11) % 19
+        rows.append({"a": a, "b+1": b + 1, "c": c, "noise": (i * 13) % 29, "total": formula(a, b, c)})
     sid = _mirror(mirror, "sums", rows, "The target variable is total.")
     ctx = _ctx(tmp_path, mirror)
     crawl(ctx)
     understand(ctx, [sid])
     (total,) = [f for f in ctx.store.read_partition(Framing, sid) if f.target_columns == ["total"]]
-    assert total.status == "rejected" and total.reason.startswith("derived: the other columns determine it")
+    assert total.status == "rejected" and total.reason.startswith(reason), total.reason
 
 
 def test_the_config_override_wins_and_a_missing_column_names_the_fix(tmp_path):

@@ -31,6 +31,7 @@ from dareforge.generators.rawtable import (
 )
 from dareforge.generators.split import SplitMixin
 from dareforge.generators.sql import (
+    UTC_OFFSET,
     Column,
     sql_ident,
     sql_text,
@@ -243,6 +244,10 @@ def time_sql(axis: TimeAxis) -> str | None:
     sub_daily = axis.frequency in ("hourly", "minutely") or (axis.format or "").count("%H")
     iso = sql_text("%Y-%m-%d %H:%M:%S" if sub_daily else "%Y-%m-%d")
     first = axis.columns[0]
+    if axis.kind == "text" and (axis.format or "").endswith("%z"):
+        # The wall-clock time the text shows, its UTC offset dropped (as the understand stage reads it).
+        local = f"regexp_replace(trim({text(first)}), {sql_text(UTC_OFFSET)}, '')"
+        return f"strftime(try_strptime({local}, {sql_text(axis.format.removesuffix('%z'))}), {iso})"
     if axis.kind == "text":
         return f"strftime(try_strptime({text(first)}, {sql_text(axis.format or '')}), {iso})"
     if axis.kind == "quarter":

@@ -78,6 +78,8 @@ def build_source_tasks(
     ctx: RunContext, prepared: PreparedSource, writer: TaskWriter, runners: Runners
 ) -> list[Task]:
     cfg = ctx.config.generate
+    if prepared.questions_only:
+        return []  # no learnable target: its questions come from `build_question_tasks`
     frames = read_frames(ctx, prepared)
     if prepared.task_type == TaskType.TIME_SERIES:
         tasks = timeseries.ts_tasks(ctx, prepared, frames, writer, runners)

@@ -291,6 +291,8 @@ def _version(ctx: RunContext, source: Source, framing: Framing) -> str:
                 "framing",
                 "table_file",
                 "time_axis",
+                "split",
+                "questions_only",
                 "excluded_columns",
                 "dropped_columns",
                 "id_column",

@@ -145,8 +145,10 @@ class SplitMixin:
                     f"name it under sources.{sid}.time_column"
                 )
 
-        # The private split, in SQL: a narrow table of the held-out rows' positions (`__rid`).
-        if task_type == TaskType.TIME_SERIES:
+        # The private split, in SQL: a narrow table of the held-out rows' positions (`__rid`). Rows indexed by
+        # time are split in time even for a tabular framing: a random split lets the date interpolate the answer.
+        in_time = task_type == TaskType.TIME_SERIES or (framing.split == "chronological" and clock is not None)
+        if in_time:
             assert clock is not None
             split = "chronological"
             con.execute(
@@ -246,6 +248,7 @@ class SplitMixin:
             source_id=sid,
             source_version=source.version,
             framing=framing.framing,
+            questions_only=framing.questions_only,
             excluded_columns=[c for c in framing.excluded_columns if c in by_name],
             version=version,
             task_type=task_type,

@@ -25,6 +25,12 @@ DATETIME_TYPES = {"DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIME
 DATETIME_TYPES |= {"TIMESTAMP_NS", "TIMESTAMP_TZ"}
 
 
+UTC_OFFSET = r"[+-]\d{2}:?\d{2}$"
+"""A time axis written with a UTC offset (`%z`) is read as the wall-clock time its text shows, the offset
+dropped: a stock table's `2002-05-23 00:00:00-04:00` is the trading day 2002-05-23 wherever the reader is
+(converted to UTC, a +09:00 midnight would fall on the day before)."""
+
+
 FALLBACK = {"DATE": "TIMESTAMP"}
 """A sniffed type that fails on some row is widened: integers to DOUBLE, DATE to TIMESTAMP, else VARCHAR."""
 

@@ -11,10 +11,16 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config
+from dareforge.reference_solutions.leaks import single_column_scores
 from dareforge.schema import TaskType
 from dareforge.understand.columns import Column, Sample
 
 CV_ROWS = 2000
+MIN_LEAK_ROWS = 20
+DERIVED_FIT = 0.9999
+"""A target that one or two columns determine this exactly (through a line, or a line in logarithms) is a
+formula's result: rounding to the printed decimals still leaves R2 above it."""
+FORMULA_COLUMNS = 40
 FOLDS = 3
 DERIVED_SCORE = 0.995
 """A cross-validated R2 this close to perfect means the number is computed from the other columns. (A label
@@ -41,8 +47,18 @@ def labelled_rows(sample: Sample, target: Column) -> int:
 
 
 def check_tabular(
-    sample: Sample, target: Column, task_type: TaskType, features: list[Column], config: Config
+    sample: Sample,
+    target: Column,
+    task_type: TaskType,
+    features: list[Column],
+    config: Config,
+    keys: list[Column] = (),
+    times: pd.Series | None = None,
 ) -> Outcome:
+    """`keys`: columns that are no features (ids, row numbers) but stay in the files unless they leak: a key
+    whose order follows the target (ids handed out class by class) is left out of the files too. `times`: the
+    parsed time of each sampled row when the rows are indexed by time; the task is then split in time, and so
+    is every check here (a column must predict later rows from earlier ones)."""
     cfg, out = config.understand, Outcome(passed=False)
     rows = labelled_rows(sample, target)
     if rows < config.rules.min_rows:
@@ -64,18 +80,29 @@ def check_tabular(
     elif np.nanstd(y) == 0:
         out.reason = "the target is constant"
         return out
+    clock = None if times is None else _clock(times)[labelled]
+    if clock is not None:
+        out.checks.append("rows indexed by time: checked (and split) in time")
+    key_names = {c.name for c in keys}
+    scores = single_scores([*features, *keys], y, labelled, classification, cfg.seed, clock)
     kept = []
-    for column in features:
-        score = single_column_score(column, y, labelled, classification)
+    for column in [*features, *keys]:
+        score = scores.get(column.name, 0.0)
         if score >= cfg.max_single_column_score:
             out.excluded.append(column.name)
-            out.checks.append(f"leak: {column.name} alone scores {score:.3f} (left out)")
-        else:
+            what = "its order follows the target" if column.name in key_names else "alone scores"
+            out.checks.append(f"leak: {column.name} {what} ({score:.3f} held out; left out)")
+        elif column.name not in key_names:
             kept.append(column)
     if not kept:
         out.reason = "no feature is left once the columns that give the target away are removed"
         return out
-    score, baseline = cross_validated(kept, y, labelled, classification, cfg.seed)
+    formula = None if classification else derived_formula(target, kept, labelled)
+    if formula:
+        out.reason = f"derived: {formula}, so a model only recomputes a formula"
+        out.soft = True
+        return out
+    score, baseline = cross_validated(kept, y, labelled, classification, cfg.seed, clock)
     metric = "macro-F1" if classification else "R2"
     out.checks.append(f"learnable: {metric} {score:.3f} against {baseline:.3f} for the trivial predictor")
     if not classification and score >= DERIVED_SCORE:
@@ -194,36 +221,91 @@ def _encode(column: Column, rows: np.ndarray) -> np.ndarray:
     return codes
 
 
-def _bins(values: np.ndarray, n: int) -> np.ndarray:
-    """Group keys for one column: its values when few, else rank bins of about 20 rows each."""
-    series = pd.Series(values)
-    if series.nunique() <= max(2, n // 20):
-        return series.to_numpy()
-    bins = max(2, min(64, n // 20))
-    return (series.rank(method="first").to_numpy() - 1) * bins // n
+def single_scores(
+    columns: list[Column],
+    y: np.ndarray,
+    labelled: np.ndarray,
+    classification: bool,
+    seed: int,
+    clock: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Held-out score of each column alone on the labelled sample rows (the gate's leak measure, see
+    `reference_solutions.leaks`), in a seeded random order, or in time when `clock` (per labelled row) is given."""
+    rows, finite = labelled.copy(), np.ones(len(y), dtype=bool)
+    if not classification:
+        finite = np.isfinite(y)
+        rows[labelled] = finite
+        y = y[finite]
+    if len(y) < MIN_LEAK_ROWS:
+        return {}
+    values = {
+        c.name: (c.numbers if c.numeric else c.text)[rows].reset_index(drop=True) for c in columns
+    }
+    if clock is None:
+        order = np.random.default_rng(seed).permutation(len(y))
+    else:
+        order = np.argsort(clock[finite], kind="stable")
+    return single_column_scores(values, y, classification, order)
 
 
-def single_column_score(column: Column, y: np.ndarray, labelled: np.ndarray, classification: bool) -> float:
-    """How well the column alone gives the target away, in-sample: for a label the share of rows whose class
-    is their group's majority, scaled so the majority class scores 0 and perfection 1; for a number the
-    correlation ratio (share of variance its groups explain)."""
-    keys = pd.factorize(_bins(_encode(column, labelled), int(labelled.sum())))[0]
-    if classification:
-        classes = pd.factorize(y)[0]
-        counts = np.zeros((keys.max() + 1, classes.max() + 1))
-        np.add.at(counts, (keys, classes), 1)
-        majority = counts.sum(axis=0).max() / len(y)
-        hits = counts.max(axis=1).sum() / len(y)
-        return float((hits - majority) / (1 - majority)) if majority < 1 else 0.0
-    finite = np.isfinite(y)
-    keys, values = keys[finite], y[finite]
-    total = values.var()
-    if not total or len(values) < 3:
-        return 0.0
-    sums = np.bincount(keys, weights=values)
-    sizes = np.bincount(keys)
-    means = sums[keys] / sizes[keys]
-    return float(1 - ((values - means) ** 2).mean() / total)
+def _clock(times: pd.Series) -> np.ndarray:
+    """Times as floats (days for datetimes), NaN where unknown; sorts the rows in time."""
+    if np.issubdtype(np.asarray(times).dtype, np.datetime64):
+        values = pd.Series(pd.to_datetime(times))
+        return np.where(values.isna(), np.nan, values.astype("int64") / 86400e9)
+    return pd.to_numeric(pd.Series(times), errors="coerce").to_numpy(dtype=float)
+
+
+def derived_formula(target: Column, features: list[Column], labelled: np.ndarray) -> str | None:
+    """How the target is computed from one or two numeric columns, when it is (R² >= DERIVED_FIT of a least
+    squares line through them, or through their logarithms for products and ratios): a difference
+    `price - benchmark`, a unit twin `F = 1.8 C + 32`, a ratio `weight / height²`. Three or more parts are
+    left to the cross-validated check. Only the FORMULA_COLUMNS columns most correlated with the target are
+    paired, so a wide table costs no more than a narrow one."""
+    y = target.numbers.to_numpy(dtype=float)
+    numeric = [c for c in features if c.numeric]
+    rows = labelled & np.isfinite(y)
+    matrix = np.column_stack([c.numbers.to_numpy(dtype=float) for c in numeric]) if numeric else None
+    if matrix is None or rows.sum() < MIN_LEAK_ROWS:
+        return None
+    rows &= np.isfinite(matrix).all(axis=1)
+    if rows.sum() < MIN_LEAK_ROWS:
+        return None
+    y, x = y[rows], matrix[rows]
+    found = _best_pair(y, x, [c.name for c in numeric], target.name, "")
+    positive = (y > 0).all()
+    if found is None and positive:
+        logs = np.where(x > 0, np.log(np.where(x > 0, x, 1)), np.nan)
+        usable = [i for i in range(x.shape[1]) if np.isfinite(logs[:, i]).all()]
+        if usable:
+            names = [numeric[i].name for i in usable]
+            found = _best_pair(np.log(y), logs[:, usable], names, target.name, "log ")
+    return found
+
+
+def _best_pair(y: np.ndarray, x: np.ndarray, names: list[str], target: str, scale: str) -> str | None:
+    spread = x.std(axis=0)
+    keep = np.flatnonzero(spread > 0)
+    if y.std() == 0 or len(keep) == 0:
+        return None
+    x, names = x[:, keep], [names[i] for i in keep]
+    corr = np.corrcoef(np.column_stack([y, x]), rowvar=False)
+    r_y = np.nan_to_num(corr[0, 1:])
+    top = np.argsort(-np.abs(r_y), kind="stable")[:FORMULA_COLUMNS]
+    best = int(top[0])
+    if r_y[best] ** 2 >= DERIVED_FIT:
+        return f"{scale}{target} is a linear function of {scale}{names[best]} (R2 {r_y[best] ** 2:.5f})"
+    r_x = np.nan_to_num(corr[1:, 1:][np.ix_(top, top)])
+    a, b = r_y[top][:, None], r_y[top][None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fit = (a**2 + b**2 - 2 * a * b * r_x) / (1 - r_x**2)
+    fit = np.where(np.isfinite(fit) & (np.abs(r_x) < 0.9999), fit, 0.0)
+    np.fill_diagonal(fit, 0.0)
+    i, j = np.unravel_index(int(np.argmax(fit)), fit.shape)
+    if fit[i, j] < DERIVED_FIT:
+        return None
+    first, second = names[top[i]], names[top[j]]
+    return f"{scale}{target} is a linear function of {scale}{first} and {scale}{second} (R2 {fit[i, j]:.5f})"
 
 
 def cross_validated(
@@ -232,10 +314,12 @@ def cross_validated(
     labelled: np.ndarray,
     classification: bool,
     seed: int,
+    clock: np.ndarray | None = None,
 ) -> tuple[float, float]:
     """(score, trivial score): the better of a pruned decision tree and (for numbers) a ridge line, scored by
-    3-fold cross-validated macro-F1 or R2 on up to CV_ROWS rows. Cheap on purpose: it only has to tell a
-    learnable target from noise, and it runs for every candidate of every source."""
+    3-fold cross-validated macro-F1 or R2 on up to CV_ROWS rows, or, with a `clock` (per labelled row), on the
+    latest 20% of the rows trained on the earlier 80%. Cheap on purpose: it only has to tell a learnable
+    target from noise, and it runs for every candidate of every source."""
     from sklearn.linear_model import Ridge
     from sklearn.metrics import f1_score, r2_score
     from sklearn.model_selection import KFold, StratifiedKFold
@@ -248,29 +332,43 @@ def cross_validated(
     if not classification:
         finite = np.isfinite(target)
         x, target = x[finite], target[finite]
+        clock = None if clock is None else clock[finite]
     if len(target) > CV_ROWS:
         rows = np.sort(np.random.default_rng(seed).choice(len(target), CV_ROWS, replace=False))
         x, target = x[rows], target[rows]
+        clock = None if clock is None else clock[rows]
+    if clock is not None:
+        order = np.argsort(np.where(np.isnan(clock), -np.inf, clock), kind="stable")
+        cut = int(len(order) * 0.8)
+        folds = [(order[:cut], order[cut:])]
+        scored = order[cut:]
+    else:
+        scored = np.arange(len(target))
     if classification:
         counts = pd.Series(target).value_counts()
-        splitter = StratifiedKFold if counts.min() >= FOLDS else KFold
-        folds = list(splitter(FOLDS, shuffle=True, random_state=seed).split(x, target))
+        if clock is None:
+            splitter = StratifiedKFold if counts.min() >= FOLDS else KFold
+            folds = list(splitter(FOLDS, shuffle=True, random_state=seed).split(x, target))
         tree = DecisionTreeClassifier(max_depth=8, min_samples_leaf=3, random_state=seed)
-        predicted = _predict(tree, x, target, folds)
+        predicted = _predict(tree, x, target, folds)[scored]
         # The bar the validation gate applies later: the better of the majority vote and classes drawn at
         # their shares (for macro-F1 the vote scores far below chance).
-        majority = np.full(len(target), counts.index[0], dtype=object)
+        truth = target[scored]
+        majority = np.full(len(truth), counts.index[0], dtype=object)
         drawn = np.random.default_rng(0).choice(
-            counts.index.to_numpy(), len(target), p=(counts / counts.sum()).to_numpy()
+            counts.index.to_numpy(), len(truth), p=(counts / counts.sum()).to_numpy()
         )
-        baseline = max(f1_score(target, guess, average="macro") for guess in (majority, drawn))
-        return float(f1_score(target, predicted, average="macro")), float(baseline)
-    folds = list(KFold(FOLDS, shuffle=True, random_state=seed).split(x))
+        baseline = max(f1_score(truth, guess, average="macro") for guess in (majority, drawn))
+        return float(f1_score(truth, predicted, average="macro")), float(baseline)
+    if clock is None:
+        folds = list(KFold(FOLDS, shuffle=True, random_state=seed).split(x))
     # A tree for shapes, a ridge line for small tables a tree cannot learn (20 rows of a textbook regression)
     # and for sums a tree only approximates: the better of the two.
     tree = DecisionTreeRegressor(max_depth=6, min_samples_leaf=5, random_state=seed)
     line = make_pipeline(StandardScaler(), Ridge(alpha=1.0))
-    return max(float(r2_score(target, _predict(m, x, target, folds))) for m in (tree, line)), 0.0
+    return max(
+        float(r2_score(target[scored], _predict(m, x, target, folds)[scored])) for m in (tree, line)
+    ), 0.0
 
 
 def _predict(model, x: np.ndarray, y: np.ndarray, folds: list) -> np.ndarray:

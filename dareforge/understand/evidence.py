@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from dareforge.schema import Source, TaskType
 
 TARGET_WORDS = (
-    r"(?:target|label|response|outcome|dependent variable|class label|variable to (?:predict|forecast))"
+    r"(?:target|label|response|outcome|output (?:variable|parameter|attribute)|dependent variable|class label|"
+    r"variable to (?:predict|forecast))"
 )
 TARGET_IS = re.compile(
     rf"\b{TARGET_WORDS}\s*(?:variable|column|attribute|field)?\s*(?:is|:|=|-|\u2013)\s*(?:the\s+|a\s+)?"
@@ -40,7 +41,9 @@ FORMULA = re.compile(
 )
 COLUMN_NUMBER = re.compile(r"\btarget\s*:?\s*(?:is\s+)?column\s+(?P<n>\d+)", re.IGNORECASE)
 OUTCOME_DEFINITION = re.compile(
-    r"\b(?:response|dependent variable|target|outcome|label|to be predicted|endogenous)\b", re.IGNORECASE
+    r"\b(?:response|dependent variable|target|outcome|label|to be predicted|endogenous|output (?:variable|"
+    r"parameter|attribute))\b",
+    re.IGNORECASE,
 )
 ID_DEFINITION = re.compile(
     r"^(?:an?\s+)?(?:unique\s+)?(?:identifier|id\b|id number|row (?:name|number|index)|record number|index\b)",
@@ -101,8 +104,12 @@ STOP = {
     "study",
 }
 DEFINITION_LINE = re.compile(
-    r"^\s{0,12}[`'\"*]*(?P<name>[A-Za-z_.][\w. ]{0,40}?)[`'\"*]*\s*(?::|-|\u2013|\|)\s+(?P<text>\S.*)$"
+    r"^\s{0,12}[`'\"*]*(?P<name>[A-Za-z_.][\w. ]{0,40}?(?:\s*\([^()]{1,20}\))?)[`'\"*]*"
+    r"(?:\s*[:|]\s*|\s+[-\u2013\u2014]\s+)(?P<text>\S.*)$"
 )
+LIST_MARKER = re.compile(r"^\s{0,12}(?:[-*+\u2022]|\d{1,3}[.)])\s+")
+"""A bullet or a number in front of a glossary entry (`* `, `- `, `3. `)."""
+UNIT_SUFFIX = re.compile(r"\s*\([^()]{1,20}\)\s*$")
 
 
 @dataclass(frozen=True)
@@ -149,9 +156,11 @@ class _Matcher:
         head = " ".join(normalize(phrase).split()[:words])
         found, taken = [], head
         for norm, column in self.names:
-            if re.search(rf"(?:^| ){re.escape(norm)}(?: |$)", taken):
+            # A plural names the column too: "predict area types" names `Type`.
+            word = rf"(?:^| ){re.escape(norm)}(?:e?s)?(?: |$)"
+            if re.search(word, taken):
                 found.append(column)
-                taken = re.sub(rf"(?:^| ){re.escape(norm)}(?: |$)", " ", taken)
+                taken = re.sub(word, " ", taken)
         return found
 
     def exact(self, word: str) -> str | None:
@@ -210,17 +219,18 @@ def read_text(source: Source, columns: list[str]) -> TextEvidence:
 
 
 def _definitions(text: str, matcher: _Matcher) -> dict[str, str]:
-    """Each column's entry in a variable list: `name - text`, `name : text`, a table row `| name | text`, or R
-    documentation's `name` line followed by an indented paragraph."""
+    """Each column's entry in a variable list: `name - text`, `name: text`, `* **name (unit)**: text`,
+    `3. name: text`, a Markdown table row `| name | text | ... |`, or R documentation's `name` line followed by an
+    indented paragraph (the forms Kaggle descriptions, their column glossaries and R documentation use)."""
     definitions: dict[str, str] = {}
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        match = DEFINITION_LINE.match(line)
-        if match:
-            column = matcher.exact(match.group("name").strip())
-            if column and column not in definitions:
-                definitions[column] = match.group("text").strip()
-                continue
+        entry = _table_row(line, matcher) or _list_entry(line, matcher)
+        if entry is not None:
+            column, body = entry
+            if column not in definitions and body:
+                definitions[column] = body
+            continue
         column = matcher.exact(line.strip().strip("`'\"*"))
         if column and column not in definitions:
             following = [x.strip() for x in lines[i + 1 : i + 8]]
@@ -228,6 +238,30 @@ def _definitions(text: str, matcher: _Matcher) -> dict[str, str]:
             if body and matcher.exact(body.split()[0].strip("`'\"*,")) is None:
                 definitions[column] = body[:300]
     return definitions
+
+
+def _named(name: str, matcher: _Matcher) -> str | None:
+    """The column a glossary's name cell names, also when it adds a unit: `temperature_2m_max (°C)`."""
+    name = name.strip().strip("`'\"*").strip()
+    return matcher.exact(name) or matcher.exact(UNIT_SUFFIX.sub("", name).strip("`'\"* "))
+
+
+def _table_row(line: str, matcher: _Matcher) -> tuple[str, str] | None:
+    if line.count("|") < 2:
+        return None
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) < 2 or all(set(c) <= set("-: ") for c in cells):
+        return None
+    column = _named(cells[0], matcher)
+    return (column, " | ".join(c for c in cells[1:] if c)) if column else None
+
+
+def _list_entry(line: str, matcher: _Matcher) -> tuple[str, str] | None:
+    match = DEFINITION_LINE.match(LIST_MARKER.sub("", line, count=1))
+    if not match:
+        return None
+    column = _named(match.group("name"), matcher)
+    return (column, match.group("text").strip()) if column else None
 
 
 def _title(source: Source, matcher: _Matcher, evidence: TextEvidence) -> None:

@@ -13,11 +13,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+import pandas as pd
+
 from dareforge.config import Config, SourceOverride
 from dareforge.schema import Source, TaskType
 from dareforge.understand.checks import Outcome, check_series, check_tabular
 from dareforge.understand.columns import Column, Sample
-from dareforge.understand.evidence import TextEvidence
+from dareforge.understand.evidence import TextEvidence, normalize
 from dareforge.understand.timeaxis import Axis, find_axes, series_key
 
 STRONG_NAMES = {
@@ -88,6 +91,54 @@ SERIES_NAMES = {
     "level",
     "index",
 }
+OUTCOME_WORDS = {
+    "target",
+    "label",
+    "outcome",
+    "response",
+    "result",
+    "selling",
+    "sale",
+    "sold",
+    "close",
+    "closing",
+    "final",
+    "actual",
+    "realized",
+    "realised",
+}
+"""Words in a column's name that mark what happened in the end (`Selling_Price`, `Close`, `Units_Sold`,
+`target_price_market`): by convention the value to predict."""
+KNOWN_WORDS = {
+    "present",
+    "current",
+    "open",
+    "opening",
+    "initial",
+    "original",
+    "list",
+    "msrp",
+    "previous",
+    "prev",
+    "prior",
+    "lag",
+    "lagged",
+    "baseline",
+    "starting",
+    "expected",
+    "estimated",
+    "planned",
+    "budget",
+    "budgeted",
+    "predicted",
+    "forecast",
+}
+"""Words that mark a value known before the outcome (`Present_Price` beside `Selling_Price`, `Open` beside
+`Close`, a lag, someone's forecast): by convention a feature. Both sets break ties between columns whose other
+evidence is equal; they never outweigh what a description says."""
+NAME_MARK = 2.0
+COPY_CHECKED = 12
+TWIN_CORRELATION = 0.9999
 ONE_HOT_PREFIX = 4
 NOT_OUTCOMES = re.compile(
     r"(?i)^(lat|latitude|lon|lng|long|longitude|x_?coord|y_?coord|zip|zip_?code|postal_?code|postcode|"
@@ -98,7 +149,7 @@ TIME_PARTS = re.compile(r"(?i)^(year|yr|month|mon|day|week|weekday|quarter|qtr|d
 """Parts of a date say when a row was recorded; predicting them is no task."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Candidate:
     task_type: TaskType
     target: str
@@ -108,11 +159,16 @@ class Candidate:
     axis: Axis | None = None
     entity: str | None = None
     outcome: Outcome | None = None
+    named: bool = False
+    """Words point at it (the config, the source, its description or title, a model, its own name), not only
+    its type and position: what a second target of the same table needs."""
 
     def add(self, proposer: str, weight: float, sentence: str) -> None:
         self.score += weight
         self.proposers.add(proposer)
-        self.evidence.append(f"{sentence} (+{weight:g})")
+        if weight > 0 and proposer not in ("data", "tags"):
+            self.named = True
+        self.evidence.append(f"{sentence} ({weight:+g})")
 
     @property
     def confidence(self) -> float:
@@ -133,6 +189,11 @@ class Proposal:
     """Columns no framing uses as a feature, with why."""
     axes: list[Axis]
     series_evidence: list[str]
+    keys: list[str] = field(default_factory=list)
+    """The id and the columns left out as keys or row numbers: no features, but checked for leaks."""
+    time_index: Axis | None = None
+    """The axis that indexes the rows (one row per time, or per time and entity, over a run of times): a
+    tabular framing is then checked and split in time, so a date cannot interpolate the answer."""
 
 
 def label_type(column: Column, config: Config, text: TextEvidence) -> TaskType | None:
@@ -165,24 +226,29 @@ def propose(
     for hint in text.excluded:
         excluded.setdefault(hint.column, hint.sentence)
     id_column = _id_column(sample, source if hints else None, override)
+    keys = [id_column] if id_column else []
     for column in sample.columns:
         if column.name == id_column or column.name in excluded:
             continue
         if column.sequential:
             excluded[column.name] = "numbers the rows in file order (which may follow the target)"
+            keys.append(column.name)
         elif column.id_like:
             excluded[column.name] = "unique per row: a key, not a feature"
+            keys.append(column.name)
     axes = find_axes(sample, text.series_object)
     axis = _series_axis(axes, source if hints else None, override)
     candidates: list[Candidate] = []
     skip = {id_column, *excluded}
     tabular = [c for c in sample.columns if c.name not in skip and c.missing_share <= 0.5]
     axis_parts = axis.parts if axis is not None else set()
+    calendar = _calendar(axes)
     for position, column in enumerate(tabular):
         if (
             column.name in axis_parts
             or NOT_OUTCOMES.match(column.name.strip())
             or TIME_PARTS.search(column.name)
+            or _calendar_part(column, calendar)
         ):
             continue
         task_type = label_type(column, config, text)
@@ -191,9 +257,11 @@ def propose(
         candidate = Candidate(task_type, column.name)
         _score_label(candidate, column, text, position, len(tabular), sample)
         candidates.append(candidate)
-    entity = None
+    entity, time_index = None, None
     if axis is not None:
         entity, unique = series_key(sample, axis, skip)
+        if _indexes_rows(sample, axis, entity, unique, cfg.min_timestamps):
+            time_index = axis
         if unique >= 0.95 and (
             text.series or axis.regular_share >= 0.7 or _hinted_series(source if hints else None, override)
         ):
@@ -210,13 +278,14 @@ def propose(
                 candidate = Candidate(TaskType.TIME_SERIES, column.name, axis=axis, entity=entity)
                 _score_series(candidate, column, text, rank, axis)
                 candidates.append(candidate)
+    _penalize_copies(candidates, sample)
     _apply_model(candidates, model_hints or [])
     _apply_source(candidates, source if hints else None, override, sample, config, text, axis, entity)
     if override and override.target:
         # The config said what the task is: nothing else is proposed beside it.
         candidates = [c for c in candidates if "config" in c.proposers]
     candidates.sort(key=lambda c: (-c.score, c.family, -_position(sample, c.target)))
-    return Proposal(candidates, id_column, excluded, axes, text.series)
+    return Proposal(candidates, id_column, excluded, axes, text.series, keys, time_index)
 
 
 def _position(sample: Sample, name: str) -> int:
@@ -246,6 +315,42 @@ def _series_axis(axes: list[Axis], source: Source | None, override: SourceOverri
     return max(axes, key=lambda a: (a.regular_share >= 0.7, a.distinct, -axes.index(a)))
 
 
+def _calendar(axes: list[Axis]) -> pd.DataFrame | None:
+    """The calendar fields of the first datetime axis, per sampled row."""
+    for axis in axes:
+        if np.issubdtype(np.asarray(axis.values).dtype, np.datetime64):
+            when = pd.Series(pd.to_datetime(axis.values))
+            fields = ("year", "quarter", "month", "day", "day_of_week", "hour")
+            table = pd.DataFrame({f: getattr(when.dt, f) for f in fields})
+            table["weekend"] = when.dt.day_of_week >= 5
+            table["week"] = when.dt.isocalendar().week.astype("float")
+            return table
+    return None
+
+
+def _calendar_part(column: Column, calendar: pd.DataFrame | None) -> bool:
+    """The column only restates when a row was recorded (`day_of_week`, `is_weekend`, a month name): it is a
+    function of one calendar field of the table's dates, and predicting it is no task."""
+    if calendar is None or column.distinct < 2:
+        return False
+    values = column.text
+    for part in calendar.columns:
+        pairs = pd.DataFrame({"f": calendar[part], "v": values}).dropna()
+        if len(pairs) and pairs["f"].nunique() < len(pairs) and pairs.groupby("f")["v"].nunique().max() <= 1:
+            return True
+    return False
+
+
+def _indexes_rows(sample: Sample, axis: Axis, entity: str | None, unique: float, min_times: int) -> bool:
+    """Rows are observations in time: (time, entity) is unique, there are enough distinct times, and each
+    series has several of them (a year of manufacture beside a car's name repeats too few times per name)."""
+    if axis.spec.kind == "index" or unique < 0.95 or axis.distinct < min_times:
+        return False
+    column = sample.column(entity) if entity else None
+    per_series = sample.rows / column.distinct if column is not None and column.distinct else sample.rows
+    return per_series >= min_times / 2
+
+
 def _hinted_series(source: Source | None, override: SourceOverride | None) -> bool:
     kinds = [override.task_type if override else None, source.task_hint if source else None]
     return TaskType.TIME_SERIES.value in kinds
@@ -263,11 +368,14 @@ def _score_label(
         if task_type == candidate.task_type:
             candidate.add("tags", 1.0, f"the source is {'; '.join(sentences)}")
     if name in STRONG_NAMES:
-        candidate.add("data", 5.0, f"the column is named {column.name!r}")
+        candidate.add("name", 5.0, f"the column is named {column.name!r}")
     elif name in OUTCOME_NAMES or name.removeprefix("is_") in OUTCOME_NAMES:
-        candidate.add("data", 2.5, f"{column.name!r} names an outcome")
+        candidate.add("name", 2.5, f"{column.name!r} names an outcome")
     elif name in WEAK_NAMES:
-        candidate.add("data", 1.0, f"{column.name!r} often names an outcome")
+        candidate.add("name", 1.0, f"{column.name!r} often names an outcome")
+    elif words := sorted(name_words(column.name) & (OUTCOME_NAMES | WEAK_NAMES)):
+        candidate.add("name", 1.0, f"{words[0]!r} in its name often names an outcome")
+    _name_marks(candidate, column)
     if position == count - 1:
         candidate.add("data", 1.5, "it is the table's last column (where labels usually stand)")
     elif position == 0:
@@ -276,6 +384,55 @@ def _score_label(
         candidate.add("data", 0.5, f"it holds {column.distinct} text labels")
     if _one_hot_member(column, sample):
         candidate.add("data", -1.5, "it is one dummy of a one-hot group")
+
+
+def name_words(name: str) -> set[str]:
+    """The words of a column's name: `Selling_Price` -> {selling, price}, `adjClose` -> {adj, close}."""
+    return set(normalize(name).split())
+
+
+def _name_marks(candidate: Candidate, column: Column) -> None:
+    words = name_words(column.name)
+    outcome, known = sorted(words & OUTCOME_WORDS), sorted(words & KNOWN_WORDS)
+    if outcome and not known:
+        candidate.add("name", NAME_MARK, f"{outcome[0]!r} in its name marks an outcome")
+    elif known and not outcome:
+        candidate.add("name", -NAME_MARK, f"{known[0]!r} in its name marks a value known beforehand")
+
+
+def _penalize_copies(candidates: list[Candidate], sample: Sample) -> None:
+    """A label that copies an earlier column (a unit twin such as a Fahrenheit copy of a Celsius reading, or a
+    recoding of a label) is ranked below it: the original comes first in real tables, copies are appended.
+    Only the COPY_CHECKED best-ranked candidates are compared, and only with columns of about as many values."""
+    ranked = sorted(
+        (c for c in candidates if c.family == "tabular"), key=lambda c: (-c.score, -_position(sample, c.target))
+    )
+    for candidate in ranked[:COPY_CHECKED]:
+        column = sample.column(candidate.target)
+        original = next(
+            (
+                c
+                for c in sample.columns[: column.position]
+                if abs(c.distinct - column.distinct) <= 0.1 * column.distinct and copies(column, c)
+            ),
+            None,
+        )
+        if original is not None:
+            candidate.add("data", -NAME_MARK, f"it copies {original.name!r}, an earlier column (a unit twin)")
+
+
+def copies(column: Column, other: Column) -> bool:
+    """One column is the other in other units or codes: an affine function of it, or its values map one to one."""
+    if column.distinct < 2 or other.distinct < 2:
+        return False
+    if column.numeric and other.numeric:
+        x, y = column.numbers.to_numpy(dtype=float), other.numbers.to_numpy(dtype=float)
+        both = np.isfinite(x) & np.isfinite(y)
+        if both.sum() < 3 or np.std(x[both]) == 0 or np.std(y[both]) == 0:
+            return False
+        return bool(abs(np.corrcoef(x[both], y[both])[0, 1]) >= TWIN_CORRELATION)
+    pairs = pd.DataFrame({"a": column.text, "b": other.text}).dropna().drop_duplicates()
+    return len(pairs) == pairs["a"].nunique() == pairs["b"].nunique()
 
 
 def _one_hot_member(column: Column, sample: Sample) -> bool:
@@ -300,8 +457,9 @@ def _score_series(candidate: Candidate, column: Column, text: TextEvidence, rank
             "description" if "description" in sentence else "tags", 1.0, f"a time series: {sentence}"
         )
     candidate.add("data", 0.5, axis.evidence + (f" ({axis.spec.frequency})" if axis.spec.frequency else ""))
+    _name_marks(candidate, column)
     if column.name.strip().lower() in SERIES_NAMES:
-        candidate.add("data", 1.5, f"{column.name!r} names a measured quantity")
+        candidate.add("name", 1.5, f"{column.name!r} names a measured quantity")
     if rank == 0:
         candidate.add("data", 1.5, "it is the first measured column after the time")
 
@@ -386,7 +544,9 @@ def _check(candidate: Candidate, sample: Sample, proposal: Proposal, config: Con
         for c in sample.columns
         if c.name not in skip and c.missing_share < 0.5 and (c.numeric or c.distinct <= 50)
     ]
-    outcome = check_tabular(sample, target, candidate.task_type, features, config)
+    keys = [c for c in sample.columns if c.name in proposal.keys and c.name != candidate.target]
+    times = proposal.time_index.values if proposal.time_index is not None else None
+    outcome = check_tabular(sample, target, candidate.task_type, features, config, keys, times)
     if outcome.passed and proposal.axes:
         parts = set().union(*(a.parts for a in proposal.axes))
         if all(c.name in parts or c.name in outcome.excluded for c in features):

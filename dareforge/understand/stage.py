@@ -30,7 +30,7 @@ from dareforge.understand.propose import Candidate, Proposal, check, propose
 
 log = logging.getLogger(__name__)
 
-UNDERSTAND_FORMAT = 4
+UNDERSTAND_FORMAT = 5
 """Bump when the stage decides differently for the same inputs, so every source is understood again."""
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 RUNNERS_UP = 2
@@ -66,7 +66,9 @@ def understand(ctx: RunContext, source_ids: list[str] | None = None) -> Understa
             (report.framed if chosen else report.unframed).append(source_id)
             if not chosen and framings:
                 report.reasons[source_id] = why_none(framings)
-            report.families.update(f.task_type.value for f in chosen if f.task_type)
+            report.families.update(
+                "questions" if f.questions_only else f.task_type.value for f in chosen if f.task_type
+            )
             progress.advance(bar)
     return report
 
@@ -188,10 +190,12 @@ def _frame(ctx: RunContext, engine: Engine, source: Source, version: str) -> lis
 def _decide(
     ctx: RunContext, source: Source, sample: Sample, proposal: Proposal, version: str, table: str
 ) -> list[Framing]:
-    """Check candidates in rank order and choose one per family: for a table the first that passes; for a
-    series the first that passes and that a quick model forecasts, else the first that passes (a series few
-    models can forecast makes tasks the gate rejects)."""
-    limit = ctx.config.understand.candidates_checked
+    """Check candidates in rank order and choose per family: for a table the first that passes, and up to
+    `understand.max_tabular_framings` in all when the next ones score close to it; for a series the first that
+    passes and that a quick model forecasts among those scoring close to the first that passes, else that
+    first one (a series few models can forecast makes tasks the gate rejects)."""
+    cfg = ctx.config.understand
+    limit = cfg.candidates_checked
     framings: list[Framing] = []
 
     def record(candidate: Candidate, status: str, reason: str) -> None:
@@ -199,38 +203,101 @@ def _decide(
 
     for family in ("tabular", "series"):
         ranked = [c for c in proposal.candidates if c.family == family]
-        winner: Candidate | None = None
+        winners: list[Candidate] = []
+        first: Candidate | None = None  # the best-ranked series that passed, forecastable or not
         for candidate in ranked[:limit]:
+            if winners and not _close(candidate, winners[0], cfg):
+                continue
+            if first is not None and not _close(candidate, first, cfg):
+                continue
             candidate.outcome = check(candidate, sample, proposal, ctx.config)
-            if candidate.outcome.passed and (family == "tabular" or candidate.outcome.forecastable):
-                winner = candidate
+            if not candidate.outcome.passed or _copies(candidate, winners):
+                continue
+            first = first or candidate
+            if family == "tabular" or candidate.outcome.forecastable:
+                winners.append(candidate)
+            if len(winners) >= (cfg.max_tabular_framings if family == "tabular" else 1):
                 break
         passed = [c for c in ranked[:limit] if c.outcome and c.outcome.passed]
-        winner = winner or (passed[0] if passed else None)
+        if not winners and first is not None:
+            winners = [first]
         runners_up = 0
         for candidate in ranked:
             outcome = candidate.outcome
-            if candidate is winner:
-                better = [c.target for c in passed if ranked.index(c) < ranked.index(winner)]
-                reason = f"best-ranked {family} candidate that passed every check (score {candidate.score:g})"
-                if better:
-                    reason += f"; forecasts better than the higher-ranked {', '.join(better)}"
-                record(candidate, "chosen", reason)
+            if candidate in winners:
+                record(candidate, "chosen", _chosen_reason(family, candidate, winners, passed, ranked))
             elif outcome is not None and not outcome.passed:
                 record(candidate, "rejected", _failure_reason(source, sample, table, candidate))
             elif outcome is not None:
+                copied = _copies(candidate, winners)
                 record(
                     candidate,
                     "rejected",
-                    f"passed its checks, but {winner.target} was chosen (see its reason)",
+                    f"passed its checks, but it copies {copied.target} (chosen)"
+                    if copied
+                    else f"passed its checks, but {winners[0].target} was chosen (see its reason)",
                 )
             elif runners_up < RUNNERS_UP:
-                beaten = winner.target if winner else f"the {limit} best-ranked candidates"
+                beaten = winners[0].target if winners else f"the {limit} best-ranked candidates"
                 record(
                     candidate, "rejected", f"ranked below {beaten} (score {candidate.score:g}); not checked"
                 )
                 runners_up += 1
+    if not any(f.status == "chosen" for f in framings):
+        framings += _questions_only(source, sample, proposal, version, table)
     return framings
+
+
+def _questions_only(
+    source: Source, sample: Sample, proposal: Proposal, version: str, table: str
+) -> list[Framing]:
+    """When no target passed, the table still poses questions (counts, shares, group statistics, joins): it is
+    prepared under the best-ranked target whose failure a person may overrule (noise labels, a formula), never
+    one the data rules out (too few rows or classes)."""
+    soft = next(
+        (c for c in proposal.candidates if c.family == "tabular" and c.outcome and c.outcome.soft), None
+    )
+    if soft is None:
+        return []
+    reason = (
+        f"no target passed its checks ({soft.target}: {soft.outcome.reason}); the table is kept for question "
+        f"tasks, which need no learnable target, split as {soft.target} would be"
+    )
+    framing = _record(source, sample, proposal, soft, version, table, "chosen", reason)
+    return [framing.model_copy(update={"framing": "questions", "questions_only": True})]
+
+
+def _close(candidate: Candidate, leader: Candidate, cfg) -> bool:
+    """Its evidence scores within `understand.close_score` of the leader's: worth a second tabular framing
+    when words point at it too (not only its position), or, for a series, worth preferring when a quick model
+    forecasts it and not the leader (a forecastable series never wins over one the description names)."""
+    second = candidate.family == "series" or candidate.named
+    return second and candidate.score >= leader.score - cfg.close_score
+
+
+def _copies(candidate: Candidate, winners: list[Candidate]) -> Candidate | None:
+    """The chosen candidate this one copies: each gives the other away alone (a unit twin, a recoding)."""
+    for winner in winners:
+        theirs = winner.outcome.excluded if winner.outcome else []
+        mine = candidate.outcome.excluded if candidate.outcome else []
+        if candidate.target in theirs or winner.target in mine:
+            return winner
+    return None
+
+
+def _chosen_reason(
+    family: str, candidate: Candidate, winners: list[Candidate], passed: list[Candidate], ranked: list
+) -> str:
+    if candidate is not winners[0]:
+        return (
+            f"a second {family} target: it passed every check and its evidence (score {candidate.score:g}) is "
+            f"close to {winners[0].target}'s ({winners[0].score:g})"
+        )
+    reason = f"best-ranked {family} candidate that passed every check (score {candidate.score:g})"
+    better = [c.target for c in passed if ranked.index(c) < ranked.index(candidate)]
+    if better:
+        reason += f"; forecasts better than the higher-ranked {', '.join(better)}"
+    return reason
 
 
 def _failure_reason(source: Source, sample: Sample, table: str, candidate: Candidate) -> str:
@@ -256,9 +323,9 @@ def _record(
     outcome = candidate.outcome
     leaks = outcome.excluded if outcome else []
     excluded = sorted({*proposal.excluded, *leaks} - {candidate.target})
-    axis = candidate.axis
-    series = axis is not None and candidate.family == "series"
-    axis_parts = axis.parts if series else set()
+    series = candidate.axis is not None and candidate.family == "series"
+    axis = candidate.axis if series else proposal.time_index
+    axis_parts = axis.parts if axis is not None else set()
     numbering = [
         c.name
         for c in sample.columns
@@ -277,9 +344,10 @@ def _record(
         task_type=candidate.task_type,
         target_columns=[candidate.target],
         table_file=table,
-        id_column=proposal.id_column,
-        time_column=axis.name if series else None,
-        time_axis=axis.spec if series else None,
+        id_column=None if proposal.id_column in leaks else proposal.id_column,
+        time_column=axis.name if axis is not None else None,
+        time_axis=axis.spec if axis is not None else None,
+        split=None if series or axis is None else "chronological",
         entity_column=candidate.entity if series else None,
         known_columns=known,
         excluded_columns=excluded,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dareforge.generators.sql import UTC_OFFSET
 from dareforge.schema import TimeAxis
 from dareforge.understand.columns import Column, Sample
 
@@ -26,6 +27,8 @@ TEXT_FORMATS = (
     "%Y-%m-%dT%H:%M:%S",
     "%Y-%m-%d %H:%M",
     "%Y-%m-%dT%H:%M:%SZ",
+    "%Y-%m-%d %H:%M:%S%z",
+    "%Y-%m-%dT%H:%M:%S%z",
     "%Y/%m/%d",
     "%m/%d/%Y",
     "%d/%m/%Y",
@@ -53,7 +56,7 @@ TEXT_FORMATS = (
     "%Y%m%d",
 )
 DATE_LIKE = (
-    r"\s*(?:\d{1,4}[-/.]\d{1,2}(?:[-/.]\d{1,4})?(?:[ T]\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?Z?)?"
+    r"\s*(?:\d{1,4}[-/.]\d{1,2}(?:[-/.]\d{1,4})?(?:[ T]\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
     r"|\d{1,2}[-/. ][A-Za-z]{3,9}[-/. ]\d{2,4}|[A-Za-z]{3,9}[-/. ]\d{1,2},? \d{4}|[A-Za-z]{3,9}[-/. ]\d{2,4}"
     r"|\d{4}\s*[-_ /]?[Qq][1-4]|[Qq][1-4]\s*[-_ /]?\d{4}|\d{4}-\d{2})\s*"
 )
@@ -161,11 +164,11 @@ def _single(column: Column) -> Axis | None:
         return Axis(spec, column.name, parsed, f"{column.name} holds quarters such as {values.iloc[0]!r}")
     head = probe.iloc[:20]
     for fmt in TEXT_FORMATS:
-        if pd.to_datetime(head, format=fmt, errors="coerce").notna().mean() < PARSE_SHARE:
+        if parse_text(head, fmt).notna().mean() < PARSE_SHARE:
             continue
-        if pd.to_datetime(probe, format=fmt, errors="coerce").notna().mean() < PARSE_SHARE:
+        if parse_text(probe, fmt).notna().mean() < PARSE_SHARE:
             continue
-        parsed = pd.to_datetime(column.text, format=fmt, errors="coerce")
+        parsed = parse_text(column.text, fmt)
         if parsed.notna().sum() < PARSE_SHARE * column.nonnull:
             continue
         kind = "native" if fmt in ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S") else "text"
@@ -179,6 +182,14 @@ def _single(column: Column) -> Axis | None:
             spec, column.name, parsed, f"{column.name} holds dates written like {values.iloc[0]!r} ({fmt})"
         )
     return None
+
+
+def parse_text(values: pd.Series, fmt: str) -> pd.Series:
+    """Datetimes written in `fmt` (NaT where they are not); a `%z` format keeps the wall-clock time."""
+    if fmt.endswith("%z"):
+        values = values.astype("string").str.strip().str.replace(UTC_OFFSET, "", regex=True)
+        fmt = fmt.removesuffix("%z")
+    return pd.to_datetime(values, format=fmt, errors="coerce")
 
 
 def _numeric(column: Column) -> Axis | None:

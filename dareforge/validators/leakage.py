@@ -8,15 +8,13 @@ import math
 
 import numpy as np
 import pandas as pd
-from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from dareforge.config import Config
-from dareforge.reference_solutions.metrics import Metric, canonical_label, get_metric
+from dareforge.reference_solutions.leaks import single_column_scores
+from dareforge.reference_solutions.metrics import canonical_label
 from dareforge.validators.base import Finding, TaskView
 
 MAX_ROWS = 20_000
-HOLDOUT_SHARE = 0.3
-TREE_DEPTH = 6
 MIN_ROWS = 20
 TOP = 3
 MAX_ORDER_CLASSES = 50
@@ -26,6 +24,11 @@ MIN_CLASS_SHARE = 0.01
 
 def is_time_series(view: TaskView) -> bool:
     return view.task.family.startswith("TS-")
+
+
+def split_in_time(view: TaskView) -> bool:
+    """The task's test rows come after its training rows: a forecast, or a tabular task on time-indexed rows."""
+    return is_time_series(view) or view.prepared.split == "chronological"
 
 
 def is_classification(view: TaskView) -> bool:
@@ -55,22 +58,6 @@ def family_metric(view: TaskView) -> str:
     return "macro-f1" if is_classification(view) else "clipped-r2"
 
 
-def _encode(values: pd.Series) -> np.ndarray:
-    """One column as a tree input: numbers as they are, anything else as sorted category codes.
-
-    Missing values become a constant below every observed value, so a tree can still split on missingness.
-    """
-    if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
-        numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=np.nan, copy=True)
-        numbers[~np.isfinite(numbers)] = np.nan
-    else:
-        codes = values.astype("category").cat.codes.to_numpy()
-        numbers = np.where(codes < 0, np.nan, codes).astype("float64")
-    observed = numbers[~np.isnan(numbers)]
-    floor = float(observed.min()) - 1.0 - float(observed.max() - observed.min()) if len(observed) else 0.0
-    return np.where(np.isnan(numbers), floor, numbers).reshape(-1, 1)
-
-
 def _target(view: TaskView, frame: pd.DataFrame, column: str) -> pd.Series:
     values = frame[column]
     if is_classification(view):
@@ -82,7 +69,7 @@ class LeakageFeature:
     """Best held-out score of a shallow tree on ONE feature column; the score is that best value.
 
     Rows: the public train, at most 20k sampled (seeded by the task's seed), rows with a missing target
-    dropped; 70% fit, 30% held out at random, or the last 30% in time for time-series tasks (a feature must
+    dropped; 70% fit, 30% held out at random, or the last 30% in time for tasks split in time (a feature must
     predict the future there). Features: columns of both train and test (what an agent can use at
     prediction time) except the id, the metric's keys, the targets, and a time-series task's time column.
     Metric: macro-F1 for classification, clipped R² for regression and time series; with several targets,
@@ -105,12 +92,11 @@ class LeakageFeature:
         if not features:
             return Finding("no feature columns besides keys and targets in test.csv; nothing to leak", None)
         metric_name = family_metric(view)
-        metric = get_metric(metric_name)
         scores: dict[str, float] = {}
         for target in targets:
             if target not in train.columns:
                 return Finding(f"target column `{target}` is missing from train.csv", None, flagged=True)
-            for column, score in self._scores(view, train, target, features, metric).items():
+            for column, score in self._scores(view, train, target, features).items():
                 scores[column] = max(score, scores.get(column, 0.0))
         if not scores:
             return Finding(f"fewer than {MIN_ROWS} training rows with a target; nothing measured", None)
@@ -128,9 +114,7 @@ class LeakageFeature:
             details=details,
         )
 
-    def _scores(
-        self, view: TaskView, train: pd.DataFrame, target: str, features: list[str], metric: Metric
-    ) -> dict[str, float]:
+    def _scores(self, view: TaskView, train: pd.DataFrame, target: str, features: list[str]) -> dict[str, float]:
         y = _target(view, train, target)
         frame = train.loc[y.notna()]
         y = y.loc[frame.index]
@@ -140,24 +124,15 @@ class LeakageFeature:
         if len(frame) > MAX_ROWS:
             frame = frame.iloc[np.sort(rng.choice(len(frame), MAX_ROWS, replace=False))]
             y = y.loc[frame.index]
-        n_test = max(2, round(len(frame) * HOLDOUT_SHARE))
-        if is_time_series(view) and view.prepared.time_column in frame.columns:
+        if split_in_time(view) and view.prepared.time_column in frame.columns:
             time = frame[view.prepared.time_column]
             time = time.to_numpy() if pd.api.types.is_numeric_dtype(time) else time.astype(str).to_numpy()
             order = np.argsort(time, kind="stable")
         else:
             order = rng.permutation(len(frame))
-        fit, held = order[:-n_test], order[-n_test:]
-        y_values = y.to_numpy()
-        tree_cls = DecisionTreeClassifier if is_classification(view) else DecisionTreeRegressor
-        scores = {}
-        for column in features:
-            x = _encode(frame[column])
-            tree = tree_cls(max_depth=TREE_DEPTH, min_samples_leaf=3, random_state=0)
-            tree.fit(x[fit], y_values[fit])
-            score = float(metric(y_values[held], tree.predict(x[held])))
-            scores[column] = score if math.isfinite(score) else 0.0
-        return scores
+        return single_column_scores(
+            {c: frame[c] for c in features}, y.to_numpy(), is_classification(view), order
+        )
 
 
 def _spearman(x: pd.Series, y: pd.Series) -> float:

@@ -1,0 +1,64 @@
+"""How well one column alone predicts a target: the score the understand stage uses to leave a leaking column
+out of a framing and the validation gate uses to reject a task, so the two never disagree on what leaks.
+
+A shallow tree on the one column, fitted on the first 70% of a row order and scored on the last 30% (a random
+order, or time for a forecast: a feature must then predict the future), by macro-F1 for a label and clipped
+R² for a number.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from dareforge.reference_solutions.metrics import get_metric
+
+HOLDOUT_SHARE = 0.3
+TREE_DEPTH = 6
+
+
+def natural_key(value: object) -> list:
+    """`P9` before `P10`: digit runs compare as numbers, so codes handed out in order keep that order."""
+    parts = re.split(r"(\d+)", str(value))
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts]
+
+
+def encode_column(values: pd.Series) -> np.ndarray:
+    """One column as a tree input: numbers as they are, anything else as category codes in natural order (so a
+    key whose order follows the target is found too: `P1`..`P250` one class, `P251`..`P500` the next). Missing values become a constant below every observed value, so a
+    tree can still split on missingness."""
+    if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
+        numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=np.nan, copy=True)
+        numbers[~np.isfinite(numbers)] = np.nan
+    else:
+        text = values.astype(object).where(values.notna(), None)
+        categories = sorted({v for v in text if v is not None}, key=natural_key)
+        codes = pd.Categorical(text, categories=categories).codes
+        numbers = np.where(codes < 0, np.nan, codes).astype("float64")
+    observed = numbers[~np.isnan(numbers)]
+    floor = float(observed.min()) - 1.0 - float(observed.max() - observed.min()) if len(observed) else 0.0
+    return np.where(np.isnan(numbers), floor, numbers).reshape(-1, 1)
+
+
+def single_column_scores(
+    columns: dict[str, pd.Series], y: np.ndarray, classification: bool, order: np.ndarray
+) -> dict[str, float]:
+    """Held-out score of each column alone. `y` and every column are aligned row by row; `order` is a
+    permutation of the rows whose last `HOLDOUT_SHARE` is held out."""
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+    metric = get_metric("macro-f1" if classification else "clipped-r2")
+    n_test = max(2, round(len(order) * HOLDOUT_SHARE))
+    fit, held = order[:-n_test], order[-n_test:]
+    tree_cls = DecisionTreeClassifier if classification else DecisionTreeRegressor
+    scores = {}
+    for name, values in columns.items():
+        x = encode_column(values)
+        tree = tree_cls(max_depth=TREE_DEPTH, min_samples_leaf=3, random_state=0)
+        tree.fit(x[fit], y[fit])
+        score = float(metric(y[held], tree.predict(x[held])))
+        scores[name] = score if math.isfinite(score) else 0.0
+    return scores
