@@ -184,7 +184,9 @@ class UnderstandConfig(Section):
         "within understand.close_score of it and that pass every check (and are no copy of a chosen one).",
     )
     close_score: float = Field(
-        2.0, ge=0, description="How close (in evidence points) a second tabular target must score to the first."
+        2.0,
+        ge=0,
+        description="How close (in evidence points) a second tabular target must score to the first.",
     )
     min_timestamps: int = Field(
         12, description="Distinct timestamps a series needs (the last 20% are held out chronologically)."
@@ -210,7 +212,18 @@ class PrepareConfig(Section):
         "store.work_dir). The default keeps a 2 GB CSV under half its size in RAM (`make bench`); "
         "raising it makes big tables faster.",
     )
+    duckdb_max_memory_limit: str = Field(
+        "2GB",
+        description="A table that runs DuckDB out of memory is read again at twice the limit on one thread, up "
+        "to this; past it the source fails with the reason.",
+    )
     duckdb_threads: int = 2
+    max_columns: int = Field(
+        2000,
+        ge=2,
+        description="Wider tables are refused with the reason: DuckDB holds a buffer per column, so a 10,000-column "
+        "CSV needs about 2 GB to read, however few its rows.",
+    )
 
 
 class GenerateConfig(Section):

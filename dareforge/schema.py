@@ -50,6 +50,11 @@ class SourceFile(BaseModel):
     )
     columns: list[str] | None = Field(None, description="Header of a CSV/TSV table.")
     rows: int | None = Field(None, description="Data lines of a text table (quoted line breaks count extra).")
+    note: str | None = Field(
+        None,
+        description="A workbook or JSON document: the tables read from it, or why none was (see "
+        "`crawlers.documents`).",
+    )
 
 
 class LeaderboardEntry(BaseModel):
@@ -299,6 +304,11 @@ class MetricSpec(BaseModel):
     )
     tolerance: float | None = Field(None, description="Relative tolerance of allclose.")
     k: int | None = Field(None, description="For MAP@k.")
+    scale: list[float] | None = Field(
+        None,
+        description="forecast-skill: per target (in `target_columns` order), the best model-free forecast's MAE "
+        "on the test rows, the unit the score is measured in (see `reference_solutions.forecast`).",
+    )
     answer_type: AnswerType | None = Field(None, description="How an `answer` metric grades the value.")
     decimals: int | None = Field(
         None, description="`answer`: the decimals the question asks to round a number to (None: not rounded)."

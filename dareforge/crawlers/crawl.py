@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from dareforge.context import RunContext
 from dareforge.crawlers.base import Crawler
+from dareforge.crawlers.documents import tabulate
 from dareforge.crawlers.inspect import identify_target
 from dareforge.crawlers.unpack import copy_plain_file, plain_files, unpack_zip
 from dareforge.describe import describe_file, is_binary
@@ -125,7 +126,11 @@ def _crawl_locked(ctx: RunContext, crawler: Crawler, source: Source, report: Cra
     try:
         discovered = crawler.download(source, work / "download") or {}
         files_root = _unpack_all(work / "download", work / f"files-{source.version}", ctx)
-        files = [describe_file(f.path, f.rel) for f in plain_files(files_root)]
+        notes = tabulate(files_root, [f.rel for f in plain_files(files_root)])
+        files = [
+            describe_file(f.path, f.rel).model_copy(update={"note": notes.get(f.rel)})
+            for f in plain_files(files_root)
+        ]
         # Binary content under a table's name is described but not stored: nothing downstream reads it, and it
         # can be GBs of nothing (seen: a 2 GB sparse .csv, stored at full size). The manifest keeps it apart
         # from the stored files, so `Store.verify` holds, and the record still lists it for the filter's reason.

@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from typing import Protocol
 
 from dareforge.config import Config
+from dareforge.crawlers.documents import derived_names
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
 from dareforge.describe import BINARY, UNDECODABLE, is_binary
 from dareforge.errors import ConfigError
@@ -116,10 +117,18 @@ class Tabular(Rule):
         if not total:
             return RuleOutcome(False, "no files stored to judge the modality", None)
         suffixes = sorted({s.lower() for s in config.rules.tabular_extensions})
-        tables = sum(f.size for f in source.files if PurePosixPath(f.name).suffix.lower() in suffixes)
+        names = [f.name for f in source.files]
+        # A workbook or JSON document read as tables counts as table bytes (its tables are derived from it).
+        tables = sum(
+            f.size
+            for f in source.files
+            if PurePosixPath(f.name).suffix.lower() in suffixes or derived_names(f.name, names)
+        )
         share, least = tables / total, config.rules.min_tabular_share
         if share < least:
             reason = f"only {share:.0%} of bytes are tables ({', '.join(suffixes)}), under rules.min_tabular_share={least:.0%}"
+            unread = [f"{f.name}: {f.note}" for f in source.files if f.note and f.note.startswith("not read")]
+            reason += "".join(f"; {note}" for note in unread[:3])
             return RuleOutcome(False, reason, f"{share:.3f}")
         return RuleOutcome(True, f"{share:.0%} of bytes are tables", f"{share:.3f}")
 

@@ -4,7 +4,7 @@
   columns, one row per test row, values the metric can read);
 - plus, for an IF task, 1.0 (`score_reward`) when it matches the reference run's predictions exactly (score 1.0:
   following the stated workflow is the task, so a near miss earns nothing more);
-- plus, for an MM or TS task, `score_reward` times the metric score (macro-F1, clipped R²) clipped to [0, 1];
+- plus, for an MM or TS task, `score_reward` times the metric score (macro-F1, clipped R², forecast skill) clipped to [0, 1];
 - plus, for a QA or Lake task (its `answer.json` is the file), `score_reward` times the answer's grade in
   [0, 1] (KramaBench's: exact types 0 or 1, approximate numbers 1 / (1 + relative error), lists F1).
 
@@ -82,7 +82,7 @@ def reward_spec(task: Task) -> RewardSpec:
     if not metric.higher_is_better:
         raise RewardError(
             f"task {task.id} is graded by {task.metric.name}, where lower is better; the reward needs a score in "
-            "[0, 1] (macro-f1, clipped-r2, exact-match, allclose), so leave this task out of the RL export"
+            "[0, 1] (macro-f1, clipped-r2, forecast-skill, exact-match, allclose), so leave this task out of the RL export"
         )
     return RewardSpec(
         family=task.family,

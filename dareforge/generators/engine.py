@@ -5,12 +5,13 @@ live in their own modules (`rawtable`, `profile`, `infer`, `split`), mixed into 
 from __future__ import annotations
 
 import codecs
+import logging
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -23,6 +24,7 @@ from dareforge.generators.profile import (
 )
 from dareforge.generators.rawtable import (
     DUCKDB_ENCODINGS,
+    NULL_CELLS,
     TABLE_SUFFIXES,
     PrepareError,
     RawTable,
@@ -44,6 +46,9 @@ from dareforge.schema import (
     TimeAxis,
 )
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 
 class Engine(ProfileMixin, InferMixin, SplitMixin):
     """One DuckDB connection for the run: an in-memory database that spills to a scratch folder."""
@@ -51,6 +56,7 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.cfg = ctx.config.prepare
+        self.memory_limit, self.threads = self.cfg.duckdb_memory_limit, self.cfg.duckdb_threads
         self._con: duckdb.DuckDBPyConnection | None = None
         self._dir: Path | None = None
 
@@ -83,8 +89,8 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
             self._con = duckdb.connect(
                 ":memory:",
                 config={
-                    "memory_limit": self.cfg.duckdb_memory_limit,
-                    "threads": self.cfg.duckdb_threads,
+                    "memory_limit": self.memory_limit,
+                    "threads": self.threads,
                     "temp_directory": str(self._dir),
                     "preserve_insertion_order": True,
                 },
@@ -143,7 +149,7 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
                 described = self.con.execute("DESCRIBE src").fetchall()
                 return [Column(name, dtype, dtype) for name, dtype, *_ in described]
             delimiter, encoding = TABLE_SUFFIXES[suffix] or ",", encoding or "utf-8"
-            options = f"delim={sql_text(delimiter)}, header=true, encoding={sql_text(encoding)}"
+            options = f"delim={sql_text(delimiter)}, header=true, encoding={sql_text(encoding)}, {NULL_CELLS}"
             reader = f"read_csv({sql_text(str(path))}, {options}"
             try:
                 sniffed = self.con.execute(f"DESCRIBE SELECT * FROM {reader})").fetchall()
@@ -159,13 +165,20 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
     def sample_text(self, table: RawTable, scratch: Path, rows: int) -> tuple[pa.Table, int]:
         """Every column of a raw table as text: a systematic sample of at most `rows` rows in file order, and
         the table's row count. Streaming keeps memory to one batch, whatever the file size."""
+        self._check_width(table)
+        return self._with_memory(lambda: self._sample_text(table, scratch, rows))
+
+    def _sample_text(self, table: RawTable, scratch: Path, rows: int) -> tuple[pa.Table, int]:
         suffix = Path(table.file.name).suffix.lower()
         with self._local_file(table, scratch) as (path, encoding):
             if suffix == ".parquet":
                 relation = f"SELECT COLUMNS(*)::VARCHAR FROM read_parquet({sql_text(str(path))})"
             else:
                 delimiter, encoding = TABLE_SUFFIXES[suffix] or ",", encoding or "utf-8"
-                options = f"delim={sql_text(delimiter)}, header=true, all_varchar=true, encoding={sql_text(encoding)}"
+                options = (
+                    f"delim={sql_text(delimiter)}, header=true, all_varchar=true, encoding={sql_text(encoding)}, "
+                    + NULL_CELLS
+                )
                 relation = f"SELECT * FROM read_csv({sql_text(str(path))}, {options})"
             try:
                 reader = self.con.sql(relation).to_arrow_reader(65_536)  # sniffs the CSV once
@@ -178,6 +191,51 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
                 raise PrepareError(read_failure(table, exc)) from exc
 
     def prepare_table(
+        self, source: Source, override: Any, table: RawTable, version: str, scratch: Path, framing: Framing
+    ) -> PreparedSource:
+        self._check_width(table)
+        return self._with_memory(
+            lambda: self._prepare_table(source, override, table, version, scratch, framing)
+        )
+
+    def _check_width(self, table: RawTable) -> None:
+        width, most = len(table.columns or []), self.cfg.max_columns
+        if width > most:
+            sid = table.source_id
+            raise PrepareError(
+                f"{sid}: {table.file.name} has {width:,} columns, more than prepare.max_columns={most:,}: DuckDB "
+                "holds a buffer per column, so a table this wide needs gigabytes to read however few its rows; "
+                f"raise prepare.max_columns and prepare.duckdb_max_memory_limit to take it, or name a narrower "
+                f"table under sources.{sid}.table"
+            )
+
+    def _with_memory(self, work: Callable[[], T]) -> T:
+        """`work`, again at twice the memory limit on one thread (up to prepare.duckdb_max_memory_limit) when
+        DuckDB runs out of memory; the run's own limit is back for the next table."""
+        try:
+            while True:
+                try:
+                    return work()
+                except (duckdb.OutOfMemoryException, PrepareError) as exc:
+                    if not _out_of_memory(exc) or not self._grow():
+                        raise
+        finally:
+            if self.memory_limit != self.cfg.duckdb_memory_limit:
+                self.__exit__()
+                self._con, self._dir = None, None
+                self.memory_limit, self.threads = self.cfg.duckdb_memory_limit, self.cfg.duckdb_threads
+
+    def _grow(self) -> bool:
+        now, most = size_bytes(self.memory_limit), size_bytes(self.cfg.duckdb_max_memory_limit)
+        if now >= most:
+            return False
+        self.__exit__()
+        self._con, self._dir = None, None
+        self.memory_limit, self.threads = f"{min(2 * now, most) // 2**20}MB", 1
+        log.info("DuckDB ran out of memory; trying again at %s on one thread", self.memory_limit)
+        return True
+
+    def _prepare_table(
         self, source: Source, override: Any, table: RawTable, version: str, scratch: Path, framing: Framing
     ) -> PreparedSource:
         try:
@@ -215,6 +273,20 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
             f"CREATE OR REPLACE TABLE src AS SELECT *, {expression} AS {sql_ident(name)} FROM src"
         )
         return [*columns, Column(name, "VARCHAR", "VARCHAR")]
+
+
+def size_bytes(text: str) -> int:
+    """`512MB`, `2GB`, `1.5GiB` as bytes (DuckDB's memory-limit spellings; decimal and binary units alike)."""
+    match = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?)(i?B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"{text!r} is not a size such as 512MB or 2GB")
+    return int(float(match.group(1)) * 1024 ** "BKMGT".index((match.group(2) or "B").upper()))
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, duckdb.OutOfMemoryException) or isinstance(
+        exc.__cause__, duckdb.OutOfMemoryException
+    )
 
 
 def systematic_sample(reader: pa.RecordBatchReader, rows: int) -> tuple[pa.Table, int]:

@@ -9,6 +9,7 @@ everything that defines the task, so a task whose manifest exists is finished an
 
 from __future__ import annotations
 
+import logging
 import time
 
 from dareforge.context import RunContext
@@ -19,6 +20,8 @@ from dareforge.generators.questions.qa import qa_tasks
 from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
 from dareforge.queries import framed_source_ids
 from dareforge.schema import PreparedSource, Source, Task, TaskType
+
+log = logging.getLogger(__name__)
 
 
 def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateReport:
@@ -55,15 +58,33 @@ def _generate_source(
     tasks = []
     for prepared in framings:
         writer = TaskWriter(ctx, prepared, report)
-        tasks += build_source_tasks(ctx, prepared, writer, runners)
+        tasks += _guarded(
+            report, f"{source_id}/{prepared.framing}", build_source_tasks, ctx, prepared, writer, runners
+        )
     # Questions on the first framing only: a second framing's table is the same data split another way.
-    tasks += build_question_tasks(ctx, framings[0], TaskWriter(ctx, framings[0], report), runners, lake_pool)
+    first = framings[0]
+    writer = TaskWriter(ctx, first, report)
+    tasks += _guarded(
+        report, f"{source_id}/questions", build_question_tasks, ctx, first, writer, runners, lake_pool
+    )
     for task in tasks:
         report.families[task.family] += task.status == "candidate"
         if task.status == "rejected":
             report.rejected[task.id] = task.reject_reason or ""
     if tasks and ctx.store.write_records(source_id, tasks):
         report.written.append(ctx.store.table_key(Task.table, source_id))
+
+
+def _guarded(report: GenerateReport, label: str, build, *args) -> list[Task]:
+    """The tasks `build` makes, or none with the failure recorded: no table, however odd, stops the stage for
+    the other sources (the traceback goes to the debug log)."""
+    try:
+        return build(*args)
+    except Exception as exc:  # any failure of one source's data is that source's alone
+        report.failures[label] = f"{type(exc).__name__}: {exc}"
+        log.warning("generate %s failed: %s", label, report.failures[label])
+        log.debug("generate %s failed", label, exc_info=True)
+        return []
 
 
 def _not_prepared(ctx: RunContext, source_id: str) -> str:

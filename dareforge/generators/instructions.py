@@ -109,6 +109,10 @@ def render_if(spec: IFSpec, limits: TaskLimits) -> str:
 METRIC_WORDS = {
     "macro-f1": "macro-averaged F1 score",
     "clipped-r2": "R² (negative values count as 0)",
+    "forecast-skill": (
+        "forecast skill: 1 - MAE / (the MAE of the best forecast that needs no model: each series' training "
+        "mean, its last value, or its last season repeated), floored at 0, so a perfect forecast scores 1"
+    ),
 }
 
 

@@ -19,8 +19,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
-
 from dareforge.config import SourceOverride
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError, StoreError
@@ -47,9 +45,10 @@ from dareforge.schema import (
 log = logging.getLogger(__name__)
 
 
-PREPARE_FORMAT = 3
+PREPARE_FORMAT = 4
 """Bump when the output of prepare changes for the same inputs, so every source is prepared again.
-3: prepared per framing (understand stage), time axes rebuilt from their parts."""
+3: prepared per framing (understand stage), time axes rebuilt from their parts. 4: cells pandas reads as
+missing (`NA`, `N/A`, ...) are missing; a numeric target must read as a number; chronological tabular splits."""
 
 
 class PreparedIntegrityError(StoreError):
@@ -116,7 +115,7 @@ def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: Pre
         label = f"{source_id}/{framing.framing}"
         try:
             records.append(_prepare_framing(ctx, engine, source_id, framing, report, label))
-        except (PrepareError, duckdb.Error, OSError) as exc:
+        except Exception as exc:  # whatever an odd table breaks, it is this framing's failure, and recorded
             reason = str(exc) if isinstance(exc, PrepareError) else failure_reason(ctx, source_id, exc)
             engine.recover()
             log.warning("prepare %s failed: %s", label, reason)

@@ -26,6 +26,34 @@ TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t", ".parquet": None}
 DUCKDB_ENCODINGS = {"utf-8": "utf-8", "utf-8-sig": "utf-8", "utf-16": "utf-16", "iso8859-1": "latin-1"}
 
 
+PANDAS_NA = (
+    "",
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "-1.#IND",
+    "-1.#QNAN",
+    "-NaN",
+    "-nan",
+    "1.#IND",
+    "1.#QNAN",
+    "<NA>",
+    "N/A",
+    "NA",
+    "NULL",
+    "NaN",
+    "None",
+    "n/a",
+    "nan",
+    "null",
+)
+"""The cells pandas' `read_csv` reads as missing by default. Task files are read that way (every prompt says
+so), so prepare reads them as missing too: a numeric column with `NA` cells is numeric on both sides, and a
+target cell `N/A` is an unlabelled row, not a class named "N/A" that pandas would hand a model as NaN."""
+NULL_CELLS = "nullstr=[" + ", ".join("'" + v.replace("'", "''") + "'" for v in PANDAS_NA) + "]"
+"""The `read_csv` option that reads those cells as NULL."""
+
+
 class PrepareError(DareforgeError):
     """One source cannot be prepared; the stage records the reason (which names the fix) and goes on."""
 
@@ -132,6 +160,12 @@ def failure_reason(ctx: RunContext, source_id: str, exc: Exception) -> str:
 
 def read_failure(table: RawTable, exc: Exception) -> str:
     sid = table.source_id
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        width = f" ({len(table.columns):,} columns)" if table.columns else ""
+        return (
+            f"{sid}: reading {table.file.name}{width} ran DuckDB out of memory ({first_line(exc)}); raise "
+            f"prepare.duckdb_max_memory_limit, or name a smaller table under sources.{sid}.table"
+        )
     return (
         f"{sid}: cannot read {table.file.name} ({first_line(exc)}); if the file is not UTF-8 set "
         f"sources.{sid}.encoding (e.g. latin-1), or pick another file with sources.{sid}.table"

@@ -106,7 +106,10 @@ def score_references(
     metric: MetricSpec,
     train: pd.DataFrame,
     group: str | None,
+    forecasts: list[pd.DataFrame] = (),
 ) -> TaskScores:
+    """The strong reference's score and the bar: the best trivial predictor's, including `forecasts` (the
+    model-free forecasts of a series task, keyed like the answers)."""
     answers = draft.private / "answers.csv"
     code = strong_reference_code(strong)
     (draft.private / "strong_reference.py").write_text(code)
@@ -129,7 +132,7 @@ def score_references(
             answers,
         )
         for s in trivial
-    ]
+    ] + [grade(metric, forecast, answers) for forecast in forecasts]
     for name, result in (("strong", strong_score), *(("baseline", b) for b in baselines)):
         if result.error:
             raise ValueError(f"the {name} predictions do not grade: {result.error}")

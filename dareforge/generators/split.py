@@ -77,7 +77,12 @@ class SplitMixin:
                 )
             targets.append(by_name[name])
         n_all = self._scalar("SELECT count(*) FROM src")
-        labelled = " AND ".join(f"{sql_ident(t.name)} IS NOT NULL" for t in targets)
+        # A number to predict must read as one: a censored "<10" or a "?" is no label for a regression.
+        numeric = framing.task_type in (TaskType.REGRESSION, TaskType.TIME_SERIES)
+        labelled = " AND ".join(
+            f"isfinite(TRY_CAST({t.text} AS DOUBLE))" if numeric else f"{sql_ident(t.name)} IS NOT NULL"
+            for t in targets
+        )
 
         # The id: the override, the source's own, a unique column named like an id, else the row number.
         id_col = column(override.id_column if override else None, "id_column")
@@ -147,7 +152,9 @@ class SplitMixin:
 
         # The private split, in SQL: a narrow table of the held-out rows' positions (`__rid`). Rows indexed by
         # time are split in time even for a tabular framing: a random split lets the date interpolate the answer.
-        in_time = task_type == TaskType.TIME_SERIES or (framing.split == "chronological" and clock is not None)
+        in_time = task_type == TaskType.TIME_SERIES or (
+            framing.split == "chronological" and clock is not None
+        )
         if in_time:
             assert clock is not None
             split = "chronological"

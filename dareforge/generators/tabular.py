@@ -50,8 +50,10 @@ def goal_task_fields(
     task_words: str,
     test_note: str,
     group: str | None = None,
+    forecasts: list[pd.DataFrame] = (),
 ) -> dict:
-    """Record fields of a goal-only (MM or time-series) task: the prompt, metric, limits and reference scores."""
+    """Record fields of a goal-only (MM or time-series) task: the prompt, metric, limits and reference scores
+    (`forecasts`: the model-free forecasts a series task's strong reference must beat)."""
     return {
         "instruction": render_mm(
             target=metric.target_columns,
@@ -62,7 +64,7 @@ def goal_task_fields(
         ),
         "metric": metric,
         "limits": limits_of(ctx),
-        "scores": score_references(runners, strong, draft, metric, train, group=group),
+        "scores": score_references(runners, strong, draft, metric, train, group=group, forecasts=forecasts),
     }
 
 

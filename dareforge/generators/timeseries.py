@@ -11,6 +11,7 @@ import pandas as pd
 from dareforge.context import RunContext
 from dareforge.generators.tabular import Frames, copy_prepared, goal_task_fields
 from dareforge.generators.taskio import Draft, Runners, TaskWriter
+from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
 from dareforge.reference_solutions.pipeline import StrongSpec
 from dareforge.reference_solutions.spec import usable_features
 from dareforge.schema import ColumnKind, MetricSpec, PreparedSource, Task
@@ -37,6 +38,24 @@ def _cf_keys(prepared: PreparedSource, test: pd.DataFrame) -> list[str]:
     return keys if not test.duplicated(subset=keys).any() else [prepared.id_column, *keys]
 
 
+def _model_free(
+    prepared: PreparedSource, train: pd.DataFrame, test: pd.DataFrame, answers: pd.DataFrame, keys: list[str]
+) -> tuple[list[pd.DataFrame], list[float]]:
+    """The model-free forecasts of the test rows (keyed like the answers) and, per target, the best one's MAE:
+    the scale of the task's `forecast-skill` (see `reference_solutions.forecast`)."""
+    by_name: dict[str, pd.DataFrame] = {}
+    scale = []
+    truth = test[[prepared.id_column]].merge(answers, on=prepared.id_column, how="left")
+    for target in prepared.target_columns:
+        forecasts = naive_forecasts(train, test, prepared.time_column, target, prepared.entity_column)
+        values = pd.to_numeric(truth[target], errors="coerce").to_numpy(dtype=float)
+        scale.append(model_free_scale(values, forecasts))
+        for name, predicted in forecasts.items():
+            frame = by_name.setdefault(name, test[keys].copy())
+            frame[target] = predicted
+    return list(by_name.values()), scale
+
+
 def ts_task(
     ctx: RunContext,
     prepared: PreparedSource,
@@ -45,7 +64,7 @@ def ts_task(
     runners: Runners,
     family: str,
 ) -> Task | None:
-    train, test, _ = frames
+    train, test, answers = frames
     time_kind = next(c.kind for c in prepared.columns if c.name == prepared.time_column)
     entity = prepared.entity_column
     if family == "TS-XF":
@@ -59,7 +78,10 @@ def ts_task(
         dates = sorted({*dates, prepared.time_column})
     elif prepared.time_column not in numeric:
         numeric = [*numeric, prepared.time_column]
-    metric = MetricSpec(name="clipped-r2", target_columns=prepared.target_columns, key_columns=keys)
+    forecasts, scale = _model_free(prepared, train, test, answers, keys)
+    metric = MetricSpec(
+        name="forecast-skill", target_columns=prepared.target_columns, key_columns=keys, scale=scale
+    )
     strong = StrongSpec(
         classification=False,
         id_column=prepared.id_column,
@@ -86,6 +108,7 @@ def ts_task(
             task_words=f"time series, ordered by `{prepared.time_column}`",
             test_note=NOTES[family].format(entity=f" and `{entity}`" if entity else ""),
             group=entity,
+            forecasts=forecasts,
         )
 
     return writer.build(family, ctx.config.generate.seed, family, fill)

@@ -46,6 +46,7 @@ from typing import Any
 import pandas as pd
 
 from dareforge.context import RunContext
+from dareforge.generators.instructions import METRIC_WORDS
 from dareforge.publish.release import Release, ReleaseError, load_release
 from dareforge.schema import Source
 
@@ -96,7 +97,17 @@ def _slug(source_id: str) -> str:
 def _rename(instruction: str, names: dict[str, str]) -> str:
     for old, new in {**names, "predictions.csv": "prediction.csv"}.items():
         instruction = instruction.replace(f"`{old}`", f"`{new}`")
-    return instruction
+    # DARE-bench scores every forecast by clipped R²; our releases use forecast skill (see `forecast.py`).
+    ours, theirs = METRIC_WORDS["forecast-skill"], METRIC_WORDS["clipped-r2"]
+    return instruction.replace(f"scored by the {ours}", f"scored by the {theirs}")
+
+
+def _dare_metric(metric: dict[str, Any]) -> dict[str, Any]:
+    """The metric as DARE-bench scores the task: clipped R² for a forecast, which our releases score by
+    forecast skill (the seasonal-naive scale only means something to that metric)."""
+    if metric["name"] != "forecast-skill":
+        return metric
+    return {**metric, "name": "clipped-r2", "scale": None, "dareforge_metric": "forecast-skill"}
 
 
 def _cut(data: bytes, columns: list[str]) -> bytes:
@@ -261,7 +272,7 @@ def _export_pair(
             f"v{n}": {
                 "task_id": t.id,
                 "family": t.row["family"],
-                "metric": t.row["metric"],
+                "metric": _dare_metric(t.row["metric"]),
                 "package_versions": t.row["package_versions"],
             }
             for n, t in ((1, v1), (2, v2))

@@ -48,6 +48,7 @@ METRIC_TEXT = {
     "allclose": "share of rows within {tolerance} relative tolerance of the reference (a faithful solution scores 1)",
     "macro-f1": "macro-averaged F1 over classes",
     "clipped-r2": "R², with negative values counted as 0",
+    "forecast-skill": "1 - MAE / MAE of the best model-free forecast (mean, last value, last season), floored at 0",
     "answer": "graded by its answer type, as KramaBench grades",
 }
 ANSWER_TYPE_TEXT = {

@@ -69,7 +69,8 @@ def grade(
     if metric.name == ANSWER_METRIC:
         return grade_answer(metric, submission, answers, paraphrase)
     scorer = get_metric(metric.name)
-    scorer.check_params(tolerance=metric.tolerance, k=metric.k)
+    for target in metric.target_columns or [None]:
+        scorer.check_params(tolerance=metric.tolerance, k=metric.k, scale=scale_of(metric, target))
     _check_spec(metric)
     truth = _load_answers(metric, scorer, answers)
 
@@ -339,8 +340,17 @@ def _score(metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.Da
     for column in targets:
         y_true = _target_values(aligned[true_names[column]], aligned, keys, column, scorer, "answers")
         y_pred = _target_values(aligned[pred_names[column]], aligned, keys, column, scorer, "submission")
-        scores.append(scorer(y_true, y_pred, tolerance=metric.tolerance, k=metric.k))
+        scale = scale_of(metric, column)
+        scores.append(scorer(y_true, y_pred, tolerance=metric.tolerance, k=metric.k, scale=scale))
     return float(np.mean(scores))
+
+
+def scale_of(metric: MetricSpec, target: str | None) -> float | None:
+    """A target's scale (forecast-skill), or None when the spec has none for it."""
+    if not metric.scale or target not in metric.target_columns:
+        return None
+    position = metric.target_columns.index(target)
+    return metric.scale[position] if position < len(metric.scale) else None
 
 
 def _names(columns: list[str]) -> str:

@@ -139,6 +139,16 @@ def clipped_r2(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     return max(float(r2_score(truth, pred)), 0.0)
 
 
+def forecast_skill(y_true: ArrayLike, y_pred: ArrayLike, scale: float) -> float:
+    """``max(0, 1 - MAE / scale)``: `scale` is the MAE of the best model-free forecast (training mean, last
+    value, seasonal naive) on the same rows, stored with the task (see `reference_solutions.forecast`), so no
+    such forecast scores above 0, a perfect one scores 1, and the score means the same for a series in
+    millions as for one in fractions."""
+    _check_scale(scale)
+    truth, pred = _numeric_pair(y_true, y_pred)
+    return max(0.0, 1.0 - float(np.mean(np.abs(pred - truth))) / scale)
+
+
 def rmse(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     """Root mean squared error."""
     truth, pred = _numeric_pair(y_true, y_pred)
@@ -223,6 +233,11 @@ def _check_tolerance(tolerance: float | None) -> None:
         )
 
 
+def _check_scale(scale: float | None) -> None:
+    if scale is None or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
+        raise GradingError(f"forecast-skill needs a finite scale > 0, got {scale!r}; set MetricSpec.scale")
+
+
 def _check_k(k: int | None) -> None:
     if k is None or isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise GradingError(f"map-at-k needs an integer k >= 1, got {k!r}; set MetricSpec.k")
@@ -236,7 +251,7 @@ class Metric:
     """A registered metric: its function, its direction, and how the grader should read the values.
 
     `kind` is "label" when values are compared as text, "numeric" when the grader must convert them to
-    floats first. `params` names the MetricSpec fields the function needs ("tolerance", "k").
+    floats first. `params` names the MetricSpec fields the function needs ("tolerance", "k", "scale").
     """
 
     name: str
@@ -251,17 +266,27 @@ class Metric:
         """The score a submission that cannot be graded gets: 0 when higher is better, else +inf."""
         return 0.0 if self.higher_is_better else math.inf
 
-    def check_params(self, *, tolerance: float | None = None, k: int | None = None) -> None:
+    def check_params(
+        self, *, tolerance: float | None = None, k: int | None = None, scale: float | None = None
+    ) -> None:
         if "tolerance" in self.params:
             _check_tolerance(tolerance)
         if "k" in self.params:
             _check_k(k)
+        if "scale" in self.params:
+            _check_scale(scale)
 
     def __call__(
-        self, y_true: ArrayLike, y_pred: ArrayLike, *, tolerance: float | None = None, k: int | None = None
+        self,
+        y_true: ArrayLike,
+        y_pred: ArrayLike,
+        *,
+        tolerance: float | None = None,
+        k: int | None = None,
+        scale: float | None = None,
     ) -> float:
-        self.check_params(tolerance=tolerance, k=k)
-        given = {"tolerance": tolerance, "k": k}
+        self.check_params(tolerance=tolerance, k=k, scale=scale)
+        given = {"tolerance": tolerance, "k": k, "scale": scale}
         return self.fn(y_true, y_pred, **{p: given[p] for p in self.params})
 
 
@@ -272,6 +297,7 @@ METRICS: dict[str, Metric] = {
         Metric("allclose", allclose, True, "numeric", params=("tolerance",), is_pass=True),
         Metric("macro-f1", macro_f1, True, "label"),
         Metric("clipped-r2", clipped_r2, True, "numeric"),
+        Metric("forecast-skill", forecast_skill, True, "numeric", params=("scale",)),
         Metric("accuracy", accuracy, True, "label"),
         Metric("roc-auc", roc_auc, True, "numeric"),
         Metric("map-at-k", map_at_k, True, "label", params=("k",)),

@@ -11,7 +11,10 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config
+from dareforge.reference_solutions.forecast import clock as forecast_clock
+from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
 from dareforge.reference_solutions.leaks import single_column_scores
+from dareforge.reference_solutions.metrics import forecast_skill
 from dareforge.schema import TaskType
 from dareforge.understand.columns import Column, Sample
 
@@ -95,7 +98,11 @@ def check_tabular(
         elif column.name not in key_names:
             kept.append(column)
     if not kept:
-        out.reason = "no feature is left once the columns that give the target away are removed"
+        out.reason = (
+            "no feature is left once the columns that give the target away are removed"
+            if out.excluded
+            else "no column can be a feature: the others are ids, free text, constant, empty or mostly missing"
+        )
         return out
     formula = None if classification else derived_formula(target, kept, labelled)
     if formula:
@@ -159,11 +166,14 @@ def check_series(
                 out.excluded.append(column.name)
                 out.checks.append(f"leak: {column.name} is a copy of the target (|r| = {corr:.5f}; left out)")
     exogenous = [c for c in others if c.name not in out.excluded]
-    score = forecastable(times, entity_codes(sample, entity), exogenous, values, config.understand.seed)
+    skill = forecastable(times, entity_codes(sample, entity), exogenous, values, config.understand.seed)
     # Not a verdict (the gate measures forecasts with the strong reference on the real split): among series
     # that pass, the understand stage prefers one a quick model forecasts.
-    out.checks.append(f"forecastable: R2 {score:.3f} on the last 20% of time against 0 for the training mean")
-    out.forecastable = score >= cfg.min_learnable_margin
+    out.checks.append(
+        f"forecastable: skill {skill:.3f} on the last 20% of time (0 for the best model-free forecast: mean, "
+        "last value, seasonal naive)"
+    )
+    out.forecastable = skill >= cfg.min_learnable_margin
     out.passed = True
     return out
 
@@ -176,20 +186,16 @@ def entity_codes(sample: Sample, entity: str | None) -> np.ndarray | None:
 def forecastable(
     times: pd.Series, entities: np.ndarray | None, others: list[Column], y: np.ndarray, seed: int
 ) -> float:
-    """R2 on the latest 20% of timestamps of the better of a tree and a ridge line trained on the earlier 80%,
-    from the time, the entity and the other numeric columns (what a TS-XF task offers)."""
+    """Forecast skill of a quick model on the latest 20% of timestamps, trained on the earlier 80%: the better
+    of a tree and a ridge line on the time, the entity and the other numeric columns (what a TS-XF task
+    offers), in the units the tasks are scored in (0 for the best of the training mean, the last value and the
+    seasonal-naive forecast)."""
     from sklearn.linear_model import Ridge
-    from sklearn.metrics import r2_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
     from sklearn.tree import DecisionTreeRegressor
 
-    clock = (
-        pd.to_numeric(pd.Series(times), errors="coerce")
-        if not np.issubdtype(np.asarray(times).dtype, np.datetime64)
-        else pd.Series(pd.to_datetime(times)).astype("int64") / 86400e9
-    )
-    clock = clock.to_numpy(dtype=float)
+    clock = forecast_clock(pd.Series(times))
     columns = [clock] + ([entities] if entities is not None else [])
     columns += [c.numbers.to_numpy(dtype=float) for c in others if c.numeric]
     x = np.nan_to_num(np.column_stack(columns), nan=-1e12)
@@ -197,14 +203,18 @@ def forecastable(
     if usable.sum() < 10:
         return 0.0
     x, target, clock = x[usable], y[usable], clock[usable]
+    series = entities[usable] if entities is not None else np.zeros(len(target))
     cutoff = np.quantile(np.unique(clock), 0.8)
     train, test = clock <= cutoff, clock > cutoff
     if train.sum() < 5 or test.sum() < 2 or np.var(target[test]) == 0:
         return 0.0
+    frame = pd.DataFrame({"t": clock, "y": target, "e": series})
+    naive = naive_forecasts(frame[train], frame[test], "t", "y", "e")
+    scale = model_free_scale(target[test], naive)
     tree = DecisionTreeRegressor(max_depth=6, min_samples_leaf=3, random_state=seed)
     line = make_pipeline(StandardScaler(), Ridge(alpha=1.0))  # a trend, which a tree cannot extrapolate
-    scores = [r2_score(target[test], m.fit(x[train], target[train]).predict(x[test])) for m in (tree, line)]
-    return float(max(scores))
+    fitted = [m.fit(x[train], target[train]).predict(x[test]) for m in (tree, line)]
+    return float(max(forecast_skill(target[test], predicted, scale) for predicted in fitted))
 
 
 def _target_values(target: Column, classification: bool) -> np.ndarray:
@@ -238,9 +248,7 @@ def single_scores(
         y = y[finite]
     if len(y) < MIN_LEAK_ROWS:
         return {}
-    values = {
-        c.name: (c.numbers if c.numeric else c.text)[rows].reset_index(drop=True) for c in columns
-    }
+    values = {c.name: (c.numbers if c.numeric else c.text)[rows].reset_index(drop=True) for c in columns}
     if clock is None:
         order = np.random.default_rng(seed).permutation(len(y))
     else:

@@ -405,7 +405,8 @@ def _penalize_copies(candidates: list[Candidate], sample: Sample) -> None:
     recoding of a label) is ranked below it: the original comes first in real tables, copies are appended.
     Only the COPY_CHECKED best-ranked candidates are compared, and only with columns of about as many values."""
     ranked = sorted(
-        (c for c in candidates if c.family == "tabular"), key=lambda c: (-c.score, -_position(sample, c.target))
+        (c for c in candidates if c.family == "tabular"),
+        key=lambda c: (-c.score, -_position(sample, c.target)),
     )
     for candidate in ranked[:COPY_CHECKED]:
         column = sample.column(candidate.target)

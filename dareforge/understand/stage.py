@@ -109,6 +109,10 @@ def _understand_source(
         framings = _frame(ctx, engine, source, version)
     except (PrepareError, DareforgeError) as exc:
         framings = [_nothing(source, version, str(exc))]
+    except Exception as exc:  # whatever an odd table breaks, it is this source's failure alone, and recorded
+        log.debug("understand %s failed", source_id, exc_info=True)
+        engine.recover()
+        framings = [_nothing(source, version, f"understanding failed: {type(exc).__name__}: {exc}")]
     if ctx.store.write_records(source_id, framings):
         report.written.append(ctx.store.table_key(Framing.table, source_id))
     chosen = ", ".join(f.framing for f in framings if f.status == "chosen") or "none"
@@ -136,7 +140,8 @@ def choose_table(source: Source, table: str | None) -> SourceFile:
     """The table to understand: the configured one, else the largest table that is not a sample submission
     (a competition's file named like `train` first). Binary files under a table's name are never tables."""
     binary = [f"{f.name} is not a text table ({f.encoding})" for f in source.files if is_binary(f)]
-    hint = "".join(f"; {b}" for b in binary)
+    unread = [f"{f.name}: {f.note}" for f in source.files if f.note and f.note.startswith("not read")]
+    hint = "".join(f"; {b}" for b in binary + unread)
     tables = [
         f for f in source.files if PurePosixPath(f.name).suffix.lower() in TABLE_SUFFIXES and not is_binary(f)
     ]

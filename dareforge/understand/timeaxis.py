@@ -67,6 +67,11 @@ MONTH_NAME = re.compile(r"(?i)^(month|mon|mo|mm|months?)$|(^|[ _.])month$")
 QUARTER_NAME = re.compile(r"(?i)^(quarter|qtr|q)$")
 DAY_NAME = re.compile(r"(?i)^(day|dd|dom|day_of_month)$")
 TIME_NAME = re.compile(r"(?i)date|time|timestamp|epoch|unix|period|month|week|day|year|^ds$|^dt$")
+ENTITY_NAME = re.compile(
+    r"(?i)(id|code|key|no|num|number|store|shop|station|site|sensor|region|city|country|state|unit|item|"
+    r"product|sku|series|group|area|zone|plant|line|machine|device)$"
+)
+"""The name of a numeric column that can key a panel's series (`store`, `station_id`, `item_no`)."""
 MONTHS = {
     m.lower(): i for i, m in enumerate(pd.date_range("2000-01-01", periods=12, freq="MS").strftime("%b"), 1)
 }
@@ -311,6 +316,8 @@ def series_key(sample: Sample, axis: Axis, exclude: set[str]) -> tuple[str | Non
             continue
         if not 2 <= column.distinct <= max(2, n // 3):
             continue
+        if column.numeric and not (column.integral and ENTITY_NAME.search(column.name)):
+            continue  # a measurement (humidity 5..60) is no series key, whatever its values make unique
         keyed = pd.DataFrame({"e": column.text, "t": times}).dropna()
         share = 1 - keyed.duplicated().sum() / max(1, len(keyed))
         if share >= 0.95 and (best is None or column.distinct < best[0]):

@@ -46,8 +46,8 @@ METRICS_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "Reg-IF": ("exact-match", "allclose"),
     "Class-MM": ("macro-f1",),
     "Reg-MM": ("clipped-r2",),
-    "TS-XF": ("clipped-r2",),
-    "TS-CF": ("clipped-r2",),
+    "TS-XF": ("forecast-skill",),
+    "TS-CF": ("forecast-skill",),
     "QA": (ANSWER_METRIC,),
     "Lake": (ANSWER_METRIC,),
 }

@@ -114,7 +114,9 @@ class LeakageFeature:
             details=details,
         )
 
-    def _scores(self, view: TaskView, train: pd.DataFrame, target: str, features: list[str]) -> dict[str, float]:
+    def _scores(
+        self, view: TaskView, train: pd.DataFrame, target: str, features: list[str]
+    ) -> dict[str, float]:
         y = _target(view, train, target)
         frame = train.loc[y.notna()]
         y = y.loc[frame.index]

@@ -1,0 +1,86 @@
+"""The forecasts a forecast task must beat, and the scale its score is measured in.
+
+A series task is only worth posing when a model can win it: its bar is the best of three forecasts that need
+no model, each per series (entity): the training mean, the last value, and the seasonal-naive forecast (the
+last season of training values repeated: 24 hours, 7 days, 52 weeks, 12 months, 4 quarters). The best of them
+on the test rows sets the task's `scale`, its mean absolute error: `forecast-skill` scores `1 - MAE / scale`
+floored at 0, so no model-free forecast scores above 0, a perfect one scores 1, and the score means the same
+for a series in millions as for one in fractions (clipped R² on a trending or random-walk window scores 0 for
+every forecast, which measures nothing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SEASONS = (  # (days per step, tolerance in days, steps per season)
+    (1 / 24, 1 / 96, 24),
+    (1.0, 0.1, 7),
+    (7.0, 0.5, 52),
+    (30.4, 3.5, 12),
+    (91.3, 5.0, 4),
+)
+
+
+def clock(values: pd.Series) -> np.ndarray:
+    """Times as floats that sort like the times: days for dates, the numbers themselves for years or steps."""
+    if pd.api.types.is_datetime64_any_dtype(values):
+        when = pd.Series(values)
+    else:
+        numbers = pd.to_numeric(values, errors="coerce")
+        if numbers.notna().mean() >= 0.98:
+            return numbers.to_numpy(dtype=float)
+        when = pd.to_datetime(values, errors="coerce", format="mixed")
+    return np.where(when.isna(), np.nan, when.astype("int64") / 86400e9)
+
+
+def season_length(times: np.ndarray) -> int:
+    """Steps per season from the usual step between distinct times (1 when the series has no known season)."""
+    distinct = np.unique(times[np.isfinite(times)])
+    if len(distinct) < 2:
+        return 1
+    step = float(np.median(np.diff(distinct)))
+    return next((m for days, tolerance, m in SEASONS if abs(step - days) <= tolerance), 1)
+
+
+def naive_forecasts(
+    train: pd.DataFrame, test: pd.DataFrame, time: str, target: str, entity: str | None
+) -> dict[str, np.ndarray]:
+    """The model-free forecasts of `target` for each test row (in test's row order), by name."""
+    train_clock, test_clock = clock(train[time]), clock(test[time])
+    season = season_length(np.concatenate([train_clock, test_clock]))
+    values = pd.to_numeric(train[target], errors="coerce").to_numpy(dtype=float)
+    overall = float(np.nanmean(values)) if np.isfinite(values).any() else 0.0
+    keys_train = _series_keys(train, entity)
+    keys_test = _series_keys(test, entity)
+    out = {name: np.full(len(test), overall) for name in ("training mean", "last value", "seasonal naive")}
+    for key in pd.unique(keys_test):
+        rows = np.flatnonzero(keys_test == key)
+        history = np.flatnonzero((keys_train == key) & np.isfinite(values) & np.isfinite(train_clock))
+        if len(history) == 0:
+            continue
+        history = history[np.argsort(train_clock[history], kind="stable")]
+        past = values[history]
+        # Test rows numbered by their distinct time within the series: the k-th future step repeats the value
+        # one season before it.
+        step = pd.Series(test_clock[rows]).rank(method="dense").fillna(1).to_numpy(dtype=int) - 1
+        last_season = past[-season:]
+        out["training mean"][rows] = past.mean()
+        out["last value"][rows] = past[-1]
+        out["seasonal naive"][rows] = last_season[step % len(last_season)]
+    return out
+
+
+def _series_keys(frame: pd.DataFrame, entity: str | None) -> np.ndarray:
+    """Each row's series: its entity as text, or one series for the whole table."""
+    if entity is None or entity not in frame.columns:
+        return np.zeros(len(frame), dtype=object)
+    return frame[entity].astype(str).to_numpy(dtype=object)
+
+
+def model_free_scale(truth: np.ndarray, forecasts: dict[str, np.ndarray]) -> float:
+    """The smallest MAE of the model-free forecasts on the test rows; a tiny positive number when one is exact
+    (a constant window: nothing to forecast, and any error scores 0)."""
+    errors = [float(np.mean(np.abs(truth - predicted))) for predicted in forecasts.values()]
+    return min(errors) or 1e-12
