@@ -207,6 +207,11 @@ class Framing(Record):
         description="How prepare must split a tabular framing: chronological when its rows are indexed by time "
         "(`time_column`), so that no date interpolates the answer; None: the usual random or stratified split.",
     )
+    forecast_from_time: bool | None = Field(
+        None,
+        description="A series: whether a quick model forecasts it from its timestamps (and entity) alone better "
+        "than every model-free forecast; TS-CF is posed only then (a random walk's CF task measures nothing).",
+    )
     questions_only: bool = Field(
         False,
         description="No target passed its checks (noise labels, formulas): the table is prepared under the "
@@ -245,6 +250,7 @@ class PreparedSource(Record):
         description="The framing (see `framings`) this preparation poses; empty in records from before framings.",
     )
     questions_only: bool = Field(False, description="Question tasks only (see `Framing.questions_only`).")
+    forecast_from_time: bool | None = Field(None, description="See `Framing.forecast_from_time`.")
     excluded_columns: list[str] = Field(
         default_factory=list, description="Columns no feature list may use (the framing's exclusions)."
     )

@@ -292,6 +292,7 @@ def _version(ctx: RunContext, source: Source, framing: Framing) -> str:
                 "time_axis",
                 "split",
                 "questions_only",
+                "forecast_from_time",
                 "excluded_columns",
                 "dropped_columns",
                 "id_column",

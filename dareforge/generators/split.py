@@ -256,6 +256,7 @@ class SplitMixin:
             source_version=source.version,
             framing=framing.framing,
             questions_only=framing.questions_only,
+            forecast_from_time=framing.forecast_from_time,
             excluded_columns=[c for c in framing.excluded_columns if c in by_name],
             version=version,
             task_type=task_type,

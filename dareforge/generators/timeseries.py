@@ -29,7 +29,9 @@ def ts_tasks(
         raise ValueError(
             f"{prepared.source_id}: a time-series source needs a time column (sources.<id>.time_column)"
         )
-    return [ts_task(ctx, prepared, frames, writer, runners, family) for family in ("TS-XF", "TS-CF")]
+    # TS-CF only where the understand stage found the timestamps alone forecast the series (see its checks).
+    families = ("TS-XF", "TS-CF") if prepared.forecast_from_time is not False else ("TS-XF",)
+    return [ts_task(ctx, prepared, frames, writer, runners, family) for family in families]
 
 
 def _cf_keys(prepared: PreparedSource, test: pd.DataFrame) -> list[str]:

@@ -32,7 +32,15 @@ def clock(values: pd.Series) -> np.ndarray:
         if numbers.notna().mean() >= 0.98:
             return numbers.to_numpy(dtype=float)
         when = pd.to_datetime(values, errors="coerce", format="mixed")
-    return np.where(when.isna(), np.nan, when.astype("int64") / 86400e9)
+    return days(when)
+
+
+def days(when: pd.Series) -> np.ndarray:
+    """Datetimes as days since 1970 (NaN where missing), whatever their resolution (pandas 3 keeps the unit
+    it parsed, so the raw integers may be seconds or microseconds)."""
+    when = pd.Series(pd.to_datetime(when))
+    delta = (when - pd.Timestamp("1970-01-01")) / pd.Timedelta(days=1)
+    return delta.to_numpy(dtype=float, na_value=np.nan)
 
 
 def season_length(times: np.ndarray) -> int:

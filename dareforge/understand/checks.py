@@ -12,7 +12,7 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.reference_solutions.forecast import clock as forecast_clock
-from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
+from dareforge.reference_solutions.forecast import days, model_free_scale, naive_forecasts
 from dareforge.reference_solutions.leaks import single_column_scores
 from dareforge.reference_solutions.metrics import forecast_skill
 from dareforge.schema import TaskType
@@ -38,9 +38,11 @@ class Outcome:
     """Columns the checks found leaking the target (left out of the framing's features)."""
     reason: str = ""
     soft: bool = False
-    forecastable: bool = True
-    """For a series: a quick model forecasts its last 20% better than the training mean by the margin."""
     """The failure is one a person may overrule (learnability), not a fact of the data (rows, classes)."""
+    forecastable: bool = True
+    """For a series: a quick model forecasts its last 20% better than every model-free forecast by the margin."""
+    from_time: bool = True
+    """For a series: it does so from the timestamps (and entity) alone, as a TS-CF task asks."""
 
 
 def labelled_rows(sample: Sample, target: Column) -> int:
@@ -156,24 +158,28 @@ def check_series(
         f"timestamps: {stamps} distinct; rows: {rows}" + (f"; series by {entity}" if entity else "")
     )
     values = target.numbers.to_numpy()
+    labelled = np.isfinite(values)
+    # The gate's leak measure, in time: a column that alone predicts later values (a storage volume beside a
+    # level, a copy in other units) is left out of the framing's files.
+    scores = single_scores(others, values[labelled], labelled, False, cfg.seed, _clock(times)[labelled])
     for column in others:
-        if not column.numeric:
-            continue
-        both = ~np.isnan(values) & ~np.isnan(column.numbers.to_numpy())
-        if both.sum() > 2 and np.nanstd(column.numbers.to_numpy()[both]) > 0:
-            corr = abs(np.corrcoef(values[both], column.numbers.to_numpy()[both])[0, 1])
-            if corr >= 0.9999:
-                out.excluded.append(column.name)
-                out.checks.append(f"leak: {column.name} is a copy of the target (|r| = {corr:.5f}; left out)")
+        score = scores.get(column.name, 0.0)
+        if score >= cfg.max_single_column_score:
+            out.excluded.append(column.name)
+            out.checks.append(f"leak: {column.name} alone scores {score:.3f} on later rows (left out)")
     exogenous = [c for c in others if c.name not in out.excluded]
-    skill = forecastable(times, entity_codes(sample, entity), exogenous, values, config.understand.seed)
-    # Not a verdict (the gate measures forecasts with the strong reference on the real split): among series
-    # that pass, the understand stage prefers one a quick model forecasts.
+    codes = entity_codes(sample, entity)
+    skill = forecastable(times, codes, exogenous, values, cfg.seed)
+    from_time = forecastable(times, codes, [], values, cfg.seed)
+    # Not a verdict on the framing (the gate measures the strong reference on the real split): among series
+    # that pass, the stage prefers one a quick model forecasts, and poses TS-CF only where the timestamps alone
+    # let a model beat the model-free forecasts (a random walk's CF task would measure nothing).
     out.checks.append(
-        f"forecastable: skill {skill:.3f} on the last 20% of time (0 for the best model-free forecast: mean, "
-        "last value, seasonal naive)"
+        f"forecastable: skill {skill:.3f} with its columns, {from_time:.3f} from the time alone, on the last "
+        "20% of time (0 for the best model-free forecast: mean, last value, seasonal naive)"
     )
     out.forecastable = skill >= cfg.min_learnable_margin
+    out.from_time = from_time >= cfg.min_learnable_margin
     out.passed = True
     return out
 
@@ -196,7 +202,7 @@ def forecastable(
     from sklearn.tree import DecisionTreeRegressor
 
     clock = forecast_clock(pd.Series(times))
-    columns = [clock] + ([entities] if entities is not None else [])
+    columns = [clock] + ([entities] if entities is not None else []) + _calendar_numbers(times)
     columns += [c.numbers.to_numpy(dtype=float) for c in others if c.numeric]
     x = np.nan_to_num(np.column_stack(columns), nan=-1e12)
     usable = np.isfinite(y) & np.isfinite(clock)
@@ -215,6 +221,17 @@ def forecastable(
     line = make_pipeline(StandardScaler(), Ridge(alpha=1.0))  # a trend, which a tree cannot extrapolate
     fitted = [m.fit(x[train], target[train]).predict(x[test]) for m in (tree, line)]
     return float(max(forecast_skill(target[test], predicted, scale) for predicted in fitted))
+
+
+def _calendar_numbers(times: pd.Series) -> list[np.ndarray]:
+    """Month, weekday and hour of datetime times (what a forecast from the time alone can use for seasons)."""
+    if not np.issubdtype(np.asarray(times).dtype, np.datetime64):
+        return []
+    when = pd.Series(pd.to_datetime(times))
+    return [
+        getattr(when.dt, part).to_numpy(dtype=float, na_value=np.nan)
+        for part in ("month", "day_of_week", "hour")
+    ]
 
 
 def _target_values(target: Column, classification: bool) -> np.ndarray:
@@ -259,8 +276,7 @@ def single_scores(
 def _clock(times: pd.Series) -> np.ndarray:
     """Times as floats (days for datetimes), NaN where unknown; sorts the rows in time."""
     if np.issubdtype(np.asarray(times).dtype, np.datetime64):
-        values = pd.Series(pd.to_datetime(times))
-        return np.where(values.isna(), np.nan, values.astype("int64") / 86400e9)
+        return days(pd.Series(times))
     return pd.to_numeric(pd.Series(times), errors="coerce").to_numpy(dtype=float)
 
 

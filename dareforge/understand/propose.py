@@ -538,7 +538,11 @@ def _check(candidate: Candidate, sample: Sample, proposal: Proposal, config: Con
                 passed=False,
                 reason=f"no time column found in {sample.file}; name it under sources.<id>.time_column",
             )
-        others = [c for c in sample.columns if c.name not in skip and c.name not in axis.parts]
+        others = [
+            c
+            for c in sample.columns
+            if c.name not in skip and c.name not in axis.parts and c.name != candidate.entity
+        ]
         return check_series(sample, target, axis.values, candidate.entity, others, config)
     features = [
         c

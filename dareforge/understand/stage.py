@@ -353,6 +353,7 @@ def _record(
         time_column=axis.name if axis is not None else None,
         time_axis=axis.spec if axis is not None else None,
         split=None if series or axis is None else "chronological",
+        forecast_from_time=outcome.from_time if series and outcome else None,
         entity_column=candidate.entity if series else None,
         known_columns=known,
         excluded_columns=excluded,
