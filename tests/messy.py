@@ -77,22 +77,33 @@ def make_messy_lake(root: Path, seed: int = 0) -> dict[str, str]:
         amount = round(float(rng.lognormal(5, 1)), 2)
         cell = f"${amount:,.2f}" if i % 5 == 0 else ("unknown" if i % 41 == 0 else amount)
         text = " ".join(rng.choice(["card", "phone", "refund", "urgent", "bank", "gift", "wire"], size=12))
-        rows.append([f"R-{1000 + i}", text, cell, ["web", "phone", "mail"][i % 3], "fraud" if amount > 300 else "ok"])
+        rows.append(
+            [f"R-{1000 + i}", text, cell, ["web", "phone", "mail"][i % 3], "fraud" if amount > 300 else "ok"]
+        )
     _csv(folder, "reports.csv", rows, ["Report ID", "Narrative", "Amount", "Channel", "Outcome"])
 
     folder = add("text-only", "nothing but an id, prose and a label")
-    rows = [[i, " ".join(rng.choice(["dry", "windy", "hot", "calm"], size=15)), "ab"[i % 2]] for i in range(200)]
+    rows = [
+        [i, " ".join(rng.choice(["dry", "windy", "hot", "calm"], size=15)), "ab"[i % 2]] for i in range(200)
+    ]
     _csv(folder, "notes.csv", rows, ["id", "note", "label"])
 
-    folder = add("fire-weather", "an hourly log with gaps, repeated stamps and a unit twin", "Hourly fire weather log.")
+    folder = add(
+        "fire-weather", "an hourly log with gaps, repeated stamps and a unit twin", "Hourly fire weather log."
+    )
     rows = []
     stamp = pd.Timestamp("2022-07-01 00:00")
     for i in range(400):
         stamp += pd.Timedelta(hours=int(rng.choice([1, 1, 1, 2, 0])))
         temp_c = round(25 + 8 * math.sin(i / 24 * 2 * math.pi) + float(rng.normal(0, 1)), 1)
         rows.append(
-            [stamp.strftime("%Y-%m-%d %H:%M"), temp_c, round(temp_c * 9 / 5 + 32, 1), int(rng.integers(5, 60)),
-             round(float(rng.uniform(0, 30)), 1)]
+            [
+                stamp.strftime("%Y-%m-%d %H:%M"),
+                temp_c,
+                round(temp_c * 9 / 5 + 32, 1),
+                int(rng.integers(5, 60)),
+                round(float(rng.uniform(0, 30)), 1),
+            ]
         )
     _csv(folder, "weather.csv", rows, ["Timestamp", "Temp_C", "Temp_F", "Humidity", "Wind"])
 
@@ -100,11 +111,23 @@ def make_messy_lake(root: Path, seed: int = 0) -> dict[str, str]:
     rows = []
     for i in range(260):
         code = ["1", "2", "3", "x", "2.5", "N/A"][i % 6]
-        rows.append([code, "TRUE" if i % 3 else "FALSE", "", round(float(rng.normal()), 3), i % 7, "TRUE" if i % 7 < 3 else "FALSE"])
+        rows.append(
+            [
+                code,
+                "TRUE" if i % 3 else "FALSE",
+                "",
+                round(float(rng.normal()), 3),
+                i % 7,
+                "TRUE" if i % 7 < 3 else "FALSE",
+            ]
+        )
     _csv(folder, "codes.csv", rows, ["code", "flag", "notes", "x", "group", "passed"])
 
     folder = add("duplicate-headers", "two columns with one name and an index column pandas wrote")
-    rows = [[i, round(float(rng.normal()), 3), round(float(rng.normal()), 3), i % 4, "uv"[i % 2]] for i in range(220)]
+    rows = [
+        [i, round(float(rng.normal()), 3), round(float(rng.normal()), 3), i % 4, "uv"[i % 2]]
+        for i in range(220)
+    ]
     _csv(folder, "data.csv", rows, ["", "value", "value", "k", "label"])
 
     folder = add("spreadsheet", "an Excel workbook with a notes sheet and a data sheet")
@@ -117,7 +140,9 @@ def make_messy_lake(root: Path, seed: int = 0) -> dict[str, str]:
     )
     frame["Revenue"] = (frame["Visitors"] * frame["Spend"] * rng.uniform(0.8, 1.2, 180)).round(0)
     with pd.ExcelWriter(folder / "tourism.xlsx") as writer:
-        pd.DataFrame({"note": ["compiled by hand", "see data sheet"]}).to_excel(writer, sheet_name="Notes", index=False)
+        pd.DataFrame({"note": ["compiled by hand", "see data sheet"]}).to_excel(
+            writer, sheet_name="Notes", index=False
+        )
         frame.to_excel(writer, sheet_name="Data", index=False)
 
     folder = add("json-records", "a JSON list of records, with a nested field")

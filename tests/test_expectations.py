@@ -23,7 +23,9 @@ def cfg() -> Config:
     return Config()
 
 
-def _task(family: str = "Class-IF", keys: list[str] | None = None, metric: str = "exact-match") -> Task:
+def _task(
+    family: str = "Class-IF", keys: list[str] | None = None, metric: str = "exact-match", **spec: object
+) -> Task:
     files = [{"name": n, "size": 1, "sha256": "0"} for n in ("train.csv", "test.csv")]
     return Task.model_validate(
         {
@@ -37,7 +39,7 @@ def _task(family: str = "Class-IF", keys: list[str] | None = None, metric: str =
             "instruction": "Predict y.",
             "public_files": files,
             "private_files": [{"name": "answers.csv", "size": 1, "sha256": "0"}],
-            "metric": {"name": metric, "target_columns": ["y"], "key_columns": keys or ["row_id"]},
+            "metric": {"name": metric, "target_columns": ["y"], "key_columns": keys or ["row_id"], **spec},
             "package_versions": ["pandas==3"],
         }
     )
@@ -206,7 +208,7 @@ def test_mm_task_uses_strong_predictions(gx, cfg, tmp_path):
 
 
 def test_compound_keys(gx, cfg, tmp_path):
-    task = _task("TS-CF", keys=["date", "store"], metric="clipped-r2")
+    task = _task("TS-CF", keys=["date", "store"], metric="forecast-skill", scale=[1.0])
     dates = ["2020-01-01", "2020-01-02"]
     train = pd.DataFrame(
         {"row_id": range(4), "date": ["2019-12-30", "2019-12-31"] * 2, "store": list("aabb")}

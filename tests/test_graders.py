@@ -262,6 +262,7 @@ PERFECT = {
     "allclose": (NUMBERS, {"tolerance": 1e-6}),
     "macro-f1": (LABELS, {}),
     "clipped-r2": (NUMBERS, {}),
+    "forecast-skill": (NUMBERS, {"scale": [0.5]}),
     "accuracy": (LABELS, {}),
 }
 
@@ -283,6 +284,7 @@ SHUFFLE_CASES = {
     "macro-f1": (LABELS, {}),
     "allclose": (NUMBERS, {"tolerance": 0.05}),
     "clipped-r2": (NUMBERS, {}),
+    "forecast-skill": (NUMBERS, {"scale": [5.0]}),
     "rmse": (NUMBERS, {}),
     "roc-auc": (BINARY, {}),
     "map-at-k": (LABELS, {"k": 2}),
@@ -318,6 +320,17 @@ def test_several_numeric_targets_are_clipped_then_averaged(tmp_path):
     submission = pd.DataFrame({"id": ["1", "2", "3"], "a": ["1", "2", "4"], "b": ["3", "2", "1"]})
     result = grade(spec("clipped-r2", targets=("a", "b")), submission, answers)
     assert result.score == pytest.approx((0.5 + 0.0) / 2)
+
+
+def test_forecast_skill_takes_each_targets_scale_and_refuses_a_spec_without_one(tmp_path):
+    answers = pd.DataFrame({"id": ["1", "2", "3", "4"], "a": ["1", "2", "3", "4"], "b": ["10", "20", "30", "40"]})
+    submission = answers.assign(a=["2", "3", "4", "5"], b=["10", "20", "30", "40"])  # a off by 1, b exact
+    result = grade(spec("forecast-skill", targets=("a", "b"), scale=[2.0, 1.0]), submission, answers)
+    assert result.score == pytest.approx((0.5 + 1.0) / 2)
+    worse = answers.assign(a=["9", "9", "9", "9"], b=answers["b"])
+    assert grade(spec("forecast-skill", targets=("a", "b"), scale=[2.0, 1.0]), worse, answers).score == 0.5
+    with pytest.raises(GradingError, match="forecast-skill needs a finite scale > 0"):
+        grade(spec("forecast-skill", targets=("a", "b"), scale=[2.0]), submission, answers)
 
 
 TS_ANSWERS = "date,entity,y\n2020-01-01,A,1\n2020-01-01,B,2\n2020-01-02,A,3\n2020-01-02,B,4\n"

@@ -313,7 +313,9 @@ def time_sql(axis: TimeAxis) -> str | None:
     def number(column: str) -> str:
         return f"TRY_CAST({sql_ident(column)} AS DOUBLE)"
 
-    sub_daily = axis.frequency in ("hourly", "minutely") or (axis.format or "").count("%H")
+    # Daily and coarser axes as dates, even when written with a clock time (a stock table's midnight stamps).
+    coarse = axis.frequency in ("daily", "weekly", "monthly", "quarterly", "yearly")
+    sub_daily = axis.frequency in ("hourly", "minutely") or (not coarse and "%H" in (axis.format or ""))
     iso = sql_text("%Y-%m-%d %H:%M:%S" if sub_daily else "%Y-%m-%d")
     first = axis.columns[0]
     if axis.kind == "text" and (axis.format or "").endswith("%z"):

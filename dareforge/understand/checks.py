@@ -352,6 +352,12 @@ def cross_validated(
     from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
     x = np.column_stack([_encode(c, labelled) for c in features])
+    if clock is not None:
+        # Split in time, a model needs the time itself to carry a trend past the training rows (a ridge line
+        # extrapolates it; a tree cannot).
+        x = np.column_stack(
+            [x, np.nan_to_num(clock, nan=float(np.nanmean(clock)) if np.isfinite(clock).any() else 0.0)]
+        )
     target = y
     if not classification:
         finite = np.isfinite(target)
