@@ -27,7 +27,7 @@ from dareforge.publish.versions import read_build_record
 from dareforge.schema import Task, Verdict
 from tests.stores import generate_tasks, prediction_only, store_config
 
-SOURCES = ["sklearn-iris", "vega-cars", "vega-stocks"]
+SOURCES = ["sklearn-iris", "vega-cars", "statsmodels-co2"]
 DAY = date(2026, 1, 15)
 SECRET_NAMES = {
     "answers.csv",
@@ -209,7 +209,7 @@ def test_datasets_loads_the_published_folder(release, published, tmp_path):
     assert (published / row["files"][0]["path"]).is_file()
     readme = (published / "README.md").read_text()
     assert readme.startswith("---\nlicense: other\n") and "size_categories:\n- n<1K" in readme
-    assert "| `builtin.vega-stocks` |" in readme  # per-source license table
+    assert "| `builtin.statsmodels-co2` |" in readme  # per-source license table
     assert (
         published.parent.parent / "bench-private" / release.version / "data" / "private.parquet"
     ).is_file()
@@ -334,14 +334,17 @@ def test_export_dare_bench_layout(store, release, tmp_path):
         by_folder["builtin_sklearn-iris-2_class"]["dareforge"]["v2_duplicate_of"]
         == "builtin_sklearn-iris_class"
     )
-    ts = root / "databases" / "builtin_vega-stocks_ts"
-    assert by_folder["builtin_vega-stocks_ts"]["task"] == "time_series_analysis"
+    ts = root / "databases" / "builtin_statsmodels-co2_ts"
+    assert by_folder["builtin_statsmodels-co2_ts"]["task"] == "time_series_analysis"
     for name in ("source/train.csv", "source/val_v1.csv", "source/val_v2.csv", "source/metadata.txt"):
         assert (ts / name).is_file()
     metadata = json.loads((ts / "verify" / "all_metadata.json").read_text())
     cf = pd.read_csv(ts / "verify" / "ground_truth_v2.csv")
-    assert list(cf.columns) == [*metadata["question"]["dareforge"]["v2"]["metric"]["key_columns"], "price"]
-    assert list(pd.read_csv(ts / "verify" / "ground_truth_v1.csv").columns) == ["row_id", "price"]
+    assert list(cf.columns) == [*metadata["question"]["dareforge"]["v2"]["metric"]["key_columns"], "co2"]
+    assert list(pd.read_csv(ts / "verify" / "ground_truth_v1.csv").columns) == ["row_id", "co2"]
     assert metadata["question"]["problem_type"] == "time_series_analysis" and metadata["question"][
         "target"
-    ] == ["price"]
+    ] == ["co2"]
+    # DARE-bench scores forecasts by clipped R²: the export says so, where our release says forecast skill.
+    assert metadata["question"]["dareforge"]["v2"]["metric"]["name"] == "clipped-r2"
+    assert "R² (negative values count as 0)" in by_folder["builtin_statsmodels-co2_ts"]["question_v2"]

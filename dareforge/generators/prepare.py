@@ -115,6 +115,8 @@ def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: Pre
         label = f"{source_id}/{framing.framing}"
         try:
             records.append(_prepare_framing(ctx, engine, source_id, framing, report, label))
+        except StoreError:
+            raise  # the store is at fault (a tampered or unreadable file), not this source's data
         except Exception as exc:  # whatever an odd table breaks, it is this framing's failure, and recorded
             reason = str(exc) if isinstance(exc, PrepareError) else failure_reason(ctx, source_id, exc)
             engine.recover()

@@ -123,8 +123,8 @@ def mm_task(
         categorical=categorical,
         dates=dates,
         output_keys=[prepared.id_column],
-        # Rows split in time: the strong reference may also carry a trend past the training rows.
-        time_column=prepared.time_column if prepared.split == "chronological" else None,
+        # Rows split in time: the strong reference may also carry a number's trend past the training rows.
+        time_column=prepared.time_column if prepared.split == "chronological" and not classification else None,
     )
 
     def fill(draft: Draft) -> None:
