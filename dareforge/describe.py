@@ -17,6 +17,8 @@ from dareforge.schema import SourceFile
 
 CHUNK = 1 << 20
 HEAD_BYTES = 65536
+PREAMBLE_SCAN = 20
+"""Lines searched for a header below a title or notes."""
 TEXT_TABLES = {".csv": ",", ".tsv": "\t"}
 UNDECODABLE = "undecodable"  # text, but not UTF-8: an encoding set in dareforge.yaml reads it
 BINARY = "binary"  # not text at all, whatever its name says: no encoding reads it
@@ -101,6 +103,34 @@ def _binary_evidence(head: bytes) -> str | None:
 
 
 def read_header(head: bytes, encoding: str, delimiter: str) -> list[str]:
+    rows = _head_rows(head, encoding, delimiter)
+    header = rows[preamble_lines(rows)] if rows else []
+    return [c.strip() for c in header]
+
+
+def preamble_lines(rows: list[list[str]]) -> int:
+    """Lines above the header: a title, notes or blanks (nothing filled but the first field, `Title: ...,,,`)
+    before the first line of two or more filled fields, as spreadsheets exported to CSV often start. 0 when
+    none (a pandas index header `,value` fills a later field: it is the header)."""
+    for position, row in enumerate(rows[:PREAMBLE_SCAN]):
+        if any(cell.strip() for cell in row[1:]):
+            return position if sum(1 for cell in row if cell.strip()) >= 2 else 0
+    return 0
+
+
+def head_preamble(head: bytes, encoding: str, delimiter: str) -> int:
+    """`preamble_lines` of a file's first bytes."""
+    return preamble_lines(_head_rows(head, encoding, delimiter))
+
+
+def _head_rows(head: bytes, encoding: str, delimiter: str) -> list[list[str]]:
     text = head.decode(encoding, errors="ignore")
-    first = next(csv.reader(io.StringIO(text), delimiter=delimiter), [])
-    return [c.strip() for c in first]
+    rows = []
+    try:
+        for row in csv.reader(io.StringIO(text), delimiter=delimiter):
+            rows.append(row)
+            if len(rows) > PREAMBLE_SCAN:
+                break
+    except csv.Error:
+        pass
+    return rows

@@ -349,6 +349,23 @@ def test_messy_lake_tables_never_stop_a_stage_and_every_source_has_tasks_or_a_re
     assert not report.failures, report.failures
 
 
+def test_a_title_and_blank_lines_above_the_header_are_skipped(tmp_path):
+    lines = ["State: Top Report Categories,,,", ",,,", "State,Category,Reports,Share"]
+    for i in range(240):
+        reports = 100 + (i * 37) % 900
+        lines.append(f"S{i % 12},{'abc'[i % 3]},\"{reports:,}\",{reports // 20}%")
+    mirror_dataset(tmp_path / "mirror", "titled", {"titled.csv": "\n".join(lines).encode()})
+    ctx = _ctx(tmp_path)
+    crawl(ctx)
+    (source,) = ctx.store.read_records(Source)
+    assert source.files[0].columns == ["State", "Category", "Reports", "Share"]
+    filter_sources(ctx)
+    understand(ctx)
+    assert prepare(ctx).prepared
+    for prepared in load_prepared(ctx, "mirror.someone--titled"):
+        assert {"State", "Category", "Reports", "Share"} <= {c.name for c in prepared.columns}
+
+
 def test_an_unreadable_workbook_is_refused_naming_the_file(tmp_path):
     mirror_dataset(tmp_path / "mirror", "broken-book", {"book.xlsx": b"PK\x03\x04 not really a workbook"})
     mirror_dataset(tmp_path / "mirror", "old-book", {"old.xls": b"\xd0\xcf\x11\xe0 an Excel 97 file"})

@@ -120,6 +120,7 @@ MONTHS = pd.date_range("2001-01-01", periods=40, freq="MS")
         ("Year", list(range(1871, 1911)), "year", "yearly", None),
         ("Date", [d.strftime("%Y-%m-%d 00:00:00-04:00") for d in DAYS], "text", "daily", "2020-01-01"),
         ("ts", [d.strftime("%Y-%m-%dT00:05:00+09:00") for d in DAYS], "text", "daily", "2020-01-01"),
+        ("Date", [int(d.strftime("%Y%m")) for d in MONTHS], "text", "monthly", "2001-01-01"),
     ],
     ids=[
         "iso",
@@ -135,6 +136,7 @@ MONTHS = pd.date_range("2001-01-01", periods=40, freq="MS")
         "years",
         "utc-offset",
         "iso-t-offset",
+        "yyyymm",
     ],
 )
 def test_date_like_columns_in_their_common_spellings(column, values, kind, frequency, first):

@@ -29,6 +29,7 @@ from dareforge.generators.rawtable import (
     PrepareError,
     RawTable,
     check_row_lengths,
+    file_preamble,
     read_failure,
 )
 from dareforge.generators.split import SplitMixin
@@ -149,7 +150,7 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
                 described = self.con.execute("DESCRIBE src").fetchall()
                 return [Column(name, dtype, dtype) for name, dtype, *_ in described]
             delimiter, encoding = TABLE_SUFFIXES[suffix] or ",", encoding or "utf-8"
-            options = f"delim={sql_text(delimiter)}, header=true, encoding={sql_text(encoding)}, {NULL_CELLS}"
+            options = csv_options(path, delimiter, encoding)
             reader = f"read_csv({sql_text(str(path))}, {options}"
             try:
                 sniffed = self.con.execute(f"DESCRIBE SELECT * FROM {reader})").fetchall()
@@ -175,10 +176,7 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
                 relation = f"SELECT COLUMNS(*)::VARCHAR FROM read_parquet({sql_text(str(path))})"
             else:
                 delimiter, encoding = TABLE_SUFFIXES[suffix] or ",", encoding or "utf-8"
-                options = (
-                    f"delim={sql_text(delimiter)}, header=true, all_varchar=true, encoding={sql_text(encoding)}, "
-                    + NULL_CELLS
-                )
+                options = csv_options(path, delimiter, encoding) + ", all_varchar=true"
                 relation = f"SELECT * FROM read_csv({sql_text(str(path))}, {options})"
             try:
                 reader = self.con.sql(relation).to_arrow_reader(65_536)  # sniffs the CSV once
@@ -273,6 +271,14 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
             f"CREATE OR REPLACE TABLE src AS SELECT *, {expression} AS {sql_ident(name)} FROM src"
         )
         return [*columns, Column(name, "VARCHAR", "VARCHAR")]
+
+
+def csv_options(path: Path, delimiter: str, encoding: str) -> str:
+    """DuckDB's read_csv options for a text table: its delimiter and encoding, pandas' missing cells, and the
+    lines above its header to skip (a title and notes, see `describe.preamble_lines`)."""
+    options = f"delim={sql_text(delimiter)}, header=true, encoding={sql_text(encoding)}, {NULL_CELLS}"
+    skip = file_preamble(path, encoding, delimiter)
+    return options + (f", skip={skip}" if skip else "")
 
 
 def size_bytes(text: str) -> int:

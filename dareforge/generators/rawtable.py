@@ -13,7 +13,7 @@ import duckdb
 
 from dareforge.context import RunContext
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
-from dareforge.describe import UNDECODABLE, is_binary
+from dareforge.describe import HEAD_BYTES, UNDECODABLE, head_preamble, is_binary
 from dareforge.errors import DareforgeError
 from dareforge.schema import (
     Source,
@@ -172,6 +172,14 @@ def read_failure(table: RawTable, exc: Exception) -> str:
     )
 
 
+def file_preamble(path: Path, encoding: str, delimiter: str) -> int:
+    """Lines above a CSV file's header (see `describe.preamble_lines`)."""
+    with open(path, "rb") as fh:
+        head = fh.read(HEAD_BYTES)
+    codec = "utf-8-sig" if encoding == "utf-8" else encoding
+    return head_preamble(head, codec, delimiter)
+
+
 def check_row_lengths(
     table: RawTable, path: Path, encoding: str, delimiter: str, sniffed: int | None
 ) -> None:
@@ -188,7 +196,10 @@ def check_row_lengths(
         path, encoding="utf-8-sig" if encoding == "utf-8" else encoding, errors="replace", newline=""
     ) as fh:
         rows = csv.reader(fh, delimiter=delimiter)
+        skip = file_preamble(path, encoding, delimiter)
         try:
+            for _ in range(skip):
+                next(rows, None)
             header = next(rows, None)
             if header is None or len(header) < 2 or sniffed == len(header):
                 return
@@ -202,7 +213,7 @@ def check_row_lengths(
     sid, (line, fields) = table.source_id, ragged
     names = ", ".join(header[:10]) + (", ..." if len(header) > 10 else "")
     raise PrepareError(
-        f"{sid}: {table.file.name} line {line} has {fields} fields but its header (line 1) has {len(header)} "
+        f"{sid}: {table.file.name} line {line} has {fields} fields but its header (line {skip + 1}) has {len(header)} "
         f"({names}); every row needs one field per header column: repair or remove the ragged rows (quote "
         f"values that contain {delimiter!r}), or name another file with sources.{sid}.table"
     )

@@ -1,8 +1,8 @@
 """Find the columns that make a time axis, in the spellings real files use, and how regular it is.
 
 A time axis is one date-like column (ISO dates, 01/31/2020, 31.01.2020, Jan 2020, 2020-01, 1959Q1, epoch
-seconds or milliseconds, decimal years such as 1949.083 for February 1949, integer years) or columns that make
-one together (year + month, year + quarter). Every format here is one DuckDB's strptime reads too, so prepare
+seconds or milliseconds, 20200131 or 202001 in a column named like a date, decimal years such as 1949.083 for
+February 1949, integer years) or columns that make one together (year + month, year + quarter). Every format here is one DuckDB's strptime reads too, so prepare
 can rebuild the same axis in SQL.
 """
 
@@ -217,6 +217,13 @@ def _numeric(column: Column) -> Axis | None:
         if parsed.notna().sum() >= PARSE_SHARE * column.nonnull:
             spec = TimeAxis(kind="text", columns=[column.name], format="%Y%m%d", frequency=frequency(parsed))
             return Axis(spec, column.name, parsed, f"{column.name} holds dates written as YYYYMMDD")
+    if column.integral and named and 100_001 <= low and high <= 220_012:
+        months = numbers.dropna() % 100
+        if months.between(1, 12).all():
+            parsed = pd.to_datetime(column.text, format="%Y%m", errors="coerce")
+            if parsed.notna().sum() >= PARSE_SHARE * column.nonnull:
+                spec = TimeAxis(kind="text", columns=[column.name], format="%Y%m", frequency=frequency(parsed))
+                return Axis(spec, column.name, parsed, f"{column.name} holds months written as YYYYMM")
     if not column.integral and named and YEARS[0] <= low and high <= YEARS[1]:
         parsed = numbers.map(_decimal_year)
         fractions = np.round((numbers.dropna() % 1) * 12, 3)
