@@ -337,8 +337,11 @@ def test_messy_lake_tables_never_stop_a_stage_and_every_source_has_tasks_or_a_re
     for source_id in shapes:
         reason = understood.reasons.get(source_id) or report.failures.get(source_id)
         assert source_id in tasks or reason, f"{source_id} ({shapes[source_id]}): no task and no reason"
-    assert "mirror.lake--text-only" in understood.reasons  # nothing but an id, prose and a label
-    assert "no column can be a feature" in understood.reasons["mirror.lake--text-only"]
+    # Nothing but an id, prose and a label: no prediction task, but the table still poses questions.
+    (text_only,) = [
+        f for f in ctx.store.read_partition(Framing, "mirror.lake--text-only") if f.status == "chosen"
+    ]
+    assert text_only.questions_only and "no column can be a feature" in text_only.reason
     # The workbook's data sheet and the JSON records are tables like any other.
     for source_id, table in (
         ("mirror.lake--spreadsheet", "tourism.xlsx.Data.csv"),
@@ -353,7 +356,7 @@ def test_a_title_and_blank_lines_above_the_header_are_skipped(tmp_path):
     lines = ["State: Top Report Categories,,,", ",,,", "State,Category,Reports,Share"]
     for i in range(240):
         reports = 100 + (i * 37) % 900
-        lines.append(f"S{i % 12},{'abc'[i % 3]},\"{reports:,}\",{reports // 20}%")
+        lines.append(f'S{i % 12},{"abc"[i % 3]},"{reports:,}",{reports // 20}%')
     mirror_dataset(tmp_path / "mirror", "titled", {"titled.csv": "\n".join(lines).encode()})
     ctx = _ctx(tmp_path)
     crawl(ctx)

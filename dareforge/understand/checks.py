@@ -43,6 +43,9 @@ class Outcome:
     """For a series: a quick model forecasts its last 20% better than every model-free forecast by the margin."""
     from_time: bool = True
     """For a series: it does so from the timestamps (and entity) alone, as a TS-CF task asks."""
+    questions: bool = False
+    """It failed as a prediction target only (noise, a formula, no usable feature): its table still poses
+    questions."""
 
 
 def labelled_rows(sample: Sample, target: Column) -> int:
@@ -103,13 +106,15 @@ def check_tabular(
         out.reason = (
             "no feature is left once the columns that give the target away are removed"
             if out.excluded
-            else "no column can be a feature: the others are ids, free text, constant, empty or mostly missing"
+            else "no column can be a feature: the others are ids, free text, constant, empty, mostly missing "
+            "or of too many categories"
         )
+        out.questions = True
         return out
     formula = None if classification else derived_formula(target, kept, labelled)
     if formula:
         out.reason = f"derived: {formula}, so a model only recomputes a formula"
-        out.soft = True
+        out.soft = out.questions = True
         return out
     score, baseline = cross_validated(kept, y, labelled, classification, cfg.seed, clock)
     metric = "macro-F1" if classification else "R2"
@@ -119,14 +124,14 @@ def check_tabular(
             f"derived: the other columns determine it ({metric} {score:.3f} cross-validated), so a model only "
             "recomputes a formula"
         )
-        out.soft = True
+        out.soft = out.questions = True
         return out
     if score - baseline < cfg.min_learnable_margin:
         out.reason = (
             f"not learnable: a quick model reaches {metric} {score:.3f}, the trivial predictor {baseline:.3f} "
             f"(margin under understand.min_learnable_margin={cfg.min_learnable_margin})"
         )
-        out.soft = True
+        out.soft = out.questions = True
         return out
     out.passed = True
     return out

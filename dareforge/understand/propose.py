@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config, SourceOverride
+from dareforge.reference_solutions.spec import MAX_CATEGORIES
 from dareforge.schema import Source, TaskType
 from dareforge.understand.checks import Outcome, check_series, check_tabular
 from dareforge.understand.columns import Column, Sample
@@ -547,7 +548,7 @@ def _check(candidate: Candidate, sample: Sample, proposal: Proposal, config: Con
     features = [
         c
         for c in sample.columns
-        if c.name not in skip and c.missing_share < 0.5 and (c.numeric or c.distinct <= 50)
+        if c.name not in skip and c.missing_share < 0.5 and (c.numeric or c.distinct <= MAX_CATEGORIES)
     ]
     keys = [c for c in sample.columns if c.name in proposal.keys and c.name != candidate.target]
     times = proposal.time_index.values if proposal.time_index is not None else None

@@ -257,10 +257,10 @@ def _questions_only(
     source: Source, sample: Sample, proposal: Proposal, version: str, table: str
 ) -> list[Framing]:
     """When no target passed, the table still poses questions (counts, shares, group statistics, joins): it is
-    prepared under the best-ranked target whose failure a person may overrule (noise labels, a formula), never
-    one the data rules out (too few rows or classes)."""
+    prepared under the best-ranked target that failed as a prediction target only (noise labels, a formula, no
+    usable feature), never one the data rules out (too few rows or classes)."""
     soft = next(
-        (c for c in proposal.candidates if c.family == "tabular" and c.outcome and c.outcome.soft), None
+        (c for c in proposal.candidates if c.family == "tabular" and c.outcome and c.outcome.questions), None
     )
     if soft is None:
         return []

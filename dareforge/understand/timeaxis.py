@@ -217,7 +217,7 @@ def _numeric(column: Column) -> Axis | None:
         if parsed.notna().sum() >= PARSE_SHARE * column.nonnull:
             spec = TimeAxis(kind="text", columns=[column.name], format="%Y%m%d", frequency=frequency(parsed))
             return Axis(spec, column.name, parsed, f"{column.name} holds dates written as YYYYMMDD")
-    if column.integral and named and 100_001 <= low and high <= 220_012:
+    if column.integral and named and low >= 100_001 and high <= 220_012:
         months = numbers.dropna() % 100
         if months.between(1, 12).all():
             parsed = pd.to_datetime(column.text, format="%Y%m", errors="coerce")
