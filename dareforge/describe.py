@@ -109,12 +109,16 @@ def read_header(head: bytes, encoding: str, delimiter: str) -> list[str]:
 
 
 def preamble_lines(rows: list[list[str]]) -> int:
-    """Lines above the header: a title, notes or blanks (nothing filled but the first field, `Title: ...,,,`)
-    before the first line of two or more filled fields, as spreadsheets exported to CSV often start. 0 when
-    none (a pandas index header `,value` fills a later field: it is the header)."""
-    for position, row in enumerate(rows[:PREAMBLE_SCAN]):
-        if any(cell.strip() for cell in row[1:]):
-            return position if sum(1 for cell in row if cell.strip()) >= 2 else 0
+    """Lines above the header: a title, notes, blanks or a row of group labels above the column names, as
+    spreadsheets exported to CSV often start. The header is the first line that fills at least half as many
+    fields as the fullest line near the top (a title `Beach report,,,,` or group labels `,,I Street,,Bathhouse,`
+    fill fewer), and a later field than the first (a pandas index header `,value` is a header). 0 when none."""
+    scanned = rows[:PREAMBLE_SCAN]
+    filled = [sum(1 for cell in row if cell.strip()) for row in scanned]
+    widest = max(filled, default=0)
+    for position, row in enumerate(scanned):
+        if 2 * filled[position] >= widest and any(cell.strip() for cell in row[1:]):
+            return position
     return 0
 
 

@@ -352,8 +352,9 @@ def test_messy_lake_tables_never_stop_a_stage_and_every_source_has_tasks_or_a_re
     assert not report.failures, report.failures
 
 
-def test_a_title_and_blank_lines_above_the_header_are_skipped(tmp_path):
-    lines = ["State: Top Report Categories,,,", ",,,", "State,Category,Reports,Share"]
+def test_a_title_blank_lines_and_group_labels_above_the_header_are_skipped(tmp_path):
+    # A title, a blank line and a row of group labels above the column names, as exported spreadsheets start.
+    lines = ["State: Top Report Categories,,,", ",,,", ",,Counts,", "State,Category,Reports,Share"]
     for i in range(240):
         reports = 100 + (i * 37) % 900
         lines.append(f'S{i % 12},{"abc"[i % 3]},"{reports:,}",{reports // 20}%')
