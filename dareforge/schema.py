@@ -230,7 +230,8 @@ class Framing(Record):
     )
     confidence: float = Field(description="0..1: how strongly the evidence points at this framing.")
     proposers: list[str] = Field(
-        description="Who proposed it: config, source, description, tags, data, model."
+        description="Who proposed it: config, source, description, title, tags, name (what the column's name "
+        "says), data, model."
     )
     evidence: list[str] = Field(description="Each piece of evidence, as a sentence.")
     checks: list[str] = Field(default_factory=list, description="Data checks run, with what they measured.")

@@ -323,7 +323,9 @@ def test_several_numeric_targets_are_clipped_then_averaged(tmp_path):
 
 
 def test_forecast_skill_takes_each_targets_scale_and_refuses_a_spec_without_one(tmp_path):
-    answers = pd.DataFrame({"id": ["1", "2", "3", "4"], "a": ["1", "2", "3", "4"], "b": ["10", "20", "30", "40"]})
+    answers = pd.DataFrame(
+        {"id": ["1", "2", "3", "4"], "a": ["1", "2", "3", "4"], "b": ["10", "20", "30", "40"]}
+    )
     submission = answers.assign(a=["2", "3", "4", "5"], b=["10", "20", "30", "40"])  # a off by 1, b exact
     result = grade(spec("forecast-skill", targets=("a", "b"), scale=[2.0, 1.0]), submission, answers)
     assert result.score == pytest.approx((0.5 + 1.0) / 2)

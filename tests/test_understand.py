@@ -285,7 +285,10 @@ def test_a_rerun_keeps_the_same_framings_and_writes_nothing(understood):
     ("formula", "reason"),
     [
         (lambda a, b, c: a + b, "derived: total is a linear function of "),
-        (lambda a, b, c: round(1000 * a / (b + 1) ** 2, 2), "derived: log total is a linear function of log "),
+        (
+            lambda a, b, c: round(1000 * a / (b + 1) ** 2, 2),
+            "derived: log total is a linear function of log ",
+        ),
         (lambda a, b, c: a + b + c, "derived: the other columns determine it"),
     ],
     ids=["difference-of-two", "ratio", "sum-of-three"],

@@ -124,7 +124,9 @@ def mm_task(
         dates=dates,
         output_keys=[prepared.id_column],
         # Rows split in time: the strong reference may also carry a number's trend past the training rows.
-        time_column=prepared.time_column if prepared.split == "chronological" and not classification else None,
+        time_column=prepared.time_column
+        if prepared.split == "chronological" and not classification
+        else None,
     )
 
     def fill(draft: Draft) -> None:

@@ -3,7 +3,8 @@
 Evidence weights (summed per candidate; the config override beats everything, a crawler's own knowledge such
 as a competition's sample submission beats the rest): config 1000, source 100, the description's explicit
 sentences 6-12, a model's proposal 6 x its confidence, a variable list 4, the title 1.5-3, the column's name
-1-5, its position 1-1.5 (last for a label, first measured column for a series). Candidates are checked in
+1-5 (and +-2 for words that mark an outcome or a value known beforehand), its position 1-1.5 (last for a label,
+first measured column for a series), -2 for a copy of an earlier column. Candidates are checked in
 rank order; the first one per problem family (tabular, time series) that passes the data checks is chosen,
 the others are kept with why they lost.
 """

@@ -222,7 +222,9 @@ def _numeric(column: Column) -> Axis | None:
         if months.between(1, 12).all():
             parsed = pd.to_datetime(column.text, format="%Y%m", errors="coerce")
             if parsed.notna().sum() >= PARSE_SHARE * column.nonnull:
-                spec = TimeAxis(kind="text", columns=[column.name], format="%Y%m", frequency=frequency(parsed))
+                spec = TimeAxis(
+                    kind="text", columns=[column.name], format="%Y%m", frequency=frequency(parsed)
+                )
                 return Axis(spec, column.name, parsed, f"{column.name} holds months written as YYYYMM")
     if not column.integral and named and YEARS[0] <= low and high <= YEARS[1]:
         parsed = numbers.map(_decimal_year)
