@@ -261,8 +261,9 @@ def single_scores(
     seed: int,
     clock: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Held-out score of each column alone on the labelled sample rows (the gate's leak measure, see
-    `reference_solutions.leaks`), in a seeded random order, or in time when `clock` (per labelled row) is given."""
+    """Held-out score of each column alone on at most CV_ROWS labelled sample rows (the gate's leak measure,
+    see `reference_solutions.leaks`), in a seeded random order, or in time when `clock` (per labelled row) is
+    given."""
     rows, finite = labelled.copy(), np.ones(len(y), dtype=bool)
     if not classification:
         finite = np.isfinite(y)
@@ -270,11 +271,15 @@ def single_scores(
         y = y[finite]
     if len(y) < MIN_LEAK_ROWS:
         return {}
-    values = {c.name: (c.numbers if c.numeric else c.text)[rows].reset_index(drop=True) for c in columns}
+    values = {c.name: c.codes[rows] for c in columns}
+    rng = np.random.default_rng(seed)
     if clock is None:
-        order = np.random.default_rng(seed).permutation(len(y))
+        order = rng.permutation(len(y))[:CV_ROWS]
     else:
+        # A seeded subset kept in time order: the held-out rows are still the latest.
         order = np.argsort(clock[finite], kind="stable")
+        if len(order) > CV_ROWS:
+            order = order[np.sort(rng.choice(len(order), CV_ROWS, replace=False))]
     return single_column_scores(values, y, classification, order)
 
 

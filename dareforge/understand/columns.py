@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dareforge.reference_solutions.leaks import encode_column
+
 ID_NAME = re.compile(
     r"(?i)^(id|rownames|index|row|row_?num(ber)?|unnamed: ?0|key|uuid|guid)$|[ _.-]id$|[a-z0-9](Id|ID)$"
 )
@@ -45,6 +47,12 @@ class Column:
     def numeric(self) -> bool:
         parsed = int(self.numbers.notna().sum())
         return self.nonnull > 0 and parsed >= NUMERIC_SHARE * self.nonnull
+
+    @cached_property
+    def codes(self) -> np.ndarray:
+        """The column as a one-feature tree input (numbers, or text codes in natural order), computed once per
+        source for every candidate's leak check."""
+        return encode_column(self.numbers if self.numeric else self.text)
 
     @cached_property
     def integral(self) -> bool:

@@ -140,6 +140,7 @@ KNOWN_WORDS = {
 evidence is equal; they never outweigh what a description says."""
 NAME_MARK = 2.0
 COPY_CHECKED = 12
+CALENDAR_VALUES = 60
 TWIN_CORRELATION = 0.9999
 ONE_HOT_PREFIX = 4
 NOT_OUTCOMES = re.compile(
@@ -317,29 +318,31 @@ def _series_axis(axes: list[Axis], source: Source | None, override: SourceOverri
     return max(axes, key=lambda a: (a.regular_share >= 0.7, a.distinct, -axes.index(a)))
 
 
-def _calendar(axes: list[Axis]) -> pd.DataFrame | None:
-    """The calendar fields of the first datetime axis, per sampled row."""
+def _calendar(axes: list[Axis]) -> list[np.ndarray]:
+    """The calendar fields of the first datetime axis as codes per sampled row (-1 where the time is missing)."""
     for axis in axes:
         if np.issubdtype(np.asarray(axis.values).dtype, np.datetime64):
             when = pd.Series(pd.to_datetime(axis.values))
-            fields = ("year", "quarter", "month", "day", "day_of_week", "hour")
-            table = pd.DataFrame({f: getattr(when.dt, f) for f in fields})
-            table["weekend"] = when.dt.day_of_week >= 5
-            table["week"] = when.dt.isocalendar().week.astype("float")
-            return table
-    return None
+            fields = [getattr(when.dt, f) for f in ("year", "quarter", "month", "day", "day_of_week", "hour")]
+            fields += [when.dt.day_of_week >= 5, when.dt.isocalendar().week]
+            return [pd.factorize(f, use_na_sentinel=True)[0] for f in fields]
+    return []
 
 
-def _calendar_part(column: Column, calendar: pd.DataFrame | None) -> bool:
+def _calendar_part(column: Column, calendar: list[np.ndarray]) -> bool:
     """The column only restates when a row was recorded (`day_of_week`, `is_weekend`, a month name): it is a
-    function of one calendar field of the table's dates, and predicting it is no task."""
-    if calendar is None or column.distinct < 2:
+    function of one calendar field of the table's dates, and predicting it is no task. Only a column of few
+    values can be one (a week of the year has 53)."""
+    if not calendar or not 2 <= column.distinct <= CALENDAR_VALUES:
         return False
-    values = column.text
-    for part in calendar.columns:
-        pairs = pd.DataFrame({"f": calendar[part], "v": values}).dropna()
-        if len(pairs) and pairs["f"].nunique() < len(pairs) and pairs.groupby("f")["v"].nunique().max() <= 1:
-            return True
+    values = pd.factorize(column.text, use_na_sentinel=True)[0]
+    for codes in calendar:
+        rows = (codes >= 0) & (values >= 0)
+        fields = np.unique(codes[rows])
+        if 0 < len(fields) < rows.sum():
+            pairs = np.unique(codes[rows].astype(np.int64) * (values.max() + 1) + values[rows])
+            if len(pairs) == len(fields):
+                return True
     return False
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config
-from dareforge.reference_solutions.leaks import single_column_scores
+from dareforge.reference_solutions.leaks import encode_column, single_column_scores
 from dareforge.reference_solutions.metrics import canonical_label
 from dareforge.validators.base import Finding, TaskView
 
@@ -132,9 +132,8 @@ class LeakageFeature:
             order = np.argsort(time, kind="stable")
         else:
             order = rng.permutation(len(frame))
-        return single_column_scores(
-            {c: frame[c] for c in features}, y.to_numpy(), is_classification(view), order
-        )
+        columns = {c: encode_column(frame[c]) for c in features}
+        return single_column_scores(columns, y.to_numpy(), is_classification(view), order)
 
 
 def _spearman(x: pd.Series, y: pd.Series) -> float:
