@@ -32,10 +32,10 @@ def clock(values: pd.Series) -> np.ndarray:
         if numbers.notna().mean() >= 0.98:
             return numbers.to_numpy(dtype=float)
         when = pd.to_datetime(values, errors="coerce", format="mixed")
-    return days(when)
+    return _days(when)
 
 
-def days(when: pd.Series) -> np.ndarray:
+def _days(when: pd.Series) -> np.ndarray:
     """Datetimes as days since 1970 (NaN where missing), whatever their resolution (pandas 3 keeps the unit
     it parsed, so the raw integers may be seconds or microseconds)."""
     when = pd.Series(pd.to_datetime(when))

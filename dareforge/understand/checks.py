@@ -12,7 +12,7 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.reference_solutions.forecast import clock as forecast_clock
-from dareforge.reference_solutions.forecast import days, model_free_scale, naive_forecasts
+from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
 from dareforge.reference_solutions.leaks import single_column_scores
 from dareforge.reference_solutions.metrics import forecast_skill
 from dareforge.schema import TaskType
@@ -88,7 +88,7 @@ def check_tabular(
     elif np.nanstd(y) == 0:
         out.reason = "the target is constant"
         return out
-    clock = None if times is None else _clock(times)[labelled]
+    clock = None if times is None else forecast_clock(pd.Series(times))[labelled]
     if clock is not None:
         out.checks.append("rows indexed by time: checked (and split) in time")
     key_names = {c.name for c in keys}
@@ -166,7 +166,9 @@ def check_series(
     labelled = np.isfinite(values)
     # The gate's leak measure, in time: a column that alone predicts later values (a storage volume beside a
     # level, a copy in other units) is left out of the framing's files.
-    scores = single_scores(others, values[labelled], labelled, False, cfg.seed, _clock(times)[labelled])
+    scores = single_scores(
+        others, values[labelled], labelled, False, cfg.seed, forecast_clock(pd.Series(times))[labelled]
+    )
     for column in others:
         score = scores.get(column.name, 0.0)
         if score >= cfg.max_single_column_score:
@@ -245,14 +247,6 @@ def _target_values(target: Column, classification: bool) -> np.ndarray:
     return target.numbers.to_numpy(dtype=float)
 
 
-def _encode(column: Column, rows: np.ndarray) -> np.ndarray:
-    if column.numeric:
-        values = column.numbers.to_numpy(dtype=float)[rows]
-        return np.where(np.isfinite(values), values, -1e12)
-    codes = pd.Categorical(column.text[rows]).codes.astype(float)
-    return codes
-
-
 def single_scores(
     columns: list[Column],
     y: np.ndarray,
@@ -281,13 +275,6 @@ def single_scores(
         if len(order) > CV_ROWS:
             order = order[np.sort(rng.choice(len(order), CV_ROWS, replace=False))]
     return single_column_scores(values, y, classification, order)
-
-
-def _clock(times: pd.Series) -> np.ndarray:
-    """Times as floats (days for datetimes), NaN where unknown; sorts the rows in time."""
-    if np.issubdtype(np.asarray(times).dtype, np.datetime64):
-        return days(pd.Series(times))
-    return pd.to_numeric(pd.Series(times), errors="coerce").to_numpy(dtype=float)
 
 
 def derived_formula(target: Column, features: list[Column], labelled: np.ndarray) -> str | None:
@@ -361,7 +348,7 @@ def cross_validated(
     from sklearn.preprocessing import StandardScaler
     from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-    x = np.column_stack([_encode(c, labelled) for c in features])
+    x = np.column_stack([c.codes[labelled, 0] for c in features])
     if clock is not None:
         # Split in time, a model needs the time itself to carry a trend past the training rows (a ridge line
         # extrapolates it; a tree cannot).
