@@ -75,11 +75,8 @@ def _workbook(path: Path) -> list[tuple[str, pd.DataFrame]]:
         sheets = pd.read_excel(path, sheet_name=None, dtype=str, engine="openpyxl")
     except Exception as exc:  # openpyxl raises whatever a broken zip or XML gives it
         raise _Unreadable(f"not a readable Excel workbook ({type(exc).__name__}: {exc})") from None
-    return [
-        (_part_name(sheet), frame.dropna(how="all").dropna(axis=1, how="all"))
-        for sheet, frame in sheets.items()
-        if _is_table(frame.dropna(how="all").dropna(axis=1, how="all"))
-    ]
+    filled = {sheet: frame.dropna(how="all").dropna(axis=1, how="all") for sheet, frame in sheets.items()}
+    return [(_part_name(sheet), frame) for sheet, frame in filled.items() if _is_table(frame)]
 
 
 def _json(path: Path) -> list[tuple[str, pd.DataFrame]]:

@@ -3,8 +3,8 @@ header, rows of the wrong length (refused, naming the line), and the errors that
 
 from __future__ import annotations
 
+import codecs
 import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ import duckdb
 from dareforge.context import RunContext
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
 from dareforge.describe import HEAD_BYTES, UNDECODABLE, head_preamble, is_binary
+from dareforge.describe import read_header as header_of
 from dareforge.errors import DareforgeError
 from dareforge.schema import (
     Source,
@@ -132,14 +133,13 @@ def has_columns(columns: list[str], wanted: list[str]) -> bool:
 
 
 def read_header(ctx: RunContext, key: str, encoding: str, delimiter: str) -> list[str] | None:
+    """The header of a stored text table in `encoding` (below any title lines, as `describe` reads it)."""
     with ctx.store.open(key) as fh:
-        head = fh.read(65536)
+        head = fh.read(HEAD_BYTES)
     try:
-        text = head.decode(encoding, errors="ignore")
+        return header_of(head.removeprefix(codecs.BOM_UTF8), encoding, delimiter)
     except LookupError:
         return None
-    first = next(csv.reader(io.StringIO(text.lstrip("\ufeff")), delimiter=delimiter), [])
-    return [c.strip() for c in first]
 
 
 def first_line(exc: Exception) -> str:

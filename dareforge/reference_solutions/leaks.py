@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from dareforge.reference_solutions.metrics import canonical_label
+from dareforge.reference_solutions.metrics import canonical_label, clipped_r2, macro_f1_codes
 
 HOLDOUT_SHARE = 0.3
 TREE_DEPTH = 6
@@ -53,10 +53,10 @@ def single_column_scores(
     n_test = max(2, round(len(order) * HOLDOUT_SHARE))
     fit, held = order[:-n_test], order[-n_test:]
     if classification:
-        # Labels as codes once: every tree then fits integers, and macro-F1 is counted, not re-validated.
-        y = pd.factorize(pd.Series(y).map(canonical_label))[0]
+        # Labels as codes once: every tree then fits integers, and macro-F1 is counted on them.
+        y = pd.factorize(pd.Series(y).map(canonical_label), sort=True)[0]
     tree_cls = DecisionTreeClassifier if classification else DecisionTreeRegressor
-    score = _macro_f1 if classification else _clipped_r2
+    score = macro_f1_codes if classification else clipped_r2
     scores = {}
     for name, x in columns.items():
         tree = tree_cls(max_depth=TREE_DEPTH, min_samples_leaf=3, random_state=0)
@@ -64,23 +64,3 @@ def single_column_scores(
         value = score(y[held], tree.predict(x[held]))
         scores[name] = value if math.isfinite(value) else 0.0
     return scores
-
-
-def _macro_f1(truth: np.ndarray, predicted: np.ndarray) -> float:
-    """Macro-F1 over the classes of either side (as `metrics.macro_f1`), on integer class codes."""
-    classes = np.union1d(truth, predicted)
-    hits = np.array([np.sum((truth == c) & (predicted == c)) for c in classes], dtype=float)
-    true_counts = np.array([np.sum(truth == c) for c in classes], dtype=float)
-    predicted_counts = np.array([np.sum(predicted == c) for c in classes], dtype=float)
-    denominator = true_counts + predicted_counts
-    f1 = np.divide(2 * hits, denominator, out=np.zeros_like(hits), where=denominator > 0)
-    return float(f1.mean())
-
-
-def _clipped_r2(truth: np.ndarray, predicted: np.ndarray) -> float:
-    """R² floored at 0 (as `metrics.clipped_r2`): 1 for a perfect constant, else 0 when the truth is constant."""
-    total = float(np.sum((truth - truth.mean()) ** 2))
-    error = float(np.sum((truth - predicted) ** 2))
-    if total == 0:
-        return 1.0 if error == 0 else 0.0
-    return max(0.0, 1.0 - error / total)

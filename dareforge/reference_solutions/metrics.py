@@ -19,7 +19,8 @@ from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Literal
 
 import numpy as np
-from sklearn.metrics import f1_score, r2_score, roc_auc_score
+import pandas as pd
+from sklearn.metrics import roc_auc_score
 
 from dareforge.errors import DareforgeError
 
@@ -125,7 +126,19 @@ def macro_f1(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     occurs in the answers counts as a class with F1 0.
     """
     _check_lengths(y_true, y_pred)
-    return float(f1_score(_labels(y_true), _labels(y_pred), average="macro", zero_division=0.0))
+    codes, _ = pd.factorize(np.asarray(_labels(y_true) + _labels(y_pred), dtype=object), sort=True)
+    return macro_f1_codes(codes[: len(y_true)], codes[len(y_true) :])
+
+
+def macro_f1_codes(truth: np.ndarray, predicted: np.ndarray) -> float:
+    """Macro-F1 of integer class codes, counted: per class 2·hits / (true count + predicted count), averaged
+    over the classes of either side (sklearn's `average="macro", zero_division=0`, without its per-call
+    validation: the leak checks call it once per column of every table)."""
+    classes = np.union1d(truth, predicted)
+    hits = np.array([np.sum((truth == c) & (predicted == c)) for c in classes], dtype=float)
+    counts = np.array([np.sum(truth == c) + np.sum(predicted == c) for c in classes], dtype=float)
+    f1 = np.divide(2 * hits, counts, out=np.zeros_like(hits), where=counts > 0)
+    return float(f1.mean())
 
 
 def clipped_r2(y_true: ArrayLike, y_pred: ArrayLike) -> float:
@@ -136,7 +149,11 @@ def clipped_r2(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     truth, pred = _numeric_pair(y_true, y_pred)
     if len(truth) < 2:
         raise GradingError("R² needs at least 2 answer rows; the answers have 1")
-    return max(float(r2_score(truth, pred)), 0.0)
+    total = float(np.sum((truth - truth.mean()) ** 2))
+    error = float(np.sum((truth - pred) ** 2))
+    if total == 0:
+        return 1.0 if error == 0 else 0.0
+    return max(0.0, 1.0 - error / total)
 
 
 def forecast_skill(y_true: ArrayLike, y_pred: ArrayLike, scale: float) -> float:
