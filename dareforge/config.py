@@ -348,6 +348,14 @@ class SandboxConfig(Section):
     )
     max_output_bytes: int = 100_000
     max_traceback_chars: int = 4000
+    workspace_mb: int = Field(
+        1024,
+        gt=0,
+        description=(
+            "Size of a sandbox's working folder: a tmpfs where the host may mount one (root), so agent code "
+            "writing past it gets 'No space left on device'; its pages count against memory_mb too."
+        ),
+    )
     pool_size: int = Field(2, description="Kernels started ahead of time.")
     pool_starters: int = Field(2, description="Kernels the pool starts at once.")
     preload: list[str] = Field(

@@ -50,6 +50,7 @@ from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, trunc
 from dareforge.hashing import sha256_bytes, sha256_file
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.sandbox.environment import SandboxFactory
+from dareforge.sandbox.errors import SandboxError
 from dareforge.schema import SourceFile, Step, Task, Trajectory
 from dareforge.scratch import temp_root
 
@@ -94,11 +95,12 @@ class Episode:
     """What happened, before grading."""
 
     steps: list[Step] = field(default_factory=list)
-    ended: str = "turn-limit"  # answer | turn-limit | llm-error
+    ended: str = "turn-limit"  # answer | turn-limit | llm-error | sandbox-failed
     last_problem: str | None = None  # execution-limit | code-error | format-error | None (last event fine)
     format_problem: str | None = None  # what the last format error was, in the protocol's words
     unreadable_calls: int = 0  # tool calls that asked for something but could not be read
     llm_error: str | None = None
+    sandbox_error: str | None = None  # why the sandbox could not go on (ended: sandbox-failed)
     executions: int = 0
     answer: str | None = None
 
@@ -277,9 +279,10 @@ async def play(
                     episode.steps += [step for step, message in pending if message is None]
                     episode.ended, episode.answer = "answer", action.text
                     if action.submitted is not None and task.is_question:
-                        # A folder planted there stops the write; the grader then says answer.json is no file.
-                        with contextlib.suppress(OSError):
-                            write_submitted(workspace / output_file(task), action.submitted)
+                        # Off the event loop, though the write never blocks: the path is the agent's.
+                        await loop.run_in_executor(
+                            executor, write_submitted, workspace / output_file(task), action.submitted
+                        )
                     return episode
                 else:
                     if episode.executions >= limits.turns:
@@ -289,7 +292,19 @@ async def play(
                     if sandbox is None:
                         sandbox = await handing_out
                         await loop.run_in_executor(executor, sandbox.start)
-                    execution = await loop.run_in_executor(executor, sandbox.execute, action.text)
+                    try:
+                        execution = await loop.run_in_executor(executor, sandbox.execute, action.text)
+                    except SandboxError as exc:
+                        # Execute survives whatever the code does; a sandbox that cannot go on (its fresh
+                        # kernel would not start) ends this episode, never the run.
+                        episode.steps += [step for step, message in pending if message is None]
+                        episode.steps.append(
+                            Step(role="execution", content="", code=action.text, error=str(exc))
+                        )
+                        episode.executions += 1
+                        episode.ended, episode.last_problem = "sandbox-failed", "execution-limit"
+                        episode.sandbox_error = f"the sandbox could not go on: {exc}"
+                        return episode
                     episode.executions += 1
                     pending.append((_execution_step(action.text, execution), None))
                     episode.last_problem = _problem(execution)
@@ -438,19 +453,21 @@ def check_predictions(task: Task, workspace: Path, answers: Path | None) -> Grad
 
 
 def write_submitted(path: Path, answer_json: str) -> None:
-    """Write a `submit` call's answer as `{"answer": ...}` to `path`, replacing whatever agent code left there:
-    a symlink is removed, never followed (the write refuses links), so the answer cannot land outside."""
+    """Write a `submit` call's answer as `{"answer": ...}` to `path`, replacing whatever agent code left there.
+
+    The answer goes to a fresh file renamed over the path: a symlink, FIFO or device planted there is replaced,
+    never opened (a FIFO opened for writing would block until a reader came). A folder planted there stays, and
+    the grader then says answer.json is no file."""
     data = f'{{"answer": {answer_json}}}'.encode()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd, tmp = tempfile.mkstemp(prefix=".answer-", dir=path.parent)
     try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        path.unlink()
-        fd = os.open(path, flags, 0o644)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def read_regular_file(path: Path, max_bytes: int) -> bytes:
@@ -502,7 +519,8 @@ def classify(
         return "no-code", None, False, "; ".join(parts)
     if episode.last_problem is not None:
         last = {
-            "execution-limit": "the last execution hit the time limit or the kernel died",
+            "execution-limit": episode.sandbox_error
+            or "the last execution hit the time limit or the kernel died",
             "code-error": "the last execution raised an error",
             "format-error": episode.format_problem or "the last reply could not be read",
         }[episode.last_problem]

@@ -142,5 +142,11 @@ class OutputBudget:
         return text
 
     @property
+    def flooded(self) -> bool:
+        """More arrived past the limit than the limit itself: the kernel's own cap (`kernel_boot`) would have
+        dropped it, so the kernel is not the one dareforge started (agent code took over its sockets)."""
+        return sum(self.dropped.values()) > self.limit
+
+    @property
     def truncated(self) -> bool:
         return bool(self.dropped or self.kernel_dropped)

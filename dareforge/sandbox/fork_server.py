@@ -185,6 +185,11 @@ def reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
+        if not (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
+            # A stop reported to this server as the tracer (the sandbox's seccomp filter refuses ptrace, so
+            # this is a second wall): a kernel that stops itself under trace is ended, not left hanging.
+            os.kill(pid, signal.SIGKILL)
+            continue
         sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 

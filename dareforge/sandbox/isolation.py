@@ -16,7 +16,7 @@ Design (see `command`):
   uid is what makes RLIMIT_NPROC bite (root is exempt), and a uid per sandbox gives each its own process budget.
   When the host user is not root, bwrap makes a user namespace and the kernel keeps the host user's uid.
 - A seccomp filter refuses new user namespaces (unshare/clone with CLONE_NEWUSER; clone3 answers ENOSYS so libc
-  falls back to clone) and every syscall of a foreign ABI (x32, i386).
+  falls back to clone), ptrace, and every syscall of a foreign ABI (x32, i386).
 """
 
 from __future__ import annotations
@@ -245,19 +245,22 @@ _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 _CLONE_NEWUSER = 0x10000000
-# machine: (AUDIT_ARCH, clone, unshare, clone3)
+# machine: (AUDIT_ARCH, clone, unshare, clone3, ptrace)
 _ARCH = {
-    "x86_64": (0xC000003E, 56, 272, 435),
-    "aarch64": (0xC00000B7, 220, 97, 435),
+    "x86_64": (0xC000003E, 56, 272, 435, 101),
+    "aarch64": (0xC00000B7, 220, 97, 435, 117),
 }
 
 
 def seccomp_program() -> bytes | None:
-    """Deny new user namespaces and foreign-ABI syscalls; None on an architecture this does not know."""
+    """Deny new user namespaces, ptrace and foreign-ABI syscalls; None on an architecture this does not know.
+
+    ptrace: no data-science code needs it, and a kernel that makes its parent its tracer (PTRACE_TRACEME) and
+    stops itself leaves that parent, bwrap's reaper or the fork server, a trace stop to handle."""
     arch = _ARCH.get(platform.machine())
     if arch is None:
         return None
-    audit_arch, nr_clone, nr_unshare, nr_clone3 = arch
+    audit_arch, nr_clone, nr_unshare, nr_clone3, nr_ptrace = arch
     deny, nosys = _ERRNO | _EPERM, _ERRNO | _ENOSYS
     prog = [
         (_LD_W_ABS, 0, 0, 4),  # 0: A = arch
@@ -268,12 +271,14 @@ def seccomp_program() -> bytes | None:
         (_RET_K, 0, 0, deny),  # 5
         (_JEQ_K, 0, 1, nr_clone3),  # 6
         (_RET_K, 0, 0, nosys),  # 7: libc falls back to clone
-        (_JEQ_K, 2, 0, nr_unshare),  # 8 -> 11
-        (_JEQ_K, 1, 0, nr_clone),  # 9 -> 11
-        (_RET_K, 0, 0, _ALLOW),  # 10
-        (_LD_W_ABS, 0, 0, 16),  # 11: A = low 32 bits of the flags (args[0])
-        (_JSET_K, 0, 1, _CLONE_NEWUSER),  # 12
-        (_RET_K, 0, 0, deny),  # 13
-        (_RET_K, 0, 0, _ALLOW),  # 14
+        (_JEQ_K, 0, 1, nr_ptrace),  # 8
+        (_RET_K, 0, 0, deny),  # 9
+        (_JEQ_K, 2, 0, nr_unshare),  # 10 -> 13
+        (_JEQ_K, 1, 0, nr_clone),  # 11 -> 13
+        (_RET_K, 0, 0, _ALLOW),  # 12
+        (_LD_W_ABS, 0, 0, 16),  # 13: A = low 32 bits of the flags (args[0])
+        (_JSET_K, 0, 1, _CLONE_NEWUSER),  # 14
+        (_RET_K, 0, 0, deny),  # 15
+        (_RET_K, 0, 0, _ALLOW),  # 16
     ]
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)

@@ -14,6 +14,7 @@ SIGKILL, a crash) is restarted the same way; `Execution.killed`/`restarted` reco
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from dareforge.config import SandboxConfig
-from dareforge.sandbox import isolation, processes
+from dareforge.sandbox import cgroups, disk, isolation, processes
 from dareforge.sandbox.errors import SandboxError
 from dareforge.sandbox.execution import (
     OUTPUT_NOTICE,
@@ -61,6 +62,51 @@ PLACEHOLDER = shutil.which("sleep", path="/usr/bin:/bin") or "/usr/bin/sleep"
 LOG_TAIL = 2000
 LOG_WAIT_S = 2.0
 STOP_TIMEOUT_S = 10.0
+PLUMBING_PROCESSES = 3
+"""Processes of a sandbox that are not agent code (bubblewrap, its reaper inside, the kernel's launcher or
+placeholder): the control group's process limit is `max_processes` plus these."""
+JOIN_GROUP = (
+    "/bin/sh",
+    "-c",
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"',
+    "join-group",
+)
+"""Run COUNT PROCS_FILE... ARGV: the process joins the sandbox's control group, then becomes ARGV, so all it
+starts is in the group from its first fork."""
+RECEIVE_QUEUE = 8
+STOPPED = "the kernel was stopped by a signal (SIGSTOP, or a trace stop)"
+"""Messages the host queues per socket; past it zmq holds the rest on the kernel's side (in its memory)."""
+DRAIN_BATCH = 64
+MAX_FOREIGN_MESSAGES = 500
+"""Messages of other requests in one execution (a few are left over from an interrupted one) past which the
+kernel is taken to be flooding the host. Below the kernel's own send queue (zmq's 1,000), so a flood always
+delivers this many before the kernel's side starts dropping."""
+STRAY_ROUNDS = 20
+"""Passes of killing a finished execution's leftover processes before the sandbox is replaced instead (a fork
+bomb may start processes as fast as they are killed)."""
+
+
+def message_limit(config: SandboxConfig) -> int:
+    """The largest message the host takes from a kernel. The kernel sends at most `max_output_bytes` of output
+    per message (text only, `kernel_boot`), which JSON may escape to six bytes a character; a megabyte covers
+    the rest of the frame."""
+    return 6 * config.max_output_bytes + (1 << 20)
+
+
+def bounds_workspaces(config: SandboxConfig) -> bool:
+    """Workspaces are tmpfs mounts of `workspace_mb` (isolated kernels, as root, where mounts work), else
+    plain folders without a size limit (the reason is logged once)."""
+    if not (isolation.probe().available and os.geteuid() == 0):
+        return False
+    reason = disk.available()
+    if reason is not None:
+        _warn_unbounded(reason)
+    return reason is None
+
+
+@functools.cache
+def _warn_unbounded(reason: str) -> None:
+    log.warning("sandbox workspaces have no size limit (%s): sandbox.workspace_mb is not enforced", reason)
 
 
 def _pick_uid() -> int:
@@ -111,9 +157,15 @@ class Sandbox:
         self._kernel_pid: int | None = None
         self._forked: ForkedKernel | None = None
         self._placeholder_pid: int | None = None
+        self._watch: list[zmq.Socket] = []
+        """Per channel, a monitor socket that hears when the kernel's end of the connection drops."""
         self.forks = self.isolated and self.uid is not None and config.fork_kernels
         """Kernels are forked from the warm fork server into the sandbox bubblewrap builds (`kernel_forks`)."""
         self._launches = 0
+        self._mounted = False
+        """The workspace is a tmpfs of `workspace_mb` this sandbox mounted (`disk`)."""
+        self._group: cgroups.SandboxGroup | None = None
+        self._oom_kills = 0
         self._cleanup: list[Path] = []
         self._holder: dict[str, Any] = {}
         self._finalizer = weakref.finalize(self, processes.finalize, self._holder)
@@ -140,6 +192,8 @@ class Sandbox:
         if not self.inputs.is_dir():
             raise SandboxError(f"sandbox inputs {self.inputs} is not a folder; pass the task's public folder")
         self.workspace.mkdir(parents=True, exist_ok=True)
+        if self.uid is not None and bounds_workspaces(self.config) and not self._mounted:
+            self._mount_workspace()
         if self.uid is not None:
             self._chown_tree(self.workspace)
             self._warn_unreadable_inputs()
@@ -147,6 +201,8 @@ class Sandbox:
         self._holder["runtime"] = self._runtime
         started = time.perf_counter()
         try:
+            memory = self.config.memory_mb * 1024 * 1024
+            self._group = cgroups.create(memory, self.config.max_processes + PLUMBING_PROCESSES)
             self._launch()
         except BaseException:
             self.close()
@@ -156,12 +212,33 @@ class Sandbox:
 
     def close(self) -> None:
         self._stop()
+        if self._group is not None:
+            self._group.remove()
+            self._group = None
+        if self._mounted:
+            disk.unmount_keeping_files(self.workspace)
+            self._mounted = False
+            self._holder["mount"] = None
         if self._runtime is not None:
             shutil.rmtree(self._runtime, ignore_errors=True)
             self._runtime = self._holder["runtime"] = None
         for path in self._cleanup:
             shutil.rmtree(path, ignore_errors=True)
         self._cleanup.clear()
+
+    def move_workspace(self, workspace: Path) -> None:
+        """Serve `workspace` (absent or empty) from now on (a pool's hand-over): the kernel's /task/work shows it.
+        A bind mount follows the folder, not its name, so a plain workspace is renamed (same file system only);
+        a tmpfs one, which cannot be renamed, is bound there."""
+        workspace.parent.mkdir(parents=True, exist_ok=True)
+        if self._mounted:
+            workspace.mkdir(exist_ok=True)
+            disk.move(self.workspace, workspace)
+            self.workspace.rmdir()
+            self._holder["mount"] = workspace
+        else:
+            os.rename(self.workspace, workspace)
+        self.workspace = workspace
 
     def restart(self) -> None:
         """A fresh kernel on the same inputs and workspace (files stay, Python state is lost)."""
@@ -192,7 +269,16 @@ class Sandbox:
         out = OutputBudget(self.config.max_output_bytes)
         for note in notes:
             out.add("stderr", note)
-        state: dict[str, Any] = {"error": None, "traceback": "", "idle": False, "reply": False, "began": None}
+        state: dict[str, Any] = {
+            "error": None,
+            "traceback": "",
+            "idle": False,
+            "reply": False,
+            "began": None,
+            "foreign": 0,
+        }
+        self._resume_strays()
+        self._oom_kills = self._group.oom_kills() if self._group is not None else 0
         started = time.monotonic()
         msg_id = self._client.execute(
             code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
@@ -203,9 +289,10 @@ class Sandbox:
         lost = "the kernel was restarted (files kept, Python state lost)"
         if outcome == "stalled":
             timed_out = must_restart = True
-            error = (
-                f"ExecutionLimit: the kernel did not begin the code within {self.begin_timeout_s:g} s; {lost}"
-            )
+            why = f"the kernel did not begin the code within {self.begin_timeout_s:g} s"
+            if self._stopped():
+                why = f"{STOPPED}, before it told the host it had begun the code"
+            error = f"ExecutionLimit: {why}; {lost}"
         elif outcome == "timeout":
             timed_out = True
             self._interrupt()
@@ -219,12 +306,27 @@ class Sandbox:
             elif outcome == "done":
                 error, must_restart = f"{limit} and left processes running; {lost}", True
             else:
-                killed = outcome == "died"
-                why = "the kernel died when interrupted" if killed else "did not stop when interrupted"
-                error, must_restart = f"{limit}; {why}; {lost}", True
+                killed = outcome in ("died", "broke")
+                error, must_restart = f"{limit}; {self._why_not_interrupted(outcome, state)}; {lost}", True
         elif outcome == "died":
             killed = must_restart = True
             error = f"KernelDied: {self._death_reason(with_log=False)}; {lost}"
+        elif outcome == "broke":
+            killed = must_restart = True
+            error = f"KernelProtocolError: {state['broke']}; {lost}"
+        ended = ""
+        if not must_restart:
+            paused = self._pause_strays()
+            if paused is None:
+                must_restart = True
+                error = (
+                    error or f"ProcessLimit: processes this execution started kept starting others; {lost}"
+                )
+            elif paused:
+                ended = (
+                    f"\n[sandbox] {paused} background process{'es' if paused > 1 else ''} paused until the next "
+                    "execution begins (nothing runs between executions)\n"
+                )
         seconds = time.monotonic() - started
         if must_restart:
             self.restart()
@@ -233,7 +335,7 @@ class Sandbox:
         written = tuple(sorted(path for path, sig in after.items() if before.get(path) != sig))
         return Execution(
             stdout=out.text("stdout"),
-            stderr=out.text("stderr"),
+            stderr=out.text("stderr") + ended,
             result=out.text("result", sep="\n") if out.parts["result"] else "",
             error=error,
             traceback=cut_traceback(strip_ansi(traceback), self.config.max_traceback_chars),
@@ -272,6 +374,29 @@ class Sandbox:
             return f.read() if max_bytes is None else f.read(max_bytes)
 
     # --- internals ---
+
+    def _mount_workspace(self) -> None:
+        """Put the workspace on a tmpfs of `workspace_mb`, with whatever the caller had put there."""
+        assert self.uid is not None
+        staged = None
+        if any(self.workspace.iterdir()):
+            staged = Path(tempfile.mkdtemp(prefix=f".{self.workspace.name}-", dir=self.workspace.parent))
+            staged.rmdir()
+            self.workspace.rename(staged)
+            self.workspace.mkdir()
+        disk.mount(self.workspace, self.config.workspace_mb * 1024 * 1024, self.uid)
+        self._mounted = True
+        self._holder["mount"] = self.workspace
+        if staged is not None:
+            try:
+                disk.copy_tree(staged, self.workspace)
+            except OSError as exc:
+                raise SandboxError(
+                    f"the workspace {self.workspace} holds more than sandbox.workspace_mb "
+                    f"({self.config.workspace_mb} MB): {exc}"
+                ) from exc
+            finally:
+                shutil.rmtree(staged, ignore_errors=True)
 
     def _chown_tree(self, root: Path) -> None:
         assert self.uid is not None
@@ -366,6 +491,13 @@ class Sandbox:
                     argv, cwd, group = [*prefix, *launcher, *first], "/", False
                 else:
                     argv, cwd, group = [*launcher, *kernel], str(self.workspace), True
+                if self._group is not None:
+                    argv = [
+                        *JOIN_GROUP,
+                        str(len(self._group.procs_files)),
+                        *map(str, self._group.procs_files),
+                        *argv,
+                    ]
                 self._proc = processes.Spawner.popen(
                     argv,
                     stdin=subprocess.DEVNULL,
@@ -390,6 +522,11 @@ class Sandbox:
             if info_r is not None:
                 os.close(info_r)
         self._connect(ipc, info, deadline)
+        if self.uid is not None:
+            # The kernel has bound its sockets and read its connection file: the folder is the host's again, or
+            # code could fill the host's disk through it (a socket in it stays connectable).
+            os.chown(conn, 0, 0)
+            os.chown(ipc, 0, 0)
         if self._forked is not None:
             self._kernel_pid = self._forked.pid
         else:
@@ -419,6 +556,9 @@ class Sandbox:
                 self.config.preload, self._env(home), KERNEL_BOOT, self.config.nice
             )
             self._forked = server.fork(request, self._log.write_fd, namespaces)
+            if self._group is not None:
+                # Before the kernel has run anything of the agent's: it starts nothing until asked.
+                self._group.join(self._forked.pid)
         finally:
             for fd in namespaces.values():
                 os.close(fd)
@@ -499,9 +639,17 @@ class Sandbox:
             self._check_starting(deadline)
             time.sleep(0.002)
         client = BlockingKernelClient()
+        # Agent code holds the kernel's sockets and key: any message may come, of any size, at any rate. The
+        # host takes none over `message_limit` bytes (zmq drops the connection instead) and queues few.
+        client.context.setsockopt(zmq.MAXMSGSIZE, message_limit(self.config))
+        client.context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         client.load_connection_info(info)
         client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
         self._client = client
+        self._watch = [
+            channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            for channel in (client.shell_channel, client.iopub_channel)
+        ]
         # kernel_info until a reply comes back and iopub is known to be subscribed (a status message arrives).
         poller = zmq.Poller()
         poller.register(client.shell_channel.socket, zmq.POLLIN)
@@ -549,19 +697,22 @@ class Sandbox:
         until: float | None = None,
     ) -> str:
         """Gather the execution's messages until its reply and idle status ("done"), the kernel's death
-        ("died"), or a deadline: `until` if given ("timeout"), else `seconds_per_execution` after the kernel
-        began the code ("timeout"), or `begin_timeout_s` after `sent` if it has not begun by then ("stalled").
+        ("died"), a broken protocol ("broke": a message the host cannot read, or a connection the kernel dropped
+        or zmq cut for a message over `message_limit`; `state["broke"]` says which), or a deadline: `until` if
+        given ("timeout"), else `seconds_per_execution` after the kernel began the code ("timeout"), or
+        `begin_timeout_s` after `sent` if it has not begun by then ("stalled").
 
         The clock starts when the kernel begins, not when the request is sent: before that ipykernel ignores
         SIGINT, so an interrupt sent to a kernel slow to pick up the request (a busy machine) would be lost and
         the kernel replaced for nothing. After an interrupt (`until` given) idle alone is enough: an interrupt
         that lands in ipykernel just before or after the code ends the request without a reply, and the kernel,
-        idle and with its state, is fine."""
+        idle and with its state, is fine. At most `DRAIN_BATCH` messages are read between two looks at the
+        clock: a kernel flooding the host cannot keep it from its deadline."""
         client = self._client
         assert client is not None
         poller = zmq.Poller()
-        poller.register(client.shell_channel.socket, zmq.POLLIN)
-        poller.register(client.iopub_channel.socket, zmq.POLLIN)
+        for socket in (client.shell_channel.socket, client.iopub_channel.socket, *self._watch):
+            poller.register(socket, zmq.POLLIN)
         while not (state["idle"] and (state["reply"] or until is not None)):
             if self._exit_code() is not None:
                 return "died"
@@ -575,22 +726,48 @@ class Sandbox:
             if remaining <= 0:
                 return expired
             events = dict(poller.poll(max(1, int(min(remaining, 0.2) * 1000))))
-            if client.iopub_channel.socket in events:
-                while client.iopub_channel.msg_ready():
+            if any(watch in events for watch in self._watch):
+                if self._kernel_pid is None or processes.exiting(self._kernel_pid):
+                    # Its sockets closed because it is dying: wait for its exit status, for the reason.
+                    stop = time.monotonic() + STOP_TIMEOUT_S
+                    while self._exit_code() is None and time.monotonic() < stop:
+                        time.sleep(0.005)
+                    return "died"
+                state["broke"] = (
+                    f"the kernel's connection to the host broke (a message over the {message_limit(self.config)}"
+                    "-byte limit, or a socket closed by the code)"
+                )
+                return "broke"
+            try:
+                for _ in range(DRAIN_BATCH):
+                    if not client.iopub_channel.msg_ready():
+                        break
                     self._on_iopub(client.get_iopub_msg(timeout=0), msg_id, out, state)
-            if client.shell_channel.socket in events:
-                while client.shell_channel.msg_ready():
-                    reply = client.get_shell_msg(timeout=0)
-                    if reply["parent_header"].get("msg_id") != msg_id:
-                        continue
-                    state["reply"] = True
-                    content = reply["content"]
-                    if content.get("status") == "error" and state["error"] is None:
-                        state["error"] = self._error_line(content)
-                        state["traceback"] = "\n".join(content.get("traceback", []))
-                    elif content.get("status") == "aborted" and state["error"] is None:
-                        state["error"] = "Aborted: the kernel aborted the execution"
+                for _ in range(DRAIN_BATCH):
+                    if not client.shell_channel.msg_ready():
+                        break
+                    self._on_reply(client.get_shell_msg(timeout=0), msg_id, state)
+            # What the kernel sends is the agent's: any malformed message is its doing.
+            except Exception as exc:
+                state["broke"] = f"the kernel sent a message the host cannot read ({cut_end(repr(exc), 300)})"
+                return "broke"
+            if out.flooded or state["foreign"] > MAX_FOREIGN_MESSAGES:
+                # The kernel caps its output where it is written; this much more came past that cap.
+                state["broke"] = "the kernel sent far more output, or messages, than its own cap lets through"
+                return "broke"
         return "done"
+
+    def _on_reply(self, reply: dict[str, Any], msg_id: str, state: dict[str, Any]) -> None:
+        if reply["parent_header"].get("msg_id") != msg_id:
+            state["foreign"] += 1
+            return
+        state["reply"] = True
+        content = reply["content"]
+        if content.get("status") == "error" and state["error"] is None:
+            state["error"] = self._error_line(content)
+            state["traceback"] = "\n".join(content.get("traceback", []))
+        elif content.get("status") == "aborted" and state["error"] is None:
+            state["error"] = "Aborted: the kernel aborted the execution"
 
     def _error_line(self, content: dict[str, Any]) -> str:
         """The line "ename: evalue", each cut to the traceback limit (an exception's message can be any size)."""
@@ -600,6 +777,7 @@ class Sandbox:
 
     def _on_iopub(self, msg: dict[str, Any], msg_id: str, out: OutputBudget, state: dict[str, Any]) -> None:
         if msg["parent_header"].get("msg_id") != msg_id:
+            state["foreign"] += 1
             return
         kind, content = msg["msg_type"], msg["content"]
         if kind == "execute_input" and state["began"] is None:
@@ -639,12 +817,55 @@ class Sandbox:
             return [p for p in inside if p not in (self._kernel_pid, self._placeholder_pid)]
         return processes.descendants(self._proc.pid)
 
+    def _pause_strays(self) -> int | None:
+        """Stop (SIGSTOP) the processes besides the kernel that an execution left running (a background job, a
+        `Popen` never waited for, joblib's worker pool): how many, or None if they kept coming. Paused, not
+        killed: a worker pool the code keeps must find its workers at the next execution (joblib raises
+        TerminatedWorkerError otherwise), and a paused process uses no CPU while the agent thinks."""
+        paused: set[int] = set()
+        for _ in range(STRAY_ROUNDS):
+            running = [pid for pid in self._strays() if processes.state(pid) not in ("T", "t")]
+            if not running:
+                return len(paused)
+            for pid in running:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGSTOP)
+            paused.update(running)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while time.monotonic() < deadline and any(
+                processes.state(p) not in ("T", "t", "Z", "X") for p in running
+            ):
+                time.sleep(0.002)
+        return None
+
+    def _resume_strays(self) -> None:
+        for pid in self._strays():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+
+    def _why_not_interrupted(self, outcome: str, state: dict[str, Any]) -> str:
+        if outcome == "died":
+            return "the kernel died when interrupted"
+        if outcome == "broke":
+            return state["broke"]
+        if self._stopped():
+            return f"{STOPPED} and could not be interrupted"
+        return "did not stop when interrupted"
+
+    def _stopped(self) -> bool:
+        return self._kernel_pid is not None and processes.state(self._kernel_pid) in ("T", "t")
+
     def _death_reason(self, with_log: bool = True) -> str:
         code = self._exit_code()
         if code is None:
             return "the kernel stopped answering"
-        signo = -code if code < 0 else code - 128 if code > 128 else 0
-        if signo == signal.SIGXCPU:
+        signo = -code if code < 0 else code - 128 if 128 < code <= 128 + signal.SIGRTMAX else 0
+        if signo == signal.SIGKILL and self._group is not None and self._group.oom_kills() > self._oom_kills:
+            why = (
+                f"the sandbox's processes together reached its memory limit ({self.config.memory_mb} MB, "
+                "setting sandbox.memory_mb)"
+            )
+        elif signo == signal.SIGXCPU:
             why = f"the CPU time limit ({self.config.cpu_seconds} s) was reached"
         elif signo == signal.SIGKILL:
             why = f"killed by SIGKILL (out of memory, the CPU hard limit, or a kill; limit {self.config.memory_mb} MB)"
@@ -668,6 +889,7 @@ class Sandbox:
             with contextlib.suppress(Exception):
                 self._client.context.destroy(linger=0)
             self._client = None
+            self._watch = []
         if self._proc is not None:
             if not self.isolated:
                 for pid in processes.descendants(self._proc.pid):

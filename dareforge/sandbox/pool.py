@@ -7,9 +7,10 @@ folders of its own under the pool's `root`: `sN/input` (bound read-only at /task
 - inputs: the task's files are hard-linked into `sN/input` (copied where linking fails, e.g. across file
   systems). The kernel sees them appear in its read-only /task/input; a hard link through a read-only mount
   cannot be written either.
-- workspace: `sN/work` is renamed to `workspace`. A bind mount follows the folder, not its name, so the kernel's
-  /task/work is now the caller's workspace. This needs `workspace` absent or empty, and on the file system of
-  `root` (pass a `root` next to the workspaces); otherwise the pool falls back to a cold start.
+- workspace: `sN/work` moves to `workspace` (`Sandbox.move_workspace`): a tmpfs workspace is bound there, a
+  plain one renamed (a bind mount follows the folder, not its name), so the kernel's /task/work is now the
+  caller's workspace. This needs `workspace` absent or empty, and for a plain one the file system of `root`
+  (pass a `root` next to the workspaces); otherwise the pool falls back to a cold start.
 
 Each sandbox serves one trajectory and is discarded on `close()`. Background threads keep `size` of them started,
 at most `sandbox.pool_starters` starts at a time, and each pooled kernel imports `sandbox.preload` (pandas,
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import isolation
-from dareforge.sandbox.kernel import Sandbox
+from dareforge.sandbox.kernel import Sandbox, bounds_workspaces
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ class KernelPool:
             log.debug("workspace %s is not empty; starting its kernel cold", workspace)
             return False
         parent = next(p for p in [workspace, *workspace.parents] if p.exists())
-        if os.stat(parent).st_dev != os.stat(self.root).st_dev:
+        if not bounds_workspaces(self.config) and os.stat(parent).st_dev != os.stat(self.root).st_dev:
             log.info(
                 "workspace %s is on another file system than the pool root %s; cold start",
                 workspace,
@@ -200,9 +201,7 @@ class KernelPool:
         shutil.copytree(
             inputs, sandbox.inputs, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True
         )
-        workspace.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(sandbox.workspace, workspace)  # replaces an empty folder; the bind mount follows the folder
-        sandbox.workspace = workspace
+        sandbox.move_workspace(workspace)
 
     def _fill(self) -> None:
         try:

@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dareforge.sandbox import disk
+
 
 class Spawner:
     """Starts every kernel process from one long-lived thread.
@@ -102,8 +104,11 @@ def kill_process(holder: dict[str, Any]) -> None:
 
 
 def finalize(holder: dict[str, Any]) -> None:
-    """A sandbox garbage-collected or left open at exit: kill it, remove its runtime folder (sockets, logs)."""
+    """A sandbox garbage-collected or left open at exit: kill it, detach its workspace's tmpfs (its files are
+    lost: nobody closed the sandbox to keep them), remove its runtime folder (sockets, logs)."""
     kill_process(holder)
+    if holder.get("mount"):
+        disk.detach(holder["mount"])
     if holder.get("runtime"):
         shutil.rmtree(holder["runtime"], ignore_errors=True)
 
@@ -144,13 +149,32 @@ def uid_of(pid: int) -> int | None:
     return None
 
 
-def gone(pid: int) -> bool:
-    """The process has exited (a zombie counts: it runs nothing and holds nothing)."""
+def state(pid: int) -> str:
+    """The process's state letter from /proc (R, S, D, T, t, Z, X...); "X" when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+PF_EXITING = 0x4
+
+
+def exiting(pid: int) -> bool:
+    """The process is gone, a zombie, or on its way out (the kernel's PF_EXITING flag is set at the start of
+    an exit, before the process's files, sockets included, are closed)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return True
+    return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie counts: it runs nothing and holds nothing)."""
+    return state(pid) in ("Z", "X")
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
