@@ -234,6 +234,13 @@ class Store:
         for row in self.read_rows(key):
             yield cls.model_validate(row)
 
+    def duckdb_url(self, key: str) -> str:
+        """Where DuckDB finds `key`: its local path, or a URL of the remote filesystem `connect` registers."""
+        if self.is_local:
+            return self.path(key)
+        protocol = self.fs.protocol[0] if isinstance(self.fs.protocol, tuple) else self.fs.protocol
+        return f"{protocol}://{self.path(key)}"
+
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table (empty tables still have their columns); a
         local store's large tables read a compacted copy (`dareforge.table_views`)."""
@@ -244,8 +251,7 @@ class Store:
             if self.is_local:
                 made = create_view(con, self, name)
             elif any(k.endswith(".parquet") for k in self.list(f"{TABLES}/{name}")):
-                protocol = self.fs.protocol[0] if isinstance(self.fs.protocol, tuple) else self.fs.protocol
-                glob = f"{protocol}://{self.path(f'{TABLES}/{name}')}/*.parquet"
+                glob = f"{self.duckdb_url(f'{TABLES}/{name}')}/*.parquet"
                 con.execute(f"create view {name} as select * from read_parquet('{glob}', union_by_name=true)")
                 made = True
             else:
