@@ -241,10 +241,11 @@ class Store:
         protocol = self.fs.protocol[0] if isinstance(self.fs.protocol, tuple) else self.fs.protocol
         return f"{protocol}://{self.path(key)}"
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with one view per table (empty tables still have their columns); a
-        local store's large tables read a compacted copy (`dareforge.table_views`)."""
-        con = duckdb.connect()
+    def connect(self, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+        """`con` (default: a new in-memory DuckDB connection) with one view per table (empty tables still have
+        their columns); a local store's large tables read a compacted copy (`dareforge.table_views`)."""
+        if con is None:
+            con = duckdb.connect()
         if not self.is_local:
             con.register_filesystem(self.fs)
         for name, cls in sorted(RECORDS.items()):
