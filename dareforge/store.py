@@ -234,18 +234,25 @@ class Store:
         for row in self.read_rows(key):
             yield cls.model_validate(row)
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with one view per table (empty tables still have their columns); a
-        local store's large tables read a compacted copy (`dareforge.table_views`)."""
-        con = duckdb.connect()
+    def duckdb_url(self, key: str) -> str:
+        """Where DuckDB finds `key`: its local path, or a URL of the remote filesystem `connect` registers."""
+        if self.is_local:
+            return self.path(key)
+        protocol = self.fs.protocol[0] if isinstance(self.fs.protocol, tuple) else self.fs.protocol
+        return f"{protocol}://{self.path(key)}"
+
+    def connect(self, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+        """`con` (default: a new in-memory DuckDB connection) with one view per table (empty tables still have
+        their columns); a local store's large tables read a compacted copy (`dareforge.table_views`)."""
+        if con is None:
+            con = duckdb.connect()
         if not self.is_local:
             con.register_filesystem(self.fs)
         for name, cls in sorted(RECORDS.items()):
             if self.is_local:
                 made = create_view(con, self, name)
             elif any(k.endswith(".parquet") for k in self.list(f"{TABLES}/{name}")):
-                protocol = self.fs.protocol[0] if isinstance(self.fs.protocol, tuple) else self.fs.protocol
-                glob = f"{protocol}://{self.path(f'{TABLES}/{name}')}/*.parquet"
+                glob = f"{self.duckdb_url(f'{TABLES}/{name}')}/*.parquet"
                 con.execute(f"create view {name} as select * from read_parquet('{glob}', union_by_name=true)")
                 made = True
             else:

@@ -100,22 +100,41 @@ def _explain_source(source_id: str, fmt: str) -> None:
 @command(panel=PANEL)
 def sql(
     query: Annotated[
-        str, typer.Argument(help="SQL over the store's tables (sources, filter_decisions, ...).")
+        str, typer.Argument(help="A query over the store's tables (sources, filter_decisions, ...).")
     ],
+    private: Annotated[
+        bool,
+        typer.Option(
+            "--private",
+            help="Also let the query read any file inside the store by its path (read_csv, read_parquet, ...), "
+            "private answers included: tasks/*/private/, releases/*-private/, prepared answers.csv.",
+        ),
+    ] = False,
     fmt: FormatOption = "table",
 ) -> None:
     """Query the store with DuckDB; every table is a view over its Parquet files.
+
+    Read-only and confined to the store: only queries run (SELECT, FROM, WITH, VALUES, DESCRIBE, SHOW,
+    SUMMARIZE); COPY, EXPORT, ATTACH, INSTALL, LOAD, SET, PRAGMA and every statement that changes something
+    are refused. A query reads the store's tables, never a file outside the store (a symbolic link counts
+    as where it points), never the network, and a file inside the store only with --private.
 
     Example: dareforge sql "select rule, count(*) from filter_decisions where not kept group by rule"
     """
     import duckdb
 
+    from dareforge.confined_sql import confined_connection, read_only_statements, refused_read
+
     try:
-        relation = context().store.connect().sql(query)
+        statements = read_only_statements(query)
+        con = confined_connection(context().store, private=private)
+        relations = [con.sql(statement) for statement in statements]
+        if relations:
+            _emit(relations[-1], fmt, None)  # results are read here, so a refused file can surface here too
+    except duckdb.PermissionException as exc:
+        fail(refused_read(exc, private=private))
     except duckdb.Error as exc:
         fail(exc)
-    if relation is not None:
-        _emit(relation, fmt, None)
 
 
 def _emit(relation, fmt: str, title: str | None) -> None:
