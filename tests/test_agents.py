@@ -270,6 +270,89 @@ def test_evaluate_grades_stores_and_is_idempotent(built, tasks, scripted):
     assert "100% · 1.000 (2)" in text and "scripted-model" in text
 
 
+HOSTILE = {
+    # S1: a frame with a bad signature on the kernel's own iopub socket
+    "S1": "k = get_ipython().kernel\n"
+    "k.iopub_socket.send_multipart([b'x', b'<IDS|MSG>', b'bad', b'{}', b'{}', b'{}', b'{}'])",
+    # S2: a FIFO where the predictions go (a blocking open on the host would hang every episode)
+    "S2": "import os\nos.mkfifo('predictions.csv')",
+    # S4: messages of 20 MB, straight through the kernel's session
+    "S4": "k = get_ipython().kernel\n"
+    "for _ in range(50):\n"
+    "    k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x' * 20_000_000},\n"
+    "                   parent=k.get_parent())",
+}
+
+
+def test_one_hostile_episode_in_three_leaves_the_others_as_in_a_clean_run(built, tasks, scripted):
+    """Three samples of each task, the third conversation to begin on each task hostile (S1, S2, S4 by task):
+    every benign episode is stored and scored as in a clean run, each hostile one is recorded with its
+    reason, and the host's memory does not grow with the flood."""
+    if_tasks, (mm,) = by_family(tasks, "Class-IF"), by_family(tasks, "Class-MM")
+    solutions = {t.instruction.strip(): private_file(built, t, "reference.py").read_text() for t in if_tasks}
+    solutions[mm.instruction.strip()] = majority_code(mm)
+    patterns = dict(zip(solutions, HOSTILE, strict=True))
+    scripted.script(conversations({k: [reply(code), DONE] for k, code in solutions.items()}))
+    clean = evaluate(make_ctx(built, scripted, name="clean"), "clean", concurrency=3)
+    clean_scores = {t.task_id: t.score for t in clean.trajectories}
+
+    begun: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def first_reply(instruction: str):
+        def write(request) -> str:
+            with lock:
+                begun[instruction] = begun.get(instruction, 0) + 1
+                hostile = begun[instruction] == 3
+            return reply(HOSTILE[patterns[instruction]] if hostile else solutions[instruction])
+
+        return write
+
+    scripted.script(conversations({k: [first_reply(k), DONE] for k in solutions}))
+    before = rss_mb()
+    reset_peak_rss()
+    report = evaluate(make_ctx(built, scripted, name="hostile"), "hostile", samples=3, concurrency=3)
+    grown = peak_rss_mb() - before
+
+    assert report.ran == 9 and grown <= 100, f"the host grew {grown:.0f} MB"
+    by_task: dict[str, list[Trajectory]] = {}
+    for t in report.trajectories:
+        by_task.setdefault(t.task_id, []).append(t)
+    task_of = {t.instruction.strip(): t.id for t in tasks.values()}
+    for instruction, pattern in patterns.items():
+        played = by_task[task_of[instruction]]
+        benign = [t for t in played if t.outcome == "graded"]
+        (hostile,) = [t for t in played if t.outcome != "graded"]
+        assert len(benign) == 2 and all(t.score == clean_scores[t.task_id] for t in benign)
+        if pattern == "S2":
+            # a FIFO is no file: dropped with the tmpfs workspace, refused unopened on a plain one
+            assert hostile.outcome == "format-error" and "predictions.csv" in hostile.detail, hostile
+            assert any(why in hostile.detail for why in ("was not written", "not a regular file")), hostile
+        else:
+            execution = next(s for s in hostile.steps if s.role == "execution")
+            assert hostile.outcome == "execution-limit" and "KernelProtocolError" in execution.error, hostile
+    stored = stored_trajectories(make_ctx(built).store, partition_name("hostile", "dareforge"))
+    assert len(stored) == 9
+
+
+def rss_mb() -> float:
+    return _status_mb("VmRSS")
+
+
+def peak_rss_mb() -> float:
+    return _status_mb("VmHWM")
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
+
+
+def reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def test_checkpoints_write_a_growing_partition_in_linear_rows_and_at_least_every_minute():
     n, rows, saves = 10_000, 0, 0
     plan = Checkpoints(saved_at=0.0)
