@@ -8,6 +8,7 @@ source holds a task at all (its target, its time axis) is the understand stage's
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -173,11 +174,21 @@ class RecentEnough(Rule):
             return RuleOutcome(True, reason)
         dates = [d for d in (source.deadline, source.last_updated) if d is not None]
         if not dates:
-            return RuleOutcome(False, "no deadline or update date known", None)
+            return RuleOutcome(False, _undated(source.origin.value, config), None)
         latest = max(dates).date()
         if latest < cutoff:
             return RuleOutcome(False, f"last activity {latest} is before rules.cutoff={cutoff}", str(latest))
         return RuleOutcome(True, f"last activity {latest} is on or after {cutoff}", str(latest))
+
+
+def _undated(origin: str, config: Config) -> str:
+    """Why an undated source is dropped, with the setting that keeps its origin's undated sources (a mirror's
+    metadata often has no date, and the bare fact left people guessing)."""
+    exempt = json.dumps([*config.rules.recency_exempt_origins, origin])
+    return (
+        f"no deadline or update date known; to keep {origin} sources without one, add {origin} to "
+        f"rules.recency_exempt_origins in dareforge.yaml or set DAREFORGE_RULES__RECENCY_EXEMPT_ORIGINS='{exempt}'"
+    )
 
 
 class ReadableTables(Rule):
