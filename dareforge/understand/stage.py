@@ -24,13 +24,13 @@ from dareforge.hashing import fingerprint
 from dareforge.queries import accepted_source_ids, why_none
 from dareforge.schema import Framing, Source, SourceFile, SourceStatus
 from dareforge.understand.columns import Sample
-from dareforge.understand.evidence import read_text
+from dareforge.understand.evidence import absent_target_notes, read_text
 from dareforge.understand.model import propose_with_model
 from dareforge.understand.propose import Candidate, Proposal, check, propose
 
 log = logging.getLogger(__name__)
 
-UNDERSTAND_FORMAT = 5
+UNDERSTAND_FORMAT = 6
 """Bump when the stage decides differently for the same inputs, so every source is understood again."""
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 RUNNERS_UP = 2
@@ -184,12 +184,11 @@ def _frame(ctx: RunContext, engine: Engine, source: Source, version: str) -> lis
     text = read_text(source, table.column_names)
     model = propose_with_model(ctx, source, sample)
     proposal = propose(source, sample, text, ctx.config, override, model.hints)
-    framings = _decide(ctx, source, sample, proposal, version, file.name)
-    if model.notes:
-        framings = [f.model_copy(update={"evidence": [*f.evidence, *model.notes]}) for f in framings]
-    return framings or [
+    framings = _decide(ctx, source, sample, proposal, version, file.name) or [
         _nothing(source, version, "no column can be a target (ids, text, constants or empty)")
     ]
+    notes = [*absent_target_notes(text, source, file.name, table.column_names), *model.notes]
+    return [f.model_copy(update={"evidence": [*f.evidence, *notes]}) for f in framings]
 
 
 def _decide(
