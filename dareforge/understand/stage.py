@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from dareforge.context import RunContext
 from dareforge.crawlers.base import slugify
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
-from dareforge.describe import UNDECODABLE, is_binary
+from dareforge.describe import UNDECODABLE, is_binary, unread, unread_notes
 from dareforge.errors import DareforgeError
 from dareforge.generators.engine import Engine
 from dareforge.generators.rawtable import PrepareError, raw_table
@@ -138,12 +138,14 @@ def _nothing(source: Source, version: str, reason: str) -> Framing:
 
 def choose_table(source: Source, table: str | None) -> SourceFile:
     """The table to understand: the configured one, else the largest table that is not a sample submission
-    (a competition's file named like `train` first). Binary files under a table's name are never tables."""
+    (a competition's file named like `train` first). Binary files under a table's name are never tables,
+    nor are those the crawl could not read as one (a CSV on one enormous line)."""
     binary = [f"{f.name} is not a text table ({f.encoding})" for f in source.files if is_binary(f)]
-    unread = [f"{f.name}: {f.note}" for f in source.files if f.note and f.note.startswith("not read")]
-    hint = "".join(f"; {b}" for b in binary + unread)
+    hint = "".join(f"; {b}" for b in binary + unread_notes(source.files))
     tables = [
-        f for f in source.files if PurePosixPath(f.name).suffix.lower() in TABLE_SUFFIXES and not is_binary(f)
+        f
+        for f in source.files
+        if PurePosixPath(f.name).suffix.lower() in TABLE_SUFFIXES and not is_binary(f) and not unread(f)
     ]
     if table:
         named = [f for f in tables if f.name == table]
