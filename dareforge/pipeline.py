@@ -85,6 +85,7 @@ class Stage:
     """Why the stages after this one have nothing to work on (a run stops there and says so), or None."""
 
     def run(self, run: Run, ids: list[str] | None = None) -> StageReport:
+        run.ctx.remove_dead_scratch()
         started, cpu = time.perf_counter(), cpu_seconds()
         detail = self.call(run, ids)
         written, reused, failures = self.counts(detail)
