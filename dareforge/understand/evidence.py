@@ -188,7 +188,7 @@ def read_text(source: Source, columns: list[str]) -> TextEvidence:
             for match in pattern.finditer(sentence):
                 for column in matcher.in_phrase(match.group("x"))[:1]:
                     add(column, weight, f"the description says: {sentence}")
-                # Also when a column shares a word with it (`price` for `price_usd`): that one is a guess.
+                # Noted even when a column shares a word with it (`price` for `price_usd`): that match is a guess.
                 name = _code_name(match.group("x"), pattern is IS_TARGET, source.description)
                 if name and matcher.exact(name) is None:
                     evidence.absent_targets.append(name)
