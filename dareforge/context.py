@@ -51,6 +51,11 @@ class RunContext:
         when done. Two processes never share one, even when they build the same thing."""
         return scratch.new_folder(self.work_dir / PROCESS_FOLDERS, name)
 
+    def remove_dead_scratch(self) -> list[Path]:
+        """Remove the scratch folders of processes that died without cleaning up (kill -9), here and in the
+        system temp folder; a live process's folder is never touched (see `dareforge.scratch`)."""
+        return scratch.remove_dead(self.work_dir / PROCESS_FOLDERS)
+
     def progress(self) -> Progress:
         return Progress(
             TextColumn("[bold]{task.description}"),

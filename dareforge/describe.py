@@ -23,13 +23,19 @@ TEXT_TABLES = {".csv": ",", ".tsv": "\t"}
 UNDECODABLE = "undecodable"  # text, but not UTF-8: an encoding set in dareforge.yaml reads it
 BINARY = "binary"  # not text at all, whatever its name says: no encoding reads it
 UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)
+LONGEST_LINE = 2 * 1024**2
+"""DuckDB's `read_csv` refuses a longer line (its max_line_size): a text table with no line break in its first
+LONGEST_LINE bytes holds no row prepare could read (seen: a 300 MB CSV on one line, counted as 0 rows)."""
+NOT_READ = "not read as a table"
+"""How a file's note starts when the crawl found it holds no table it can read (see `crawlers.documents` too)."""
 
 
 def describe_file(path: Path, name: str) -> SourceFile:
     """Hash the file and, for text tables, check that it is text, decodes, and read its header, in one pass.
 
     A text table whose head is binary (see `_binary_evidence`) gets the encoding `binary: <evidence>` and no
-    header or row count: it is garbage or a sparse file under a table's name, and no encoding would read it.
+    header or row count: it is garbage or a sparse file under a table's name, and no encoding would read it. One
+    whose first line runs past LONGEST_LINE gets no header or row count either, and a note saying so.
     """
     digest = hashlib.sha256()
     suffix = path.suffix.lower()
@@ -40,12 +46,15 @@ def describe_file(path: Path, name: str) -> SourceFile:
     binary: str | None = None
     size = 0
     newlines = 0
+    first_break: int | None = None
     last = b""
     with open(path, "rb") as fh:
         while block := fh.read(CHUNK):
             if size == 0 and is_text_table and (binary := _binary_evidence(block[:HEAD_BYTES])):
                 decoder = None  # where UTF-8 decoding fails would only mislead
             digest.update(block)
+            if first_break is None and (at := block.find(b"\n")) >= 0:
+                first_break = size + at
             size += len(block)
             newlines += block.count(b"\n")
             last = block[-1:]
@@ -57,9 +66,11 @@ def describe_file(path: Path, name: str) -> SourceFile:
                 except UnicodeDecodeError as exc:
                     encoding = f"{UNDECODABLE}: byte 0x{block[exc.start]:02x} at offset {size - len(block) + exc.start}"
                     decoder = None
-    columns = rows = None
+    columns = rows = note = None
     if binary:
         encoding = f"{BINARY}: {binary}"
+    elif is_text_table and (size if first_break is None else first_break) > LONGEST_LINE:
+        note = f"{NOT_READ}: no line break in its first {LONGEST_LINE:,} bytes"
     elif is_text_table:
         lines = newlines + (1 if last not in (b"", b"\n") else 0)
         rows = max(lines - 1, 0)
@@ -75,8 +86,24 @@ def describe_file(path: Path, name: str) -> SourceFile:
             ) from exc
         columns, rows = metadata.schema.to_arrow_schema().names, metadata.num_rows
     return SourceFile(
-        name=name, size=size, sha256=digest.hexdigest(), encoding=encoding, columns=columns, rows=rows
+        name=name,
+        size=size,
+        sha256=digest.hexdigest(),
+        encoding=encoding,
+        columns=columns,
+        rows=rows,
+        note=note,
     )
+
+
+def unread(file: SourceFile) -> bool:
+    """Whether the crawl found the file holds no table it can read (its note says why)."""
+    return (file.note or "").startswith(NOT_READ)
+
+
+def unread_notes(files: list[SourceFile]) -> list[str]:
+    """`name: note` of each file the crawl could not read as a table: the hint a reason about tables needs."""
+    return [f"{f.name}: {f.note}" for f in files if unread(f)]
 
 
 def is_binary(file: SourceFile) -> bool:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from dareforge.errors import DareforgeError
+
 if TYPE_CHECKING:
     from dareforge.context import RunContext
     from dareforge.trajectories.models import RunModels
@@ -79,8 +81,11 @@ class Stage:
     per_source: bool = False
     """The refresh maps the stage over the accepted sources, one task instance each."""
     needs_models: bool = False
+    left_nothing: Callable[[Run, Any], str | None] = lambda run, report: None
+    """Why the stages after this one have nothing to work on (a run stops there and says so), or None."""
 
     def run(self, run: Run, ids: list[str] | None = None) -> StageReport:
+        run.ctx.remove_dead_scratch()
         started, cpu = time.perf_counter(), cpu_seconds()
         detail = self.call(run, ids)
         written, reused, failures = self.counts(detail)
@@ -127,26 +132,49 @@ def filter_line(report: Any) -> str:
     )
 
 
+def top_drop_reasons(ctx: RunContext) -> list[tuple[str, int, str]]:
+    """(rule, sources it dropped, one of its reasons), commonest first, at most SHOWN."""
+    return (
+        ctx.store.connect()
+        .sql(
+            f"""select rule, count(*) as sources, any_value(reason) as example
+               from filter_decisions where not kept group by rule order by sources desc, rule limit {SHOWN}"""
+        )
+        .fetchall()
+    )
+
+
 def _filter_lines(run: Run, report: Any) -> list[Any]:
     """The line, then the commonest drop reasons with an example each (a table)."""
     from rich.table import Table
 
-    rows = (
-        run.ctx.store.connect()
-        .sql(
-            """select rule, count(*) as sources, any_value(reason) as example
-               from filter_decisions where not kept group by rule order by sources desc, rule limit 5"""
-        )
-        .fetchall()
-    )
+    rows = top_drop_reasons(run.ctx)
     if not rows:
         return [filter_line(report)]
     table = Table(title="top drop reasons", title_justify="left")
     for column in ("rule", "sources", "example"):
         table.add_column(column, overflow="fold")
     for rule, sources, example in rows:
-        table.add_row(rule, str(sources), example)
+        table.add_row(rule, str(sources), escape(example))
     return [filter_line(report), table]
+
+
+def _filter_left_nothing(run: Run, report: Any) -> str | None:
+    if report.kept:
+        return None
+    if not report.dropped:
+        return (
+            "the crawl stored no source; name some under mirror.paths, kaggle (enabled, datasets) or builtin "
+            "in dareforge.yaml (see dareforge.example.yaml)"
+        )
+    reasons = "; ".join(
+        f"{rule} dropped {n} (e.g. {example})" for rule, n, example in top_drop_reasons(run.ctx)
+    )
+    return (
+        f"the filter dropped every source ({len(report.dropped)} in all): {reasons}. Fix what the reasons say "
+        "(most name a setting of dareforge.yaml) and run again; every drop: "
+        'dareforge sql "select source_id, rule, reason from filter_decisions where not kept"'
+    )
 
 
 def _understand(run: Run, ids: list[str] | None) -> Any:
@@ -166,6 +194,16 @@ def understand_lines(run: Run, report: Any) -> list[str]:
         for sid, why in list(report.reasons.items())[:SHOWN]
     ]
     return lines
+
+
+def _understand_left_nothing(run: Run, report: Any) -> str | None:
+    if report.framed:
+        return None
+    return (
+        f"none of the {len(report.unframed)} kept sources holds a task (the reasons are above); name a target "
+        "under sources.SOURCE_ID.target in dareforge.yaml, and see why per source with "
+        "dareforge sources --why SOURCE_ID"
+    )
 
 
 def _prepare(run: Run, ids: list[str] | None) -> Any:
@@ -201,6 +239,16 @@ def generate_lines(run: Run, report: Any) -> list[str]:
     ]
     lines += [f"  [red]failed[/] {escape(k)}: {escape(r)}" for k, r in list(report.failures.items())[:SHOWN]]
     return lines
+
+
+def _generate_left_nothing(run: Run, report: Any) -> str | None:
+    if sum(report.families.values()):
+        return None
+    rejected = "select id, reject_reason from tasks where status = 'rejected'"
+    return (
+        f"no task to validate: {len(report.rejected)} rejected, {len(report.failures)} failed (the reasons "
+        f'are above; every rejected one: dareforge sql "{rejected}")'
+    )
 
 
 def _validate(run: Run, ids: list[str] | None) -> Any:
@@ -364,6 +412,7 @@ STAGES: tuple[Stage, ...] = (
         call=_filter,
         lines=_filter_lines,
         counts=lambda r: (len(r.written), 0, {}),
+        left_nothing=_filter_left_nothing,
         dag_task="filter_sources",
     ),
     Stage(
@@ -373,6 +422,7 @@ STAGES: tuple[Stage, ...] = (
         call=_understand,
         lines=understand_lines,
         counts=lambda r: (len(r.written), len(r.reused), dict(r.reasons)),
+        left_nothing=_understand_left_nothing,
         dag_task="understand",
         per_source=True,
     ),
@@ -393,6 +443,7 @@ STAGES: tuple[Stage, ...] = (
         call=_generate,
         lines=generate_lines,
         counts=lambda r: (len(r.written), r.reused, dict(r.failures)),
+        left_nothing=_generate_left_nothing,
         dag_task="generate",
         per_source=True,
     ),
@@ -463,9 +514,16 @@ def stage(name: str) -> Stage:
         raise KeyError(f"no stage {name!r}; the stages are {', '.join(BY_NAME)}") from None
 
 
+class RunStopped(DareforgeError):
+    """A run ended before its last stage: one failed, or one left nothing for the next (the message says which
+    and why; the reports of the stages before it were yielded)."""
+
+
 def run_pipeline(run: Run, stages: tuple[Stage, ...] = STAGES) -> Iterator[StageReport]:
     """Run `stages` in order, yielding each report as it finishes; the run's models are up (`run.models`) from
-    the first stage that needs them to the last consecutive one."""
+    the first stage that needs them to the last consecutive one. Raises RunStopped after the stage that fails or
+    leaves nothing to work on (without it, the next stages ran on nothing and the last one blamed a stage that
+    had run)."""
     from dareforge.trajectories.models import run_models
 
     with ExitStack() as models:
@@ -474,4 +532,10 @@ def run_pipeline(run: Run, stages: tuple[Stage, ...] = STAGES) -> Iterator[Stage
                 run.models = models.enter_context(run_models(run.ctx, run.ctx.work_dir))
             elif not each.needs_models and run.models is not None:
                 models.close()
-            yield each.run(run)
+            try:
+                report = each.run(run)
+            except DareforgeError as exc:
+                raise RunStopped(f"the run stopped at {each.name}: {exc}") from exc
+            yield report
+            if why := each.left_nothing(run, report.detail):
+                raise RunStopped(f"the run stopped after {each.name}: {why}")

@@ -4,8 +4,9 @@
 removed at exit. Its owner holds an flock on the sibling file `<prefix><pid>-<token>.lock`, taken before the folder
 exists and kept until it is gone; the kernel drops that lock when the process dies however it dies (kill -9
 included). So whoever makes a folder under a base first removes the folders there whose lock it can take: their
-owners are gone. The pid in the name is for people reading a listing; the lock alone decides (pids are reused, and
-processes in other pid namespaces may share a temp folder).
+owners are gone; and every pipeline stage sweeps both bases below before it starts (`remove_dead`), since a stage
+with nothing to redo makes no folder. The pid in the name is for people reading a listing; the lock alone decides
+(pids are reused, and processes in other pid namespaces may share a temp folder).
 
 Two bases are used: `<store.work_dir>/proc/` for data-sized scratch (task drafts, prepare and DuckDB spill files,
 obscured sources), through `RunContext.scratch_dir`; and the system temp folder (`temp_root()`, prefix `dareforge-`)
@@ -70,6 +71,14 @@ def new_folder(base: Path, name: str, prefix: str = "") -> Path:
 def temp_root() -> Path:
     """This process's folder in the system temp folder: pass it as `dir=` to tempfile's functions."""
     return process_folder(Path(tempfile.gettempdir()), TEMP_PREFIX)
+
+
+def remove_dead(base: Path) -> list[Path]:
+    """Remove the folders whose owner process is gone under `base` and in the system temp folder; returns them.
+
+    A process sweeps a base when it makes its own folder there; this is for one that may make none (a stage
+    with nothing to redo), which would otherwise leave a killed run's folders in place run after run."""
+    return [*remove_stale(base), *remove_stale(Path(tempfile.gettempdir()), TEMP_PREFIX)]
 
 
 def _pattern(prefix: str) -> re.Pattern[str]:

@@ -97,6 +97,37 @@ def test_bad_config_names_the_field(cli, monkeypatch):
     assert result.exit_code == 2 and "rules.min_rows" in result.output
 
 
+def test_run_that_drops_every_source_says_why_and_what_to_set(cli, tmp_path, monkeypatch):
+    rows = "".join(f"{i},{i * 7 % 13},{i % 2}\n" for i in range(300))
+    mirror_dataset(tmp_path / "mirror", "undated", {"train.csv": f"a,b,y\n{rows}".encode()}, lastUpdated=None)
+    monkeypatch.setenv("DAREFORGE_BUILTIN__ENABLED", "false")
+    monkeypatch.setenv("DAREFORGE_MIRROR__PATHS", json.dumps([str(tmp_path / "mirror")]))
+    result = cli("run")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert "crawl: 1 sources seen (1 downloaded)" in text and "filter: 0 kept, 1 dropped" in text
+    assert (
+        "the run stopped after filter: the filter dropped every source (1 in all): recent-enough dropped 1"
+        in text
+    )
+    setting = """DAREFORGE_RULES__RECENCY_EXEMPT_ORIGINS='["builtin", "mirror"]'"""
+    assert setting in text
+    assert "generate" not in text and "nothing to release" not in text  # no stage ran on nothing
+
+    monkeypatch.setenv("DAREFORGE_RULES__RECENCY_EXEMPT_ORIGINS", '["builtin", "mirror"]')  # as it says
+    assert "filter: 1 kept, 0 dropped" in cli("filter").output
+
+
+def test_run_that_fails_at_a_stage_prints_the_stages_before_it(cli, monkeypatch):
+    monkeypatch.setenv("DAREFORGE_RULES__EXCLUSION_LISTS", "[nope]")
+    result = cli("run")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in text
+    assert "crawl: 4 sources seen (4 downloaded)" in text
+    assert "the run stopped at filter: rules.exclusion_lists names unknown list 'nope'" in text
+    assert "why a source was dropped" in text
+
+
 def _mirror_source(root, name: str, csv_text: str) -> None:
     mirror_dataset(root, name, {"train.csv": csv_text.encode()})
 

@@ -23,12 +23,13 @@ from typer.testing import CliRunner
 from dareforge.cli import app
 from dareforge.cli.run import RUN_LOCK
 from dareforge.config import load_config
-from dareforge.context import RunContext
+from dareforge.context import PROCESS_FOLDERS, RunContext
+from dareforge.pipeline import Run, stage
 from dareforge.publish.release import load_release, verify_release
 from dareforge.publish.versions import finished_versions
 from dareforge.sandbox import probe
 from dareforge.schema import Task
-from dareforge.scratch import process_folder
+from dareforge.scratch import TEMP_PREFIX, process_folder
 from tests.stores import store_config
 
 SOURCES = ["sklearn-iris", "statsmodels-co2"]  # a tabular and a time-series source
@@ -235,7 +236,7 @@ HOLD_FOLDER = textwrap.dedent(
     from pathlib import Path
     from dareforge.scratch import process_folder
 
-    folder = process_folder(Path(sys.argv[1]))
+    folder = process_folder(Path(sys.argv[1]), *sys.argv[2:])  # the base, and a prefix when given
     (folder / "draft.csv").write_text("x")
     print(folder, flush=True)
     sys.stdin.readline()
@@ -271,6 +272,38 @@ def test_scratch_of_a_killed_process_is_removed_and_a_live_ones_kept(tmp_path):
     shutil.rmtree(mine)  # someone clears the work dir under a long-lived process
     again = process_folder(base)
     assert again.is_dir() and again != mine and not Path(f"{mine}.lock").exists()
+
+
+def _holding(base: Path, *prefix: str) -> tuple[subprocess.Popen, Path]:
+    """A process holding its own scratch folder under `base` until its stdin closes, and that folder."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_FOLDER, str(base), *prefix],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return holder, Path(holder.stdout.readline().strip())  # type: ignore[union-attr]
+
+
+def test_the_next_stage_removes_the_scratch_a_killed_run_left_and_keeps_a_live_ones(
+    ctx, tmp_path, monkeypatch
+):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # the system temp folder, as this process sees it
+    work = ctx.work_dir / PROCESS_FOLDERS
+    killed = [_holding(work), _holding(temp, TEMP_PREFIX)]
+    alive, kept = _holding(work)
+    for holder, folder in killed:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        assert folder.is_dir()  # kill -9 ran no clean-up
+    # A stage that makes no scratch of its own (nothing to redo): it sweeps all the same.
+    stage("filter").run(Run(ctx))
+    assert [folder.exists() for _, folder in killed] == [False, False]
+    assert not list(work.glob(f"{killed[0][1].name}*")) and not list(temp.glob(f"{killed[1][1].name}*"))
+    assert (kept / "draft.csv").read_text() == "x"  # its owner still runs
+    alive.communicate("")
 
 
 AGENT_KILLED_MID_EPISODE = textwrap.dedent(

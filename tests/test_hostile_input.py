@@ -12,6 +12,7 @@ import json
 import os
 import random
 import subprocess
+import tracemalloc
 
 import pytest
 
@@ -19,7 +20,7 @@ from dareforge.config import SourceOverride
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
 from dareforge.crawlers.unpack import copy_plain_file, plain_files
-from dareforge.describe import describe_file
+from dareforge.describe import LONGEST_LINE, describe_file
 from dareforge.errors import UnsafeFileError
 from dareforge.generators.prepare import prepare
 from dareforge.schema import Source, SourceStatus
@@ -345,6 +346,45 @@ def test_binary_garbage_named_csv_is_not_a_text_table_at_filter_and_prepare(ctx,
     assert f"{sid}/readable-tables" not in _why_dropped(ctx)
     assert understand(ctx, [sid]).framed == [sid]
     assert prepare(ctx, [sid]).prepared == [f"{sid}/classification-label"]
+
+
+def _one_line(fields: int) -> bytes:
+    """A CSV on one line of about 8 bytes a field, with no line break at all (as seen: 300 MB of it)."""
+    return ",".join(f"v{i:06d}" for i in range(fields)).encode()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [_one_line(800_000), _one_line(800_000) + b"\n" + TRAIN.encode()],
+    ids=["no-break", "break-too-late"],
+)
+def test_describe_notes_a_table_with_no_line_break_in_reach_without_reading_it_whole(tmp_path, content):
+    (tmp_path / "data.csv").write_bytes(content)
+    assert len(content) > 1.5 * LONGEST_LINE  # a few MB stand in for the 300
+    tracemalloc.start()
+    try:
+        described = describe_file(tmp_path / "data.csv", "data.csv")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert described.note == "not read as a table: no line break in its first 2,097,152 bytes"
+    assert described.rows is None and described.columns is None
+    assert peak < len(content) / 2  # read block by block, never whole
+
+
+def test_a_csv_on_one_line_is_dropped_with_that_reason_not_as_zero_rows(ctx, mirror_root):
+    _dataset(mirror_root / "oneline", "oneline", {"data.csv": _one_line(400_000)})
+    sid = "mirror.someone--oneline"
+    crawl(ctx)
+    filter_sources(ctx)
+    dropped = _why_dropped(ctx)
+    no_break = "data.csv: not read as a table: no line break in its first 2,097,152 bytes"
+    assert dropped[f"{sid}/readable-tables"] == (
+        f"{no_break}; replace it at the source, name another table under sources.{sid}.table, or exclude the "
+        "source with rules.excluded_ids"
+    )
+    assert no_break in dropped[f"{sid}/enough-rows"]
+    assert not any("0 rows" in reason for reason in dropped.values())
 
 
 def _disk_bytes(root) -> int:

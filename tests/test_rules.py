@@ -1,9 +1,10 @@
+import re
 from collections import Counter
 from datetime import datetime
 
 import pytest
 
-from dareforge.config import Config, SourceOverride
+from dareforge.config import Config, SourceOverride, load_config
 from dareforge.crawlers.filter import filter_sources, judge_source
 from dareforge.crawlers.rules import NOT_A_COMPETITION, RULES, RuleOutcome
 from dareforge.errors import ConfigError
@@ -234,7 +235,16 @@ CASES = [
         deadline=datetime(2016, 1, 1),
         last_updated=datetime(2018, 3, 4),
     ),
-    case("no-date", "recent-enough", False, "no deadline or update date known", None, deadline=None),
+    case(
+        "no-date",
+        "recent-enough",
+        False,
+        "no deadline or update date known; to keep kaggle-competition sources without one, add "
+        "kaggle-competition to rules.recency_exempt_origins in dareforge.yaml or set "
+        """DAREFORGE_RULES__RECENCY_EXEMPT_ORIGINS='["builtin", "kaggle-competition"]'""",
+        None,
+        deadline=None,
+    ),
     case(
         "builtin",
         "recent-enough",
@@ -321,6 +331,14 @@ def test_excluded_ids_reason_names_the_setting_that_matched() -> None:
     config = Config.model_validate({"rules": {"excluded_ids": [SID]}})
     verdict = BY_NAME["not-excluded"].check(make_source(), config)
     assert verdict == RuleOutcome(False, f"{SID} is on an exclusion list (rules.excluded_ids)", SID)
+
+
+def test_an_undated_mirror_source_is_kept_by_the_setting_its_drop_reason_names() -> None:
+    undated = make_source("dataset", id="mirror.someone--plain", origin=Origin.MIRROR, deadline=None)
+    dropped = BY_NAME["recent-enough"].check(undated, Config())
+    assert not dropped.kept
+    variable, value = re.search(r"set (DAREFORGE_\w+)='(.+)'$", dropped.reason).groups()
+    assert BY_NAME["recent-enough"].check(undated, load_config(environ={variable: value})).kept
 
 
 def test_unknown_exclusion_list_is_a_config_error() -> None:

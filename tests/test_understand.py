@@ -11,19 +11,21 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
+from dareforge.cli import app
 from dareforge.config import Config, EndpointConfig, SourceOverride
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
 from dareforge.generators.prepare import load_prepared, prepare, prepared_file
-from dareforge.schema import Framing, Source, TaskType
+from dareforge.schema import Framing, Source, SourceFile, TaskType
 from dareforge.understand.columns import Sample
-from dareforge.understand.evidence import read_text
+from dareforge.understand.evidence import absent_target_notes, read_text
 from dareforge.understand.stage import understand
 from dareforge.understand.timeaxis import find_axes
 
-COLUMNS = ["id", "age", "income", "Outcome", "Churn", "Sales", "mpg", "wt", "y"]
+COLUMNS = ["id", "age", "income", "Outcome", "Churn", "Sales", "mpg", "wt", "y", "price_usd"]
 
 
 def _source(description: str, title: str = "a table", tags: list[str] | None = None) -> Source:
@@ -49,6 +51,7 @@ def _source(description: str, title: str = "a table", tags: list[str] | None = N
         ("## Examples\n\n    fit <- lm(mpg ~ wt + age, data = cars)\n    glm(mpg ~ wt)", "mpg"),
         (":Number of Attributes: 8\n:Target: Column 4 is the outcome", "Outcome"),
         ("Variables:\n    income - yearly income\n    y - the response variable, 1 if bought", "y"),
+        ("The target variable is `price_usd`.", "price_usd"),
     ],
     ids=[
         "target-is",
@@ -58,6 +61,7 @@ def _source(description: str, title: str = "a table", tags: list[str] | None = N
         "r-formula",
         "target-column-n",
         "var-list",
+        "snake-case",
     ],
 )
 def test_description_phrases_name_the_target(description, target):
@@ -65,6 +69,20 @@ def test_description_phrases_name_the_target(description, target):
     ranked = sorted(COLUMNS, key=lambda c: -evidence.weight(c))
     assert ranked[0] == target and evidence.weight(target) >= 4
     assert evidence.sentences(target)  # the sentence it came from is kept for auditors
+
+
+def test_a_described_target_in_another_table_names_that_table():
+    files = [
+        SourceFile(name=name, size=1, sha256="0" * 64, columns=columns)
+        for name, columns in (("train.csv", ["id", "age"]), ("labels.csv", ["id", "Churn_Flag"]))
+    ]
+    source = _source("Prose first. The target is `churn_flag`.").model_copy(update={"files": files})
+    evidence = read_text(source, ["id", "age"])
+    assert absent_target_notes(evidence, source, "train.csv", ["id", "age"]) == [
+        "the description names target 'churn_flag', a column of labels.csv, not of train.csv (the table read); "
+        "to frame it, set sources.mirror.t.table: labels.csv"
+    ]
+    assert read_text(_source("The target is whether it rains."), COLUMNS).absent_targets == []  # prose
 
 
 def test_titles_tags_and_series_words_are_evidence():
@@ -306,6 +324,23 @@ def test_a_target_computed_from_other_columns_is_rejected(tmp_path, formula, rea
     framings = ctx.store.read_partition(Framing, sid)
     (total,) = [f for f in framings if f.target_columns == ["total"] and not f.questions_only]
     assert total.status == "rejected" and total.reason.startswith(reason), total.reason
+
+
+def test_a_described_target_no_table_has_is_recorded_and_another_is_framed(tmp_path):
+    mirror = tmp_path / "mirror"
+    description = "Customers of a gym. The target variable is `churn_flag` (1 = left)."
+    sid = _mirror(mirror, "customers", _customers(), description)
+    ctx = _ctx(tmp_path, mirror)
+    crawl(ctx)
+    assert understand(ctx, [sid]).framed == [sid]
+    note = (
+        "the description names target 'churn_flag', but no table has a column 'churn_flag' (closest: churned"
+    )
+    framings = ctx.store.read_partition(Framing, sid)
+    assert all(any(e.startswith(note) for e in f.evidence) for f in framings)
+    assert "churn_flag" not in {c for f in framings for c in f.target_columns}
+    why = CliRunner().invoke(app, ["--store", ctx.config.store.root, "sources", "--why", sid, "-f", "json"])
+    assert why.exit_code == 0 and note in why.output
 
 
 def test_the_config_override_wins_and_a_missing_column_names_the_fix(tmp_path):

@@ -73,16 +73,20 @@ def _run(release: str) -> None:
 
     ctx = context()
     copy_to = Path(ctx.store.root) / "published" if ctx.store.is_local else None
-    reports = list(run_pipeline(Run(ctx, release, copy_to=copy_to), STAGES))
     out.rule("dareforge run")
     out.print(f"store: {ctx.store.url}")
-    for report in reports:
-        show(report.lines)
-    out.print(
-        'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
-    )
-    out.print("why a source gave these tasks: [bold]dareforge sources --why SOURCE_ID[/]")
-    out.print('why a task was rejected:  [bold]dareforge sql "select * from verdicts where not accepted"[/]')
+    # Each stage's summary as it finishes: a run that stops (RunStopped) has said what it did up to there.
+    try:
+        for report in run_pipeline(Run(ctx, release, copy_to=copy_to), STAGES):
+            show(report.lines)
+    finally:
+        out.print(
+            'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
+        )
+        out.print("why a source gave these tasks: [bold]dareforge sources --why SOURCE_ID[/]")
+        out.print(
+            'why a task was rejected:  [bold]dareforge sql "select * from verdicts where not accepted"[/]'
+        )
 
 
 def _run_with_airflow(release: str) -> None:

@@ -127,10 +127,8 @@ def _crawl_locked(ctx: RunContext, crawler: Crawler, source: Source, report: Cra
         discovered = crawler.download(source, work / "download") or {}
         files_root = _unpack_all(work / "download", work / f"files-{source.version}", ctx)
         notes = tabulate(files_root, [f.rel for f in plain_files(files_root)])
-        files = [
-            describe_file(f.path, f.rel).model_copy(update={"note": notes.get(f.rel)})
-            for f in plain_files(files_root)
-        ]
+        described = [describe_file(f.path, f.rel) for f in plain_files(files_root)]
+        files = [f.model_copy(update={"note": notes[f.name]}) if f.name in notes else f for f in described]
         # Binary content under a table's name is described but not stored: nothing downstream reads it, and it
         # can be GBs of nothing (seen: a 2 GB sparse .csv, stored at full size). The manifest keeps it apart
         # from the stored files, so `Store.verify` holds, and the record still lists it for the filter's reason.

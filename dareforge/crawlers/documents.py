@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dareforge.describe import NOT_READ
+
 WORKBOOKS = (".xlsx", ".xlsm")
 JSON_DOCUMENTS = (".json", ".jsonl", ".ndjson")
 MAX_DOCUMENT_BYTES = 200 * 1024**2
@@ -44,7 +46,7 @@ def tabulate(root: Path, names: list[str]) -> dict[str, str]:
                 )
             tables = _workbook(path) if path.suffix.lower() in (*WORKBOOKS, ".xls") else _json(path)
         except _Unreadable as exc:
-            notes[name] = f"not read as a table: {exc}"
+            notes[name] = f"{NOT_READ}: {exc}"
             continue
         written = []
         for part, frame in tables:
@@ -57,7 +59,7 @@ def tabulate(root: Path, names: list[str]) -> dict[str, str]:
         notes[name] = (
             f"read as {len(written)} table(s): {', '.join(written)}"
             if written
-            else "not read as a table: no sheet or record list with 2 or more columns and rows"
+            else f"{NOT_READ}: no sheet or record list with 2 or more columns and rows"
         )
     return notes
 

@@ -8,6 +8,7 @@ source holds a task at all (its target, its time axis) is the understand stage's
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -18,7 +19,7 @@ from typing import Protocol
 from dareforge.config import Config
 from dareforge.crawlers.documents import derived_names
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
-from dareforge.describe import BINARY, UNDECODABLE, is_binary
+from dareforge.describe import BINARY, TEXT_TABLES, UNDECODABLE, is_binary, unread, unread_notes
 from dareforge.errors import ConfigError
 from dareforge.schema import Source, SourceStatus
 
@@ -127,8 +128,7 @@ class Tabular(Rule):
         share, least = tables / total, config.rules.min_tabular_share
         if share < least:
             reason = f"only {share:.0%} of bytes are tables ({', '.join(suffixes)}), under rules.min_tabular_share={least:.0%}"
-            unread = [f"{f.name}: {f.note}" for f in source.files if f.note and f.note.startswith("not read")]
-            reason += "".join(f"; {note}" for note in unread[:3])
+            reason += "".join(f"; {note}" for note in unread_notes(source.files)[:3])
             return RuleOutcome(False, reason, f"{share:.3f}")
         return RuleOutcome(True, f"{share:.0%} of bytes are tables", f"{share:.3f}")
 
@@ -140,7 +140,10 @@ class EnoughRows(Rule):
         counts = [f.rows for f in source.files if f.rows is not None]
         rows = source.n_rows if source.n_rows is not None else max(counts, default=None)
         if rows is None:
-            return RuleOutcome(False, "row count unknown: no CSV, TSV or Parquet table to count", None)
+            unread_tables = "".join(f"; {note}" for note in unread_notes(source.files)[:3])
+            return RuleOutcome(
+                False, f"row count unknown: no CSV, TSV or Parquet table to count{unread_tables}", None
+            )
         if rows < config.rules.min_rows:
             return RuleOutcome(
                 False, f"{rows} rows, fewer than rules.min_rows={config.rules.min_rows}", str(rows)
@@ -173,11 +176,21 @@ class RecentEnough(Rule):
             return RuleOutcome(True, reason)
         dates = [d for d in (source.deadline, source.last_updated) if d is not None]
         if not dates:
-            return RuleOutcome(False, "no deadline or update date known", None)
+            return RuleOutcome(False, _undated(source.origin.value, config), None)
         latest = max(dates).date()
         if latest < cutoff:
             return RuleOutcome(False, f"last activity {latest} is before rules.cutoff={cutoff}", str(latest))
         return RuleOutcome(True, f"last activity {latest} is on or after {cutoff}", str(latest))
+
+
+def _undated(origin: str, config: Config) -> str:
+    """Why an undated source is dropped, with the setting that keeps its origin's undated sources (a mirror's
+    metadata often has no date, and the bare fact left people guessing)."""
+    exempt = json.dumps([*config.rules.recency_exempt_origins, origin])
+    return (
+        f"no deadline or update date known; to keep {origin} sources without one, add {origin} to "
+        f"rules.recency_exempt_origins in dareforge.yaml or set DAREFORGE_RULES__RECENCY_EXEMPT_ORIGINS='{exempt}'"
+    )
 
 
 class ReadableTables(Rule):
@@ -188,16 +201,21 @@ class ReadableTables(Rule):
         chosen = override.table if override and override.table else None
         # With a table named in dareforge.yaml, prepare reads that one only, so only that one is judged.
         files = [f for f in source.files if chosen is None or f.name == chosen]
+        fix = (
+            f"replace it at the source, name another table under sources.{source.id}.table, or exclude the "
+            "source with rules.excluded_ids"
+        )
         for f in files:
             # Before the encoding override: latin-1 decodes any bytes, so it would pass garbage on to prepare.
             if is_binary(f):
                 detail = (f.encoding or "").removeprefix(BINARY + ": ")
-                reason = (
-                    f"{f.name} is not a text table ({detail}), so no encoding reads it; replace it at the "
-                    f"source, name another table under sources.{source.id}.table, or exclude the source with "
-                    "rules.excluded_ids"
+                return RuleOutcome(
+                    False,
+                    f"{f.name} is not a text table ({detail}), so no encoding reads it; {fix}",
+                    f.encoding,
                 )
-                return RuleOutcome(False, reason, f.encoding)
+            if unread(f) and PurePosixPath(f.name).suffix.lower() in TEXT_TABLES:
+                return RuleOutcome(False, f"{f.name}: {f.note}; {fix}", None)
         if override and override.encoding:
             return RuleOutcome(
                 True, f"encoding set to {override.encoding} in dareforge.yaml", override.encoding

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 
 from dareforge.schema import Source, TaskType
 
@@ -127,6 +128,8 @@ class TextEvidence:
     series_object: bool = False
     task_type: dict[TaskType, list[str]] = field(default_factory=dict)
     definitions: dict[str, str] = field(default_factory=dict)
+    absent_targets: list[str] = field(default_factory=list)
+    """Names the description calls the target that are no column of the table read (see `absent_target_notes`)."""
 
     def weight(self, column: str) -> float:
         return sum(h.weight for h in self.targets if h.column == column)
@@ -142,7 +145,8 @@ def normalize(text: str) -> str:
 
 
 def _clean(text: str) -> str:
-    return re.sub(r"[`*_]{1,2}(?=\w)|(?<=\w)[`*]{1,2}", "", text)
+    """The text without Markdown's emphasis and code marks; an underscore inside a name (`price_usd`) stays."""
+    return re.sub(r"(?<!\w)[`*_]{1,2}(?=\w)|(?<=\w)[`*]{1,2}", "", text)
 
 
 class _Matcher:
@@ -184,8 +188,14 @@ def read_text(source: Source, columns: list[str]) -> TextEvidence:
             for match in pattern.finditer(sentence):
                 for column in matcher.in_phrase(match.group("x"))[:1]:
                     add(column, weight, f"the description says: {sentence}")
+                # Noted even when a column shares a word with it (`price` for `price_usd`): that match is a guess.
+                name = _code_name(match.group("x"), pattern is IS_TARGET, source.description)
+                if name and matcher.exact(name) is None:
+                    evidence.absent_targets.append(name)
         for match in PREDICT.finditer(sentence):
-            for column in matcher.in_phrase(match.group("x"), words=6)[:1]:
+            for column in (
+                _listed(matcher, match.group("x")) or matcher.in_phrase(match.group("x"), words=6)[:1]
+            ):
                 add(column, 6.0, f"the description says: {sentence}")
         for match in EXPLAIN.finditer(sentence):
             for column in matcher.in_phrase(match.group("x"), words=4)[:1]:
@@ -216,6 +226,50 @@ def read_text(source: Source, columns: list[str]) -> TextEvidence:
     _title(source, matcher, evidence)
     _series_and_type(source, sentences, evidence)
     return evidence
+
+
+def _listed(matcher: _Matcher, phrase: str) -> list[str]:
+    """The columns of a phrase that is a list of column names and nothing else ("target_min and target_max"),
+    else none: a phrase with other words ("price from area and rooms") names its first column only."""
+    columns = [matcher.exact(part) for part in re.split(r"\s+(?:and|&)\s+", phrase.strip())]
+    return columns if len(columns) > 1 and None not in columns else []
+
+
+def _code_name(phrase: str, last: bool, description: str) -> str | None:
+    """The name in a phrase the description calls the target (its first word, or its last for "X is the
+    target") when it reads as a column's name rather than prose: written as code (`x`, "x") or shaped like one
+    (snake_case, camelCase, digits), or capitalised when it is the phrase's only word. "The target is whether
+    it rains" names no column."""
+    words = phrase.split()
+    word = words[-1 if last else 0].strip("'\".-") if words else ""
+    if not re.fullmatch(r"[A-Za-z_][\w.\-]*", word):
+        return None
+    shaped = re.search(r"_|\d|[a-z][A-Z]", word) or (len(words) == 1 and word[0].isupper())
+    quoted = any(f"{mark}{word}{mark}" in description for mark in "`'\"")
+    return word if shaped or quoted else None
+
+
+def absent_target_notes(evidence: TextEvidence, source: Source, table: str, columns: list[str]) -> list[str]:
+    """What to tell an auditor about each target the description names that `table` (the table read, with
+    `columns`) lacks: the other table that has it, or the columns closest to it. Without these, a source whose
+    documentation names a renamed or dropped column got a framing on another target with no word of why."""
+    others = {f.name: f.columns for f in source.files if f.columns and f.name != table}
+    everything = {c.lower(): c for c in [*columns, *(c for cs in others.values() for c in cs)]}
+    notes = []
+    for name in dict.fromkeys(evidence.absent_targets):
+        holder = next((f for f, cs in others.items() if _Matcher(cs).exact(name)), None)
+        if holder is not None:
+            notes.append(
+                f"the description names target {name!r}, a column of {holder}, not of {table} (the table "
+                f"read); to frame it, set sources.{source.id}.table: {holder}"
+            )
+            continue
+        close = [everything[c] for c in get_close_matches(name.lower(), list(everything), n=3, cutoff=0.5)]
+        shown = (
+            f"closest: {', '.join(close)}" if close else f"none is close; columns: {', '.join(columns[:10])}"
+        )
+        notes.append(f"the description names target {name!r}, but no table has a column {name!r} ({shown})")
+    return notes
 
 
 def _definitions(text: str, matcher: _Matcher) -> dict[str, str]:

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from dareforge.context import RunContext
 from dareforge.crawlers.base import slugify
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
-from dareforge.describe import UNDECODABLE, is_binary
+from dareforge.describe import UNDECODABLE, is_binary, unread, unread_notes
 from dareforge.errors import DareforgeError
 from dareforge.generators.engine import Engine
 from dareforge.generators.rawtable import PrepareError, raw_table
@@ -24,13 +24,13 @@ from dareforge.hashing import fingerprint
 from dareforge.queries import accepted_source_ids, why_none
 from dareforge.schema import Framing, Source, SourceFile, SourceStatus
 from dareforge.understand.columns import Sample
-from dareforge.understand.evidence import read_text
+from dareforge.understand.evidence import absent_target_notes, read_text
 from dareforge.understand.model import propose_with_model
 from dareforge.understand.propose import Candidate, Proposal, check, propose
 
 log = logging.getLogger(__name__)
 
-UNDERSTAND_FORMAT = 5
+UNDERSTAND_FORMAT = 6
 """Bump when the stage decides differently for the same inputs, so every source is understood again."""
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 RUNNERS_UP = 2
@@ -138,12 +138,14 @@ def _nothing(source: Source, version: str, reason: str) -> Framing:
 
 def choose_table(source: Source, table: str | None) -> SourceFile:
     """The table to understand: the configured one, else the largest table that is not a sample submission
-    (a competition's file named like `train` first). Binary files under a table's name are never tables."""
+    (a competition's file named like `train` first). Binary files under a table's name are never tables,
+    nor are those the crawl could not read as one (a CSV on one enormous line)."""
     binary = [f"{f.name} is not a text table ({f.encoding})" for f in source.files if is_binary(f)]
-    unread = [f"{f.name}: {f.note}" for f in source.files if f.note and f.note.startswith("not read")]
-    hint = "".join(f"; {b}" for b in binary + unread)
+    hint = "".join(f"; {b}" for b in binary + unread_notes(source.files))
     tables = [
-        f for f in source.files if PurePosixPath(f.name).suffix.lower() in TABLE_SUFFIXES and not is_binary(f)
+        f
+        for f in source.files
+        if PurePosixPath(f.name).suffix.lower() in TABLE_SUFFIXES and not is_binary(f) and not unread(f)
     ]
     if table:
         named = [f for f in tables if f.name == table]
@@ -184,12 +186,11 @@ def _frame(ctx: RunContext, engine: Engine, source: Source, version: str) -> lis
     text = read_text(source, table.column_names)
     model = propose_with_model(ctx, source, sample)
     proposal = propose(source, sample, text, ctx.config, override, model.hints)
-    framings = _decide(ctx, source, sample, proposal, version, file.name)
-    if model.notes:
-        framings = [f.model_copy(update={"evidence": [*f.evidence, *model.notes]}) for f in framings]
-    return framings or [
+    framings = _decide(ctx, source, sample, proposal, version, file.name) or [
         _nothing(source, version, "no column can be a target (ids, text, constants or empty)")
     ]
+    notes = [*absent_target_notes(text, source, file.name, table.column_names), *model.notes]
+    return [f.model_copy(update={"evidence": [*f.evidence, *notes]}) for f in framings]
 
 
 def _decide(
