@@ -17,7 +17,7 @@ import pytest
 
 from dareforge.agents.loop import write_submitted
 from dareforge.config import SandboxConfig
-from dareforge.sandbox import Sandbox, cgroups, disk, probe, processes
+from dareforge.sandbox import Sandbox, cgroups, disk, kernel, probe, processes
 from dareforge.sandbox.kernel import bounds_workspaces, message_limit
 
 SECONDS = 300.0
@@ -298,3 +298,19 @@ def test_a_killed_runs_control_groups_are_removed_by_the_next(tmp_path):
         for folder in leftovers:
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def test_without_control_groups_or_mounts_the_limits_bind_each_process(inputs, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(cgroups, "support", lambda: cgroups.Support(None, "no controllers in this test"))
+    monkeypatch.setattr(disk, "available", lambda: "no mounts in this test")
+    cgroups._warn_once.cache_clear()
+    kernel._warn_unbounded.cache_clear()
+    with caplog.at_level("WARNING"), Sandbox(inputs, tmp_path / "work", CONFIG, SECONDS) as box:
+        assert box._group is None and not os.path.ismount(box.workspace)
+        alone = box.execute(
+            f"b = bytearray({CONFIG.memory_mb} * 2**20)"
+        )  # RLIMIT_AS still bounds one process
+        assert alone.error is not None and alone.error.startswith("MemoryError"), alone
+        still_works(box)
+    assert "no control group for sandboxes (no controllers in this test)" in caplog.text
+    assert "sandbox.workspace_mb is not enforced" in caplog.text
