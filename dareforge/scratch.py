@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TEMP_PREFIX = "dareforge-"
+MNT_DETACH = 0x2
 
 
 @dataclass
@@ -105,6 +106,7 @@ def remove_stale(base: Path, prefix: str = "") -> list[Path]:
             except BlockingIOError:
                 continue  # its owner is alive
             folder = base / name
+            _detach_mounts(folder)
             shutil.rmtree(folder, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
                 lock.unlink()
@@ -112,6 +114,26 @@ def remove_stale(base: Path, prefix: str = "") -> list[Path]:
         finally:
             os.close(fd)
     return removed
+
+
+def detach_mount(folder: Path | str) -> None:
+    """Detach the mount at `folder` (lazily: it goes once nothing uses it); nothing when it is none or we may not."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).umount2(str(folder).encode(), MNT_DETACH)
+
+
+def _detach_mounts(folder: Path) -> None:
+    """A killed process may leave sandbox workspaces (tmpfs mounts, `dareforge.sandbox.disk`) mounted in its
+    folder, which then cannot be removed: detach them, deepest first."""
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    inside = f"{folder}/"
+    points = [line.split()[4].replace("\\040", " ") for line in mounts if len(line.split()) > 4]
+    for point in sorted((p for p in points if p.startswith(inside)), key=len, reverse=True):
+        detach_mount(point)
 
 
 def _claim(base: Path, prefix: str) -> _Owned:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from dareforge import scratch
 from dareforge.agents.loop import write_submitted
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import Sandbox, cgroups, disk, kernel, probe, processes
@@ -314,3 +317,27 @@ def test_without_control_groups_or_mounts_the_limits_bind_each_process(inputs, t
         still_works(box)
     assert "no control group for sandboxes (no controllers in this test)" in caplog.text
     assert "sandbox.workspace_mb is not enforced" in caplog.text
+
+
+@needs_mounts
+def test_a_killed_runs_sandbox_leaves_no_mount_or_folder_behind(inputs, tmp_path):
+    """kill -9 of the host process: its sandboxes die with it (bubblewrap's --die-with-parent), and the next
+    sweep of scratch folders detaches the workspace tmpfs it left mounted and removes the folder."""
+    script = (
+        "import sys, time\n"
+        "from dareforge.config import SandboxConfig\n"
+        "from dareforge.sandbox import Sandbox\n"
+        "from dareforge.scratch import temp_root\n"
+        "box = Sandbox(sys.argv[1], temp_root() / 'work', SandboxConfig(), 60).start()\n"
+        "print(box.workspace, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    host = subprocess.Popen([sys.executable, "-c", script, str(inputs)], stdout=subprocess.PIPE, text=True)
+    try:
+        workspace = Path(host.stdout.readline().strip())
+        assert os.path.ismount(workspace)
+    finally:
+        host.kill()
+        host.wait()
+    scratch.remove_dead(tmp_path / "work-dir")
+    assert not os.path.ismount(workspace) and not workspace.parent.exists()

@@ -21,8 +21,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+from dareforge.scratch import MNT_DETACH
+
 MS_NOSUID, MS_NODEV, MS_BIND = 0x2, 0x4, 0x1000
-MNT_DETACH = 0x2
 MAX_FILES = 100_000
 """Inodes of a workspace: the host lists the workspace after each execution, and a million empty files would
 make that listing the agent's weapon."""
@@ -65,10 +66,6 @@ def move(mounted: Path, folder: Path) -> None:
     The sandbox's own view of the tmpfs (its bind mount, in its mount namespace) is not touched."""
     _check(_libc.mount(str(mounted).encode(), str(folder).encode(), None, MS_BIND, None), f"bind {folder}")
     _check(_libc.umount2(str(mounted).encode(), MNT_DETACH), f"umount {mounted}")
-
-
-def detach(folder: Path) -> None:
-    _libc.umount2(str(folder).encode(), MNT_DETACH)
 
 
 def unmount_keeping_files(folder: Path) -> None:

@@ -9,6 +9,12 @@ it has not begun within `begin_timeout_s` restarts it) the kernel gets SIGINT; i
 `interrupt_grace_s`, or processes it started are still running, the whole sandbox is killed (killing bwrap
 kills its PID namespace) and a fresh kernel is started on the same folders. A kernel that dies (RLIMIT_CPU,
 SIGKILL, a crash) is restarted the same way; `Execution.killed`/`restarted` record it.
+
+The kernel is the agent's: its messages are read as hostile input (`_collect`: a malformed one, one over
+`message_limit`, a dropped connection or a flood end the execution as `KernelProtocolError`). Processes an
+execution leaves running are paused until the next one begins (`_pause_strays`). Where the machine allows, the
+sandbox's processes share one control group (`cgroups`: memory and process count over all of them) and its
+workspace is a tmpfs of `workspace_mb` (`disk`).
 """
 
 from __future__ import annotations

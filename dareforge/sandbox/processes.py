@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dareforge.sandbox import disk
+from dareforge.scratch import detach_mount
 
 
 class Spawner:
@@ -108,7 +108,7 @@ def finalize(holder: dict[str, Any]) -> None:
     lost: nobody closed the sandbox to keep them), remove its runtime folder (sockets, logs)."""
     kill_process(holder)
     if holder.get("mount"):
-        disk.detach(holder["mount"])
+        detach_mount(holder["mount"])
     if holder.get("runtime"):
         shutil.rmtree(holder["runtime"], ignore_errors=True)
 
