@@ -38,7 +38,7 @@ from dareforge.errors import ConfigError, DareforgeError
 from dareforge.llm import ChatResult, LLMClient
 from dareforge.publish.release import build_release
 from dareforge.queries import partition_name
-from dareforge.sandbox import Sandbox, probe
+from dareforge.sandbox import Sandbox, SandboxError, probe
 from dareforge.schema import Task, TaskLimits, Trajectory
 from dareforge.store import Store
 from dareforge.trajectories.gold import regrade
@@ -668,6 +668,27 @@ def test_the_sandbox_is_handed_out_while_the_first_reply_is_awaited(built, tasks
         client = OverlapClient(handed, *replies)
         t = asyncio.run(run_agent(mm, public_dir(built, mm), client, factory))
         assert client.overlapped is True and calls == expected, (t.outcome, calls)
+
+
+class BrokenBox(FakeBox):
+    """A sandbox whose kernel cannot be brought back: its execute raises, as a failed restart does."""
+
+    def execute(self, code: str):
+        self.calls.append("execute")
+        raise SandboxError("the kernel died while starting: exited with status 1")
+
+
+def test_a_sandbox_that_cannot_go_on_ends_its_episode_with_the_reason(built, tasks, scripted):
+    (mm,) = by_family(tasks, "Class-MM")
+    scripted.script(reply("print(1)"))
+    calls: list[str] = []
+    client = LLMClient(EndpointConfig(name="direct", base_url=scripted.url, model="m", backoff_s=0.01), None)
+    t = asyncio.run(run_agent(mm, public_dir(built, mm), client, lambda *args: BrokenBox(calls)))
+    assert calls == ["start", "execute", "close"]
+    assert t.outcome == "execution-limit" and t.detail.startswith(
+        "the sandbox could not go on: the kernel died"
+    )
+    assert t.steps[-1].role == "execution" and "exited with status 1" in t.steps[-1].error
 
 
 # -- the tools protocol ----------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import stat
@@ -50,9 +51,10 @@ from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, trunc
 from dareforge.hashing import sha256_bytes, sha256_file
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.sandbox.environment import SandboxFactory
-from dareforge.sandbox.errors import SandboxError
 from dareforge.schema import SourceFile, Step, Task, Trajectory
 from dareforge.scratch import temp_root
+
+log = logging.getLogger(__name__)
 
 MAX_LISTED_FILES = 200
 """Most workspace files a trajectory lists (the rest are counted in the detail)."""
@@ -294,9 +296,11 @@ async def play(
                         await loop.run_in_executor(executor, sandbox.start)
                     try:
                         execution = await loop.run_in_executor(executor, sandbox.execute, action.text)
-                    except SandboxError as exc:
+                    except Exception as exc:
                         # Execute survives whatever the code does; a sandbox that cannot go on (its fresh
-                        # kernel would not start) ends this episode, never the run.
+                        # kernel would not start) ends this episode, never the run; logged whole, in case
+                        # the host is at fault.
+                        log.exception("episode of task %s: the sandbox could not go on", task.id)
                         episode.steps += [step for step, message in pending if message is None]
                         episode.steps.append(
                             Step(role="execution", content="", code=action.text, error=str(exc))
