@@ -165,7 +165,7 @@ def run_lock_held(tmp_path):
 
 
 def _run_env() -> dict[str, str]:
-    # No sources: a run that gets past the lock ends at once with "nothing to release".
+    # No sources: a run that gets past the lock stops at once, after the filter: "the crawl stored no source".
     return {
         **os.environ,
         "DAREFORGE_BUILTIN__ENABLED": "false",
@@ -204,7 +204,7 @@ def test_a_second_run_waits_for_the_first_and_then_runs(run_lock_held, tmp_path)
     holder.stdin.close()  # the first run ends
     holder.wait()
     out, err = waiting.communicate()
-    assert waiting.returncode == 2 and "nothing to release" in out + err, out + err
+    assert waiting.returncode == 2 and "the crawl stored no source" in out + err, out + err
 
 
 def test_work_dir_follows_the_store_root(tmp_path, monkeypatch):
