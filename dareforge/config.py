@@ -64,6 +64,15 @@ class StoreConfig(Section):
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         return cache / "dareforge" / "work" / hashlib.sha256(self.root.encode()).hexdigest()[:16]
 
+    def setting_for(self, path: str | Path) -> str | None:
+        """The setting that places a local `path`: `store.work_dir` or `store.root` (the work dir first, as it
+        lies under the root by default), or None when it lies under neither."""
+        target = Path(os.path.abspath(path))
+        for key, place in (("store.work_dir", self.work_path), ("store.root", self.root)):
+            if target.is_relative_to(os.path.abspath(place)):
+                return key
+        return None
+
 
 class DatasetQuery(Section):
     """One Kaggle dataset search; the crawler pages through all results."""
@@ -257,7 +266,8 @@ class GenerateConfig(Section):
     reference_timeout_s: PositiveInt = 600
     qa_per_source: NonNegativeInt = Field(
         2,
-        description="QA tasks (questions with a typed answer) asked on each source's first framing (0: none).",
+        description="QA tasks (questions with a typed answer) asked on each source's first framing "
+        "(0: none).",
     )
     lakes_per_source: NonNegativeInt = Field(
         1, description="Lake tasks (a question over a folder of files, with sub-tasks) per source (0: none)."
@@ -345,7 +355,8 @@ class LocalModelConfig(Section):
     start_timeout_s: PositiveFloat = 60.0
     tasks_per_run: NonNegativeInt = Field(
         2,
-        description="Tasks `dareforge run` probes and samples (once each) with the local model: ~30 s each (0: none).",
+        description="Tasks `dareforge run` probes and samples (once each) with the local model: ~30 s each "
+        "(0: none).",
     )
 
 
@@ -546,7 +557,7 @@ def _read_file(file: Path) -> dict[str, Any]:
 
 
 def _problem(error: Any, file: Path, environ: dict[str, str]) -> str:
-    """One pydantic error as one line: the key, the value given, what is wrong, and where the value was set."""
+    """One pydantic error as one line: the key, the value given, what is wrong, and where it was set."""
     loc = [str(part) for part in error["loc"]]
     value = "" if error["type"] == "missing" else f" = {json.dumps(error['input'], default=str)}"
     # The longest key an env var sets wins over the file; a list item is set by the variable of its list.
