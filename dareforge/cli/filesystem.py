@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from dareforge.config import StoreConfig, env_var
-from dareforge.errors import filesystem_errno
+from dareforge.errors import MACHINE_ERRNOS, filesystem_errno
 
 PROBLEMS = {
     errno.ENOSPC: ("no space left on device while writing {path}", "free space there"),
@@ -31,7 +31,11 @@ def filesystem_problem(exc: Exception, store: StoreConfig) -> str | None:
     if code not in PROBLEMS:
         return None
     # A copy or rename names its source, then its destination: the destination is the one being written.
-    path = getattr(exc, "filename2", None) or getattr(exc, "filename", None) or _fullest_place(store)
+    path = getattr(exc, "filename2", None) or getattr(exc, "filename", None)
+    if path is None:
+        if code not in MACHINE_ERRNOS:  # say, EPERM signalling another user's process: no path to fix
+            return None
+        path = _fullest_place(store)  # a failed write() names no file
     setting = store.setting_for(path)
     if code in (errno.ENOTDIR, errno.EEXIST):
         path = _file_in_the_way(path)
@@ -44,10 +48,13 @@ def filesystem_problem(exc: Exception, store: StoreConfig) -> str | None:
 
 
 def _fullest_place(store: StoreConfig) -> str:
-    """Of the local places a run writes (store root, work dir), the one with the least free space: a failed
-    write() names no file, and the full disk is the one to name."""
-    places = [str(p) for p in (store.root, store.work_path) if os.path.isdir(p)]
-    return min(places, key=lambda p: shutil.disk_usage(p).free, default=store.root)
+    """Of the local places a run writes, the store root and the work dir, the one on the disk with the least
+    free space; the root when both are on one disk."""
+    by_disk: dict[int, str] = {}
+    for place in (store.root, str(store.work_path)):
+        if os.path.isdir(place):
+            by_disk.setdefault(os.stat(place).st_dev, place)
+    return min(by_disk.values(), key=lambda place: shutil.disk_usage(place).free, default=store.root)
 
 
 def _file_in_the_way(path: str | Path) -> Path | None:
