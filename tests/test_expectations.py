@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import logging
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from dareforge.config import Config
 from dareforge.schema import PreparedSource, Task
 from dareforge.validators.base import TaskView
 from dareforge.validators.expectations import SUITES, SUITES_VERSION, GXRun
+from tests.mounts import tmpfs
 
 
 @pytest.fixture(scope="module")
@@ -258,3 +260,13 @@ def test_data_docs_index_after_a_run(gx, cfg, tmp_path):
         assert suite in html
     assert list((tmp_path / "docs" / "validations").rglob("*.html"))
     assert gx.build_data_docs(tmp_path / "docs") == index  # a second build reuses the site
+
+
+def test_data_docs_on_a_full_disk_raise_its_errno_and_log_no_traceback(gx, cfg, tmp_path, caplog):
+    """GX logs each page it cannot write, with its traceback, and goes on; a full disk must reach the CLI as the
+    one error it is (see dareforge.cli.filesystem)."""
+    _findings(gx, _view(tmp_path / "task"), cfg)
+    with tmpfs(tmp_path / "disk", 16), caplog.at_level(logging.ERROR), pytest.raises(OSError) as full:
+        gx.build_data_docs(tmp_path / "disk" / "docs")
+    assert full.value.errno == errno.ENOSPC
+    assert "Traceback" not in caplog.text

@@ -1,6 +1,6 @@
 """`dareforge`'s command line: one module per command group, each registering its commands on `app.app` through
-`app.command` (which also turns a `DareforgeError` into a clear message and exit code 2), under a panel of the
-help; importing the package registers them all, panel by panel.
+`app.command` (which also turns what a user can fix into a one-line message and exit code 2), under a panel of
+the help; importing the package registers them all, panel by panel.
 
 - `stages`: one pipeline stage per command (crawl ... gate), and report, audit, evaluate, resimulate;
 - `release`: release build, list, verify, publish;

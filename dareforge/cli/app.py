@@ -1,19 +1,24 @@
 """The CLI's ground floor: the Typer app, the console, the run context of a command and the one wrapper that
-turns a `DareforgeError` into a clear message and exit code 2. Command modules register through `command`."""
+turns a `DareforgeError`, or a file system refusing the run, into a one-line message and exit code 2. Command
+modules register through `command`."""
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
+import duckdb
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
-from dareforge.config import load_config
+from dareforge.cli.filesystem import filesystem_problem
+from dareforge.config import StoreConfig, load_config
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 
@@ -59,16 +64,34 @@ def main(
         fail(exc)
     if store:
         cfg.store.root = store  # an unset store.work_dir follows the root (see StoreConfig.work_path)
-    STATE["ctx"] = RunContext.from_config(cfg, show_progress=not quiet)
+    with reporting(cfg.store):  # opening the store creates its folder
+        STATE["ctx"] = RunContext.from_config(cfg, show_progress=not quiet)
 
 
 def context() -> RunContext:
     return STATE["ctx"]
 
 
-def fail(exc: Exception) -> None:
-    Console(stderr=True).print(f"[bold red]error:[/] {exc}")
+def fail(problem: Exception | str) -> None:
+    # Escaped: messages quote config values and paths, which may hold [brackets]; soft-wrapped: a message
+    # stays one line for grep and logs, whatever the terminal's width.
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(str(problem))}", soft_wrap=True)
     raise typer.Exit(2)
+
+
+@contextmanager
+def reporting(store: StoreConfig) -> Iterator[None]:
+    """Turn what a user can fix into `error: <message>` and exit code 2: a `DareforgeError`, or the file
+    system refusing the run (see `dareforge.cli.filesystem`), whichever stage or library it came from."""
+    try:
+        yield
+    except DareforgeError as exc:
+        fail(exc)
+    except (OSError, duckdb.IOException) as exc:
+        problem = filesystem_problem(exc, store)
+        if problem is None:
+            raise
+        fail(problem)
 
 
 PANELS = (
@@ -91,18 +114,17 @@ def show(lines: list[Any]) -> None:
 def command(
     name: str | None = None, *, panel: str, group: typer.Typer = app
 ) -> Callable[[Callable[..., Any]], Any]:
-    """Declare a command of `group` under `panel` of the help; a `DareforgeError` it raises becomes
-    `error: <message>` and exit code 2. `register_commands` adds them to the app, panel by panel."""
+    """Declare a command of `group` under `panel` of the help; what it raises that a user can fix becomes
+    `error: <message>` and exit code 2 (see `reporting`). `register_commands` adds them to the app, panel by
+    panel."""
     if panel not in PANELS:
         raise ValueError(f"unknown help panel {panel!r}; add it to PANELS")
 
     def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            try:
+            with reporting(context().config.store):
                 return fn(*args, **kwargs)
-            except DareforgeError as exc:
-                fail(exc)
 
         _COMMANDS.append((panel, name, group, guarded))
         return fn

@@ -20,7 +20,7 @@ from dareforge.crawlers.documents import tabulate
 from dareforge.crawlers.inspect import identify_target
 from dareforge.crawlers.unpack import copy_plain_file, plain_files, unpack_zip
 from dareforge.describe import describe_file, is_binary
-from dareforge.errors import DareforgeError, NeedsRulesError, SourceError
+from dareforge.errors import DareforgeError, NeedsRulesError, SourceError, machine_at_fault
 from dareforge.schema import Source, SourceFile, SourceStatus
 
 log = logging.getLogger(__name__)
@@ -155,6 +155,8 @@ def _crawl_locked(ctx: RunContext, crawler: Crawler, source: Source, report: Cra
             ctx, source, current, SourceStatus.NEEDS_RULES, str(exc), report, exc.rules_url
         )
     except (DareforgeError, OSError, ValueError) as exc:
+        if machine_at_fault(exc):
+            raise
         detail = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
         return _record_failure(ctx, source, current, SourceStatus.FAILED, detail, report)
     log.info("%s: stored version %s (%d files)", source.id, source.version, len(files))

@@ -13,6 +13,7 @@ import logging
 import time
 
 from dareforge.context import RunContext
+from dareforge.errors import machine_at_fault
 from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared, prepare_failure
 from dareforge.generators.questions.lake import DistractorPool, lake_tasks
@@ -81,6 +82,8 @@ def _guarded(report: GenerateReport, label: str, build, *args) -> list[Task]:
     try:
         return build(*args)
     except Exception as exc:  # any failure of one source's data is that source's alone
+        if machine_at_fault(exc):
+            raise
         report.failures[label] = f"{type(exc).__name__}: {exc}"
         log.warning("generate %s failed: %s", label, report.failures[label])
         log.debug("generate %s failed", label, exc_info=True)

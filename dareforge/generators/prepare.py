@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dareforge.config import SourceOverride
 from dareforge.context import RunContext
-from dareforge.errors import DareforgeError, StoreError
+from dareforge.errors import DareforgeError, StoreError, machine_at_fault
 from dareforge.generators.engine import Engine
 from dareforge.generators.rawtable import (
     PrepareError,
@@ -118,6 +118,8 @@ def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: Pre
         except StoreError:
             raise  # the store is at fault (a tampered or unreadable file), not this source's data
         except Exception as exc:  # whatever an odd table breaks, it is this framing's failure, and recorded
+            if machine_at_fault(exc):
+                raise
             reason = str(exc) if isinstance(exc, PrepareError) else failure_reason(ctx, source_id, exc)
             engine.recover()
             log.warning("prepare %s failed: %s", label, reason)

@@ -17,7 +17,7 @@ from dareforge.context import RunContext
 from dareforge.crawlers.base import slugify
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
 from dareforge.describe import UNDECODABLE, is_binary, unread, unread_notes
-from dareforge.errors import DareforgeError
+from dareforge.errors import DareforgeError, machine_at_fault
 from dareforge.generators.engine import Engine
 from dareforge.generators.rawtable import PrepareError, raw_table
 from dareforge.hashing import fingerprint
@@ -110,6 +110,8 @@ def _understand_source(
     except (PrepareError, DareforgeError) as exc:
         framings = [_nothing(source, version, str(exc))]
     except Exception as exc:  # whatever an odd table breaks, it is this source's failure alone, and recorded
+        if machine_at_fault(exc):
+            raise
         log.debug("understand %s failed", source_id, exc_info=True)
         engine.recover()
         framings = [_nothing(source, version, f"understanding failed: {type(exc).__name__}: {exc}")]

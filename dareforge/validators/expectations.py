@@ -18,6 +18,7 @@ element by element (about 30 s for 200k ids) and stores and renders them in ever
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import warnings
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from dareforge.config import Config
+from dareforge.errors import machine_errno_named_in
 from dareforge.schema import ANSWER_METRIC
 from dareforge.validators.base import Finding, TaskView
 
@@ -235,11 +237,38 @@ class GXRun:
                         "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
                     },
                 )
-            self.context.build_data_docs(site_names=[site])
+            unwritten = _UnwrittenPages()
+            site_log = logging.getLogger(SITE_BUILDER_LOG)
+            site_log.addFilter(unwritten)
+            try:
+                self.context.build_data_docs(site_names=[site])
+            finally:
+                site_log.removeFilter(unwritten)
+        if unwritten.machine_errno is not None:
+            raise OSError(unwritten.machine_errno, os.strerror(unwritten.machine_errno), str(folder))
         index = folder / "index.html"
         if not index.is_file():
             raise RuntimeError(f"great-expectations wrote no Data Docs index at {index}")
         return index
+
+
+SITE_BUILDER_LOG = "great_expectations.render.renderer.site_builder"
+
+
+class _UnwrittenPages(logging.Filter):
+    """Keeps the errno of a Data Docs page GX could not write for a full or read-only disk, and drops its log.
+
+    GX logs such a page with its traceback and goes on to the next; a full disk must stop the run with one line
+    instead, as in every other stage (see `dareforge.errors.machine_at_fault`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.machine_errno: int | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        code = machine_errno_named_in(record.getMessage())
+        self.machine_errno = self.machine_errno or code
+        return code is None
 
 
 class _GXCheck(ABC):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dareforge.context import RunContext
+from dareforge.errors import machine_at_fault
 from dareforge.generators.prepare import prepared_of
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators import duplicates, leakage, solvability
@@ -135,6 +136,8 @@ def _run_check(check: Check, view: TaskView, ctx: RunContext) -> Finding:
     try:
         return check.run(view, ctx.config)
     except Exception as exc:  # a check that crashes is a finding about the task (or the check), not a stop
+        if machine_at_fault(exc):
+            raise
         log.warning("%s: check %s crashed: %s", view.task.id, check.name, exc)
         return Finding(f"the check crashed: {type(exc).__name__}: {exc}", flagged=True)
 
