@@ -85,6 +85,17 @@ def test_a_described_target_in_another_table_names_that_table():
     assert read_text(_source("The target is whether it rains."), COLUMNS).absent_targets == []  # prose
 
 
+def test_a_title_word_shared_with_a_gloss_counts_unless_it_says_how_often_rows_come():
+    glossary = (
+        "=== Columns & descriptions ===\n\n"
+        "rain_sum: Total daily rainfall\n"
+        "yield_tons: Harvest of the region in tons\n"
+    )
+    evidence = read_text(_source(glossary, "Regional Harvest Daily Records"), ["date", "rain_sum", "yield_tons"])
+    assert evidence.weight("yield_tons") == 1.5  # 'harvest' is what the table is about
+    assert evidence.weight("rain_sum") == 0.0  # 'daily' is how often rows come, shared by every column
+
+
 def test_titles_tags_and_series_words_are_evidence():
     evidence = read_text(
         _source("A monthly time series, in thousands.", "Cars (auto MPG)", ["Regression"]),

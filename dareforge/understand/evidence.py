@@ -60,6 +60,9 @@ SERIES_OBJECT = re.compile(
 )
 """Documentation saying the table *is* a series (R's "A monthly time series", class "mts"): then even a table
 without a time column is one, ordered by its rows."""
+CADENCE = {"hourly", "daily", "weekly", "monthly", "quarterly", "yearly", "annual", "annually"}
+"""How often a table is sampled: a title's "Daily Weather" and a column's "total daily rainfall" share it as
+every measured column of the table would, so it says nothing about which one is the target."""
 SERIES_TAGS = {"time series", "time-series", "timeseries", "forecasting", "time series analysis"}
 CLASS_TAGS = {
     "classification",
@@ -351,7 +354,9 @@ def _title(source: Source, matcher: _Matcher, evidence: TextEvidence) -> None:
                 evidence.targets.append(Hint(column, 2.0, sentence))
             continue
         definition = normalize(evidence.definitions.get(column, ""))
-        shared = [w for w in words if len(w) >= 4 and re.search(rf"(?:^| ){w}", definition)]
+        shared = [
+            w for w in words if len(w) >= 4 and w not in CADENCE and re.search(rf"(?:^| ){w}", definition)
+        ]
         if shared:
             evidence.targets.append(
                 Hint(column, 1.5, f"the title {source.title!r} shares {shared[0]!r} with its description")
