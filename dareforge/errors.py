@@ -7,8 +7,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
-
 if TYPE_CHECKING:
     from dareforge.locking import LockHolder
 
@@ -77,6 +75,8 @@ def filesystem_errno(exc: BaseException) -> int | None:
     raises its own IOException with the system's words, not an OSError)."""
     if isinstance(exc, OSError):
         return exc.errno
+    import duckdb  # here: errors is imported everywhere, duckdb is heavy, and only this asks it
+
     if isinstance(exc, duckdb.IOException):
         return machine_errno_named_in(str(exc))
     return None

@@ -45,8 +45,9 @@ def error_line(result) -> str:
     """The one line the CLI printed for a mistake, without its `error: ` prefix."""
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
-    (line,) = result.output.splitlines()
-    assert line.startswith("error: ")
+    lines = result.output.splitlines()
+    (line,) = [line for line in lines if line.startswith("error: ")]
+    assert line == lines[-1]  # what `run` printed before it (the stages' summaries) may come first
     return line.removeprefix("error: ")
 
 

@@ -34,7 +34,7 @@ FLOORS: dict[str, int] = {
         0,
     ),
     # 1: building blocks the stages use (models, sandbox, references and their graders), the cost model
-    **dict.fromkeys(["llm", "sandbox", "reference_solutions", "plan"], 1),
+    **dict.fromkeys(["llm", "sandbox", "reference_solutions", "plan", "confined_sql"], 1),
     # 2 and up: the stages, each above what it uses (understand reads tables with prepare's DuckDB engine;
     # evaluate and audit read releases)
     "crawlers": 2,
