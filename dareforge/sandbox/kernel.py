@@ -37,17 +37,14 @@ import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import zmq
-from jupyter_client.blocking.client import BlockingKernelClient
-
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import cgroups, disk, isolation, processes
+from dareforge.sandbox.connection import CHANNELS, KernelConnection, Reading, message_limit, socket_paths
 from dareforge.sandbox.errors import SandboxError
 from dareforge.sandbox.execution import (
     OUTPUT_NOTICE,
     Execution,
     OutputBudget,
-    cut_end,
     cut_traceback,
     strip_ansi,
     tail_bytes,
@@ -57,7 +54,6 @@ from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
 
-CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 UID_RANGE = (1_000_000, 2_000_000)
 """Each isolated kernel runs as a uid of its own from this range: no host account, its own process budget."""
 KERNEL_ARGS = ("--HistoryManager.hist_file=:memory:", "--IPKernelApp.quiet=True")
@@ -79,24 +75,10 @@ JOIN_GROUP = (
 )
 """Run COUNT PROCS_FILE... ARGV: the process joins the sandbox's control group, then becomes ARGV, so all it
 starts is in the group from its first fork."""
-RECEIVE_QUEUE = 8
 STOPPED = "the kernel was stopped by a signal (SIGSTOP, or a trace stop)"
-"""Messages the host queues per socket; past it zmq holds the rest on the kernel's side (in its memory)."""
-DRAIN_BATCH = 64
-MAX_FOREIGN_MESSAGES = 500
-"""Messages of other requests in one execution (a few are left over from an interrupted one) past which the
-kernel is taken to be flooding the host. Below the kernel's own send queue (zmq's 1,000), so a flood always
-delivers this many before the kernel's side starts dropping."""
 STRAY_ROUNDS = 20
 """Passes of killing a finished execution's leftover processes before the sandbox is replaced instead (a fork
 bomb may start processes as fast as they are killed)."""
-
-
-def message_limit(config: SandboxConfig) -> int:
-    """The largest message the host takes from a kernel. The kernel sends at most `max_output_bytes` of output
-    per message (text only, `kernel_boot`), which JSON may escape to six bytes a character; a megabyte covers
-    the rest of the frame."""
-    return 6 * config.max_output_bytes + (1 << 20)
 
 
 def bounds_workspaces(config: SandboxConfig) -> bool:
@@ -155,7 +137,7 @@ class Sandbox:
             log.warning("unsandboxed kernel runs as root: the process limit (max_processes) is not enforced")
         self.restarts = 0
         self.start_seconds = 0.0
-        self._client: BlockingKernelClient | None = None
+        self._conn: KernelConnection | None = None
         self._proc: Any = None
         self._runtime: Path | None = None
         self._log: processes.LogTail | None = None
@@ -163,8 +145,6 @@ class Sandbox:
         self._kernel_pid: int | None = None
         self._forked: ForkedKernel | None = None
         self._placeholder_pid: int | None = None
-        self._watch: list[zmq.Socket] = []
-        """Per channel, a monitor socket that hears when the kernel's end of the connection drops."""
         self.forks = self.isolated and self.uid is not None and config.fork_kernels
         """Kernels are forked from the warm fork server into the sandbox bubblewrap builds (`kernel_forks`)."""
         self._launches = 0
@@ -270,28 +250,19 @@ class Sandbox:
             notes.append("[sandbox] the kernel had died since the last execution; a fresh one was started\n")
             self.restart()
             restarted = True
-        assert self._client is not None
+        assert self._conn is not None
         before = processes.snapshot(self.workspace)
         out = OutputBudget(self.config.max_output_bytes)
         for note in notes:
             out.add("stderr", note)
-        state: dict[str, Any] = {
-            "error": None,
-            "traceback": "",
-            "idle": False,
-            "reply": False,
-            "began": None,
-            "foreign": 0,
-        }
+        reading = Reading()
         self._resume_strays()
         self._oom_kills = self._group.oom_kills() if self._group is not None else 0
         started = time.monotonic()
-        msg_id = self._client.execute(
-            code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
-        )
-        outcome = self._collect(msg_id, out, state, started)
+        msg_id = self._conn.execute(code)
+        outcome = self._collect(msg_id, out, reading, started)
         timed_out = killed = must_restart = False
-        error, traceback = state["error"], state["traceback"]
+        error, traceback = reading.error, reading.traceback
         lost = "the kernel was restarted (files kept, Python state lost)"
         if outcome == "stalled":
             timed_out = must_restart = True
@@ -303,23 +274,23 @@ class Sandbox:
             timed_out = True
             self._interrupt()
             outcome = self._collect(
-                msg_id, out, state, started, until=time.monotonic() + self.interrupt_grace_s
+                msg_id, out, reading, started, until=time.monotonic() + self.interrupt_grace_s
             )
             limit = f"ExecutionLimit: the execution ran past the {self.seconds_per_execution:g} s per-execution limit"
-            traceback = state["traceback"]
+            traceback = reading.traceback
             if outcome == "done" and not self._strays():
                 error = f"{limit} and was interrupted"
             elif outcome == "done":
                 error, must_restart = f"{limit} and left processes running; {lost}", True
             else:
                 killed = outcome in ("died", "broke")
-                error, must_restart = f"{limit}; {self._why_not_interrupted(outcome, state)}; {lost}", True
+                error, must_restart = f"{limit}; {self._why_not_interrupted(outcome, reading)}; {lost}", True
         elif outcome == "died":
             killed = must_restart = True
             error = f"KernelDied: {self._death_reason(with_log=False)}; {lost}"
         elif outcome == "broke":
             killed = must_restart = True
-            error = f"KernelProtocolError: {state['broke']}; {lost}"
+            error = f"KernelProtocolError: {reading.broke}; {lost}"
         ended = ""
         if not must_restart:
             paused = self._pause_strays()
@@ -640,43 +611,11 @@ class Sandbox:
 
     def _connect(self, ipc: Path, info: dict[str, Any], deadline: float) -> None:
         # Connect only once the kernel has bound its sockets: zmq would otherwise retry every 100 ms.
-        sockets = [ipc / f"k-{info[f'{name}_port']}" for name in CHANNELS]
-        while not all(s.exists() for s in sockets):
+        while not all(s.exists() for s in socket_paths(ipc, info)):
             self._check_starting(deadline)
             time.sleep(0.002)
-        client = BlockingKernelClient()
-        # Agent code holds the kernel's sockets and key: any message may come, of any size, at any rate. The
-        # host takes none over `message_limit` bytes (zmq drops the connection instead) and queues few.
-        client.context.setsockopt(zmq.MAXMSGSIZE, message_limit(self.config))
-        client.context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
-        client.load_connection_info(info)
-        client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
-        self._client = client
-        self._watch = [
-            channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            for channel in (client.shell_channel, client.iopub_channel)
-        ]
-        # kernel_info until a reply comes back and iopub is known to be subscribed (a status message arrives).
-        poller = zmq.Poller()
-        poller.register(client.shell_channel.socket, zmq.POLLIN)
-        poller.register(client.iopub_channel.socket, zmq.POLLIN)
-        msg_id, sent, replied, subscribed = client.kernel_info(), time.monotonic(), False, False
-        while not (replied and subscribed):
-            self._check_starting(deadline)
-            events = dict(poller.poll(20))
-            if client.iopub_channel.socket in events:
-                while client.iopub_channel.msg_ready():
-                    client.get_iopub_msg(timeout=0)
-                    subscribed = True
-            if client.shell_channel.socket in events:
-                while client.shell_channel.msg_ready():
-                    reply = client.get_shell_msg(timeout=0)
-                    replied = replied or reply["parent_header"].get("msg_id") == msg_id
-            if replied and not subscribed and time.monotonic() - sent > 0.1:
-                msg_id, sent, replied = client.kernel_info(), time.monotonic(), False
-        time.sleep(0.01)
-        while client.iopub_channel.msg_ready():
-            client.get_iopub_msg(timeout=0)
+        self._conn = KernelConnection(info, self.config)
+        self._conn.wait_ready(lambda: self._check_starting(deadline))
 
     def _exit_code(self) -> int | None:
         """The kernel's exit code once it has ended; None while it runs. A forked kernel ends with its sandbox
@@ -695,112 +634,41 @@ class Sandbox:
             )
 
     def _collect(
-        self,
-        msg_id: str,
-        out: OutputBudget,
-        state: dict[str, Any],
-        sent: float,
-        until: float | None = None,
+        self, msg_id: str, out: OutputBudget, reading: Reading, sent: float, until: float | None = None
     ) -> str:
-        """Gather the execution's messages until its reply and idle status ("done"), the kernel's death
-        ("died"), a broken protocol ("broke": a message the host cannot read, or a connection the kernel dropped
-        or zmq cut for a message over `message_limit`; `state["broke"]` says which), or a deadline: `until` if
-        given ("timeout"), else `seconds_per_execution` after the kernel began the code ("timeout"), or
-        `begin_timeout_s` after `sent` if it has not begun by then ("stalled").
+        """Read the execution's messages (`KernelConnection.collect`) until "done", "died", "broke", or a deadline:
+        `until` if given ("timeout"), else `seconds_per_execution` after the kernel began the code ("timeout"),
+        or `begin_timeout_s` after `sent` if it has not begun by then ("stalled").
 
         The clock starts when the kernel begins, not when the request is sent: before that ipykernel ignores
         SIGINT, so an interrupt sent to a kernel slow to pick up the request (a busy machine) would be lost and
         the kernel replaced for nothing. After an interrupt (`until` given) idle alone is enough: an interrupt
         that lands in ipykernel just before or after the code ends the request without a reply, and the kernel,
-        idle and with its state, is fine. At most `DRAIN_BATCH` messages are read between two looks at the
-        clock: a kernel flooding the host cannot keep it from its deadline."""
-        client = self._client
-        assert client is not None
-        poller = zmq.Poller()
-        for socket in (client.shell_channel.socket, client.iopub_channel.socket, *self._watch):
-            poller.register(socket, zmq.POLLIN)
-        while not (state["idle"] and (state["reply"] or until is not None)):
-            if self._exit_code() is not None:
-                return "died"
+        idle and with its state, is fine."""
+
+        def deadline(reading: Reading) -> tuple[float, str]:
             if until is not None:
-                deadline, expired = until, "timeout"
-            elif state["began"] is not None:
-                deadline, expired = state["began"] + self.seconds_per_execution, "timeout"
-            else:
-                deadline, expired = sent + self.begin_timeout_s, "stalled"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return expired
-            events = dict(poller.poll(max(1, int(min(remaining, 0.2) * 1000))))
-            if any(watch in events for watch in self._watch):
-                if self._kernel_pid is None or processes.exiting(self._kernel_pid):
-                    # Its sockets closed because it is dying: wait for its exit status, for the reason.
-                    stop = time.monotonic() + STOP_TIMEOUT_S
-                    while self._exit_code() is None and time.monotonic() < stop:
-                        time.sleep(0.005)
-                    return "died"
-                state["broke"] = (
-                    f"the kernel's connection to the host broke (a message over the {message_limit(self.config)}"
-                    "-byte limit, or a socket closed by the code)"
-                )
-                return "broke"
-            try:
-                for _ in range(DRAIN_BATCH):
-                    if not client.iopub_channel.msg_ready():
-                        break
-                    self._on_iopub(client.get_iopub_msg(timeout=0), msg_id, out, state)
-                for _ in range(DRAIN_BATCH):
-                    if not client.shell_channel.msg_ready():
-                        break
-                    self._on_reply(client.get_shell_msg(timeout=0), msg_id, state)
-            # What the kernel sends is the agent's: any malformed message is its doing.
-            except Exception as exc:
-                state["broke"] = f"the kernel sent a message the host cannot read ({cut_end(repr(exc), 300)})"
-                return "broke"
-            if out.flooded or state["foreign"] > MAX_FOREIGN_MESSAGES:
-                # The kernel caps its output where it is written; this much more came past that cap.
-                state["broke"] = "the kernel sent far more output, or messages, than its own cap lets through"
-                return "broke"
-        return "done"
+                return until, "timeout"
+            if reading.began is not None:
+                return reading.began + self.seconds_per_execution, "timeout"
+            return sent + self.begin_timeout_s, "stalled"
 
-    def _on_reply(self, reply: dict[str, Any], msg_id: str, state: dict[str, Any]) -> None:
-        if reply["parent_header"].get("msg_id") != msg_id:
-            state["foreign"] += 1
-            return
-        state["reply"] = True
-        content = reply["content"]
-        if content.get("status") == "error" and state["error"] is None:
-            state["error"] = self._error_line(content)
-            state["traceback"] = "\n".join(content.get("traceback", []))
-        elif content.get("status") == "aborted" and state["error"] is None:
-            state["error"] = "Aborted: the kernel aborted the execution"
-
-    def _error_line(self, content: dict[str, Any]) -> str:
-        """The line "ename: evalue", each cut to the traceback limit (an exception's message can be any size)."""
-        limit = self.config.max_traceback_chars
-        ename, evalue = str(content.get("ename", "Error")), str(content.get("evalue", ""))
-        return f"{cut_end(ename, limit)}: {cut_end(evalue, limit)}"
-
-    def _on_iopub(self, msg: dict[str, Any], msg_id: str, out: OutputBudget, state: dict[str, Any]) -> None:
-        if msg["parent_header"].get("msg_id") != msg_id:
-            state["foreign"] += 1
-            return
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "execute_input" and state["began"] is None:
-            state["began"] = time.monotonic()
-        elif kind == OUTPUT_NOTICE:
-            out.kernel_notice(content)
-        elif kind == "stream":
-            out.add("stderr" if content.get("name") == "stderr" else "stdout", content.get("text", ""))
-        elif kind in ("execute_result", "display_data"):
-            text = content.get("data", {}).get("text/plain")
-            if text is not None:
-                out.add("result", text)
-        elif kind == "error":
-            state["error"] = self._error_line(content)
-            state["traceback"] = "\n".join(content.get("traceback", []))
-        elif kind == "status" and content.get("execution_state") == "idle":
-            state["idle"] = True
+        assert self._conn is not None
+        ended = lambda: self._exit_code() is not None  # noqa: E731
+        outcome = self._conn.collect(msg_id, out, reading, deadline, ended, idle_is_enough=until is not None)
+        if outcome != "dropped":
+            return outcome
+        if self._kernel_pid is None or processes.exiting(self._kernel_pid):
+            # Its sockets closed because it is dying: wait for its exit status, for the reason.
+            stop = time.monotonic() + STOP_TIMEOUT_S
+            while not ended() and time.monotonic() < stop:
+                time.sleep(0.005)
+            return "died"
+        reading.broke = (
+            f"the kernel's connection to the host broke (a message over the {message_limit(self.config)}-byte "
+            "limit, or a socket closed by the code)"
+        )
+        return "broke"
 
     def _interrupt(self) -> None:
         """SIGINT to the kernel: from the host by pid (we know it), else as a control-channel request."""
@@ -808,9 +676,8 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 os.kill(self._kernel_pid, signal.SIGINT)
                 return
-        client = self._client
-        if client is not None:
-            client.control_channel.send(client.session.msg("interrupt_request", {}))
+        if self._conn is not None:
+            self._conn.interrupt_request()
 
     def _strays(self) -> list[int]:
         """Processes left in the sandbox besides the kernel (a fork bomb, a background job)."""
@@ -849,11 +716,11 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGCONT)
 
-    def _why_not_interrupted(self, outcome: str, state: dict[str, Any]) -> str:
+    def _why_not_interrupted(self, outcome: str, reading: Reading) -> str:
         if outcome == "died":
             return "the kernel died when interrupted"
         if outcome == "broke":
-            return state["broke"]
+            return reading.broke or "the kernel broke the protocol"
         if self._stopped():
             return f"{STOPPED} and could not be interrupted"
         return "did not stop when interrupted"
@@ -889,13 +756,10 @@ class Sandbox:
         return self._log.text(wait_s=LOG_WAIT_S if dead else 0.0)
 
     def _stop(self) -> None:
-        if self._client is not None:
+        if self._conn is not None:
             with contextlib.suppress(Exception):
-                self._client.stop_channels()
-            with contextlib.suppress(Exception):
-                self._client.context.destroy(linger=0)
-            self._client = None
-            self._watch = []
+                self._conn.close()
+            self._conn = None
         if self._proc is not None:
             if not self.isolated:
                 for pid in processes.descendants(self._proc.pid):
