@@ -533,8 +533,14 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
             continue
         path = key[len(ENV_PREFIX) :].lower().split("__")
         node = tree
-        for part in path[:-1]:
+        for depth, part in enumerate(path[:-1], start=1):
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):  # a variable set this whole section to a value, not a mapping
+                whole = ENV_PREFIX + "__".join(path[:depth]).upper()
+                raise ConfigError(
+                    f"{whole} and {key} both set {'.'.join(path[:depth])}: give the section as a YAML mapping "
+                    f"in {whole}, or its keys one by one, not a value and keys"
+                )
         node[path[-1]] = _parse_yaml(environ[key], f"{key}={environ[key]!r}", ENV_YAML_FIX)
     return tree
 

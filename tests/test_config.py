@@ -97,6 +97,19 @@ def test_invalid_yaml_in_an_env_var_names_the_variable_in_one_line(monkeypatch, 
     assert "unset the variable" in line
 
 
+def test_a_section_set_whole_and_key_by_key_in_env_is_named_not_a_crash(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    environ = {"DAREFORGE_SANDBOX": "big", "DAREFORGE_SANDBOX__MEMORY_MB": "100"}
+    with pytest.raises(
+        ConfigError, match="DAREFORGE_SANDBOX and DAREFORGE_SANDBOX__MEMORY_MB both set sandbox"
+    ):
+        load_config(environ=environ)
+    merged = load_config(
+        environ={"DAREFORGE_SANDBOX": "{cpu_seconds: 7}", "DAREFORGE_SANDBOX__MEMORY_MB": "100"}
+    )
+    assert (merged.sandbox.cpu_seconds, merged.sandbox.memory_mb) == (7, 100)  # a mapping and keys do merge
+
+
 def test_a_config_path_that_is_a_folder_is_named_with_the_fix(tmp_path):
     with pytest.raises(ConfigError) as refused:
         load_config(tmp_path, environ={})

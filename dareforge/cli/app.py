@@ -39,7 +39,6 @@ ReleaseOption = Annotated[str, typer.Option("--release", help="NAME or NAME@VERS
 
 
 @app.callback()
-@app.callback()
 def main(
     config: Annotated[
         Path | None,
