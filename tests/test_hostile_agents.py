@@ -20,7 +20,7 @@ import pytest
 from dareforge import scratch
 from dareforge.agents.loop import write_submitted
 from dareforge.config import SandboxConfig
-from dareforge.sandbox import Sandbox, cgroups, disk, kernel, probe, processes
+from dareforge.sandbox import KernelPool, Sandbox, cgroups, disk, kernel, probe, processes
 from dareforge.sandbox.kernel import bounds_workspaces, message_limit
 
 SECONDS = 300.0
@@ -341,3 +341,19 @@ def test_a_killed_runs_sandbox_leaves_no_mount_or_folder_behind(inputs, tmp_path
         host.wait()
     scratch.remove_dead(tmp_path / "work-dir")
     assert not os.path.ismount(workspace) and not workspace.parent.exists()
+
+
+@needs_mounts
+def test_a_pooled_kernel_takes_only_an_empty_workspace(inputs, tmp_path):
+    """A file written in the caller's workspace before the hand-out would be hidden under the pool's tmpfs: the
+    hand-over refuses, and the pool starts that episode's kernel cold, which keeps what was there."""
+    with KernelPool(CONFIG, 1, demand=1, root=tmp_path / "pool") as pool:
+        workspace = tmp_path / "work"
+        workspace.mkdir()
+        (workspace / "answer.json").write_text('{"answer": 1}')
+        box = pool.acquire(inputs, workspace)
+        try:
+            assert pool.misses == 1 and (workspace / "answer.json").read_text() == '{"answer": 1}'
+        finally:
+            box.close()
+    assert (workspace / "answer.json").read_text() == '{"answer": 1}' and not os.path.ismount(workspace)

@@ -281,6 +281,11 @@ async def play(
                     episode.steps += [step for step, message in pending if message is None]
                     episode.ended, episode.answer = "answer", action.text
                     if action.submitted is not None and task.is_question:
+                        if sandbox is None:
+                            # The workspace is the sandbox's once handed out (a pool mounts its own there):
+                            # write after, not under it. The hand-out is awaited on the way out anyway.
+                            with contextlib.suppress(Exception):  # the way out says nothing of a failed one
+                                sandbox = await handing_out
                         # Off the event loop, though the write never blocks: the path is the agent's.
                         await loop.run_in_executor(
                             executor, write_submitted, workspace / output_file(task), action.submitted

@@ -20,6 +20,7 @@ workspace is a tmpfs of `workspace_mb` (`disk`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -219,6 +220,8 @@ class Sandbox:
         workspace.parent.mkdir(parents=True, exist_ok=True)
         if self._mounted:
             workspace.mkdir(exist_ok=True)
+            if any(workspace.iterdir()):  # a rename would refuse it too; a mount would hide what is there
+                raise OSError(errno.ENOTEMPTY, "a pooled kernel takes only an empty workspace", str(workspace))
             disk.move(self.workspace, workspace)
             self.workspace.rmdir()
             self._holder["mount"] = workspace
