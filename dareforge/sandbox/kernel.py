@@ -221,7 +221,9 @@ class Sandbox:
         if self._mounted:
             workspace.mkdir(exist_ok=True)
             if any(workspace.iterdir()):  # a rename would refuse it too; a mount would hide what is there
-                raise OSError(errno.ENOTEMPTY, "a pooled kernel takes only an empty workspace", str(workspace))
+                raise OSError(
+                    errno.ENOTEMPTY, "a pooled kernel takes only an empty workspace", str(workspace)
+                )
             disk.move(self.workspace, workspace)
             self.workspace.rmdir()
             self._holder["mount"] = workspace
@@ -294,7 +296,7 @@ class Sandbox:
         elif outcome == "broke":
             killed = must_restart = True
             error = f"KernelProtocolError: {reading.broke}; {lost}"
-        ended = ""
+        paused_note = ""
         if not must_restart:
             paused = self._pause_strays()
             if paused is None:
@@ -303,7 +305,7 @@ class Sandbox:
                     error or f"ProcessLimit: processes this execution started kept starting others; {lost}"
                 )
             elif paused:
-                ended = (
+                paused_note = (
                     f"\n[sandbox] {paused} background process{'es' if paused > 1 else ''} paused until the next "
                     "execution begins (nothing runs between executions)\n"
                 )
@@ -315,7 +317,7 @@ class Sandbox:
         written = tuple(sorted(path for path, sig in after.items() if before.get(path) != sig))
         return Execution(
             stdout=out.text("stdout"),
-            stderr=out.text("stderr") + ended,
+            stderr=out.text("stderr") + paused_note,
             result=out.text("result", sep="\n") if out.parts["result"] else "",
             error=error,
             traceback=cut_traceback(strip_ansi(traceback), self.config.max_traceback_chars),
@@ -628,6 +630,9 @@ class Sandbox:
             return self._forked.returncode
         return code
 
+    def _ended(self) -> bool:
+        return self._exit_code() is not None
+
     def _check_starting(self, deadline: float) -> None:
         if self._exit_code() is not None:
             raise SandboxError(f"the kernel died while starting: {self._death_reason()}")
@@ -657,14 +662,15 @@ class Sandbox:
             return sent + self.begin_timeout_s, "stalled"
 
         assert self._conn is not None
-        ended = lambda: self._exit_code() is not None  # noqa: E731
-        outcome = self._conn.collect(msg_id, out, reading, deadline, ended, idle_is_enough=until is not None)
+        outcome = self._conn.collect(
+            msg_id, out, reading, deadline, self._ended, idle_is_enough=until is not None
+        )
         if outcome != "dropped":
             return outcome
         if self._kernel_pid is None or processes.exiting(self._kernel_pid):
             # Its sockets closed because it is dying: wait for its exit status, for the reason.
             stop = time.monotonic() + STOP_TIMEOUT_S
-            while not ended() and time.monotonic() < stop:
+            while not self._ended() and time.monotonic() < stop:
                 time.sleep(0.005)
             return "died"
         reading.broke = (
