@@ -9,7 +9,7 @@ from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
+from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.understand.stage import understand
 

@@ -35,7 +35,7 @@ from dareforge.context import RunContext
 from dareforge.crawlers.builtin_catalog import catalog
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
+from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.queries import accepted_source_ids
 from dareforge.schema import Framing, Source, Task, TaskType, Verdict

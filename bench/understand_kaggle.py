@@ -29,7 +29,7 @@ from dareforge.config import SourceOverride
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
+from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.queries import accepted_source_ids
 from dareforge.schema import Framing, Source, Task, TaskType, Verdict

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from dareforge.context import RunContext
     from dareforge.trajectories.models import RunModels
 
-FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake")
 SHOWN = 5
 """Rejections and failures a summary names (the rest are in the store, and `dareforge sql` finds them)."""
 
@@ -223,13 +222,15 @@ def prepare_lines(run: Run, report: Any) -> list[str]:
 
 
 def _generate(run: Run, ids: list[str] | None) -> Any:
-    from dareforge.generators.generate import generate
+    from dareforge.families.generate import generate
 
     return generate(run.ctx, ids)
 
 
 def generate_lines(run: Run, report: Any) -> list[str]:
-    counts = ", ".join(f"{family} {report.families.get(family, 0)}" for family in FAMILIES)
+    from dareforge.families.registry import families
+
+    counts = ", ".join(f"{f.name} {report.families.get(f.name, 0)}" for f in families())
     lines = [
         f"generate: {counts}; {len(report.rejected)} rejected, {len(report.failures)} failed, "
         f"{report.reused} reused; {report.wall_seconds:.1f}s ({report.reference_seconds:.1f}s in references)"
@@ -355,14 +356,15 @@ def run_gold_ids(ctx: RunContext, release: str) -> list[str] | None:
     """The tasks `dareforge run` plays gold for: every IF task of the split and the first
     `synthesize.gold_questions_per_run` question tasks by id (a question's gold takes as long as an IF task's,
     and there are many more of them); None for all."""
+    from dareforge.families.registry import family_of
     from dareforge.trajectories.synthesize import task_set
 
     cap = ctx.config.synthesize.gold_questions_per_run
     if cap is None:
         return None
     tasks = task_set(ctx, release, ctx.config.synthesize.split).tasks
-    questions = sorted(t.id for t in tasks if t.is_question)
-    return [t.id for t in tasks if not t.is_question] + questions[:cap]
+    questions = sorted(t.id for t in tasks if family_of(t).asks_question)
+    return [t.id for t in tasks if not family_of(t).asks_question] + questions[:cap]
 
 
 def _trajectories_lines(run: Run, report: Any) -> list[str]:

@@ -292,11 +292,8 @@ AnswerType = Literal[
 ]
 """KramaBench's answer types (its own spelling, so its evaluator reads ours), plus boolean."""
 
-QUESTION_FAMILIES = frozenset({"QA", "Lake"})
-"""Families whose tasks ask a question with one typed answer: QA over one source, Lake over a folder of files."""
-
 ANSWER_METRIC = "answer"
-"""The metric name of a question task (QA, Lake): one typed answer in `answer.json`, graded by its type."""
+"""The metric name of a question task: one typed answer in `answer.json`, graded by its type."""
 
 
 class MetricSpec(BaseModel):
@@ -367,7 +364,7 @@ class Task(Record):
     table: ClassVar[str] = "tasks"
 
     id: str = Field(description="Hash of source version, spec and seed: stable across identical refreshes.")
-    family: Literal["Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake"]
+    family: str = Field(description="A registered family's name (`dareforge.families.registry`).")
     source_id: str
     source_version: str
     framing: str = Field(
@@ -398,11 +395,6 @@ class Task(Record):
         None,
         description="For an obscured variant (renamed, rescaled, re-keyed data): the original task's id.",
     )
-
-    @property
-    def is_question(self) -> bool:
-        """A question task (QA, Lake): the agent writes `answer.json`, not predictions."""
-        return self.family in QUESTION_FAMILIES
 
 
 class Validation(Record):

@@ -28,7 +28,7 @@ def generate_tasks(ctx: RunContext) -> RunContext:
     """Crawl, filter, understand, prepare and generate: the store a task-level test starts from."""
     from dareforge.crawlers.crawl import crawl
     from dareforge.crawlers.filter import filter_sources
-    from dareforge.generators.generate import generate
+    from dareforge.families.generate import generate
     from dareforge.generators.prepare import prepare
     from dareforge.understand.stage import understand
 

@@ -317,7 +317,7 @@ def test_runtime_is_a_share_of_the_limit(tmp_path):
     assert Runtime().run(mm, CONFIG).score == pytest.approx(0.25)
     finding = Runtime().run(if_, CONFIG)
     assert finding.score == pytest.approx(0.1)
-    assert "three runs" in finding.reason
+    assert "one of the certificate's 3 runs" in finding.reason
 
 
 def test_rejected_reference_is_flagged(tmp_path):

@@ -42,7 +42,7 @@ STAGES = textwrap.dedent(
     from dareforge.context import RunContext
     from dareforge.crawlers.crawl import crawl
     from dareforge.crawlers.filter import filter_sources
-    from dareforge.generators.generate import generate
+    from dareforge.families.generate import generate
     from dareforge.generators.prepare import prepare
     from dareforge.understand.stage import understand
     from dareforge.publish.release import build_release

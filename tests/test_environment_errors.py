@@ -139,7 +139,7 @@ STEP_OF_EACH_STAGE = {
     "crawl": "dareforge.crawlers.crawl.describe_file",
     "understand": "dareforge.understand.stage._frame",
     "prepare": "dareforge.generators.prepare._prepare_framing",
-    "generate": "dareforge.generators.generate.build_source_tasks",
+    "generate": "dareforge.families.generate.build_tasks",
     "validate": "dareforge.validators.leakage.LeakageFeature.run",
 }
 """A step each stage runs per source (or per task), inside the guard that records that source's failure."""

@@ -36,7 +36,7 @@ from dareforge.exports import (
 from dareforge.exports.chat import NoPlainForm, chat_form, check_chat
 from dareforge.exports.reward import reward_spec
 from dareforge.exports.sft import chat_messages
-from dareforge.generators.generate import generate
+from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.publish.hub import HubTarget
 from dareforge.publish.release import build_release

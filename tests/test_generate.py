@@ -16,7 +16,8 @@ from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
+from dareforge.families.generate import generate
+from dareforge.families.registry import family_of
 from dareforge.generators.prepare import prepare
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.pipeline import PREDICTIONS
@@ -73,7 +74,7 @@ def test_every_family_is_generated_and_certified(built):
     families = {"Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake"}
     assert {t.family for t in tasks} == families
     # Question candidates may be degenerate (tests/test_questions.py); prediction tasks all certify.
-    assert [t.id for t in tasks if t.status != "candidate" and not t.is_question] == []
+    assert [t.id for t in tasks if t.status != "candidate" and not family_of(t).asks_question] == []
     # Two IF variants per tabular framing: iris and seattle-weather classify; diabetes, cars and, beside its
     # forecast, stocks (price on symbol and date) regress.
     assert report.families["Class-IF"] == 4 and report.families["Reg-IF"] == 6
@@ -137,7 +138,7 @@ def test_a_constant_prediction_stays_below_the_bar(built):
 
 def test_no_public_file_carries_an_answer(built):
     ctx, _, tasks = built
-    for task in (t for t in tasks if not t.is_question):
+    for task in (t for t in tasks if not family_of(t).asks_question):
         names = {f.name for f in task.public_files}
         assert names == {"train.csv", "test.csv"}, task.id
         test = _public(ctx, task, "test.csv")

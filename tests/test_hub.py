@@ -22,7 +22,7 @@ from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
+from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.publish import ReleaseError, build_release, load_release, verify_release
 from dareforge.publish.hub import HubPublishError, HubTarget

@@ -39,6 +39,7 @@ FLOORS: dict[str, int] = {
     # evaluate and audit read releases)
     "crawlers": 2,
     "generators": 3,
+    "families": 4,
     "understand": 4,
     "validators": 5,
     "publish": 5,
@@ -170,6 +171,56 @@ def test_every_module_imports_only_its_floor_and_below():
         if _top(target) and FLOORS[_top(target)] > FLOORS[_top(name)]
     ]
     assert upward == []
+
+
+# -- one home per family -----------------------------------------------------------------------------------------
+def _family_literals(path: Path, names: set[str]) -> list[str]:
+    """Where `path` writes a family's name, or a piece of one ("-IF", "TS-"), as a string (docstrings aside);
+    also a quoted name inside a longer string (SQL such as `family = 'QA'`)."""
+    pieces = {n[:i] for n in names for i, c in enumerate(n, 1) if c == "-"}
+    pieces |= {n[i:] for n in names for i, c in enumerate(n) if c == "-"}
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    where = path.relative_to(PACKAGE.parent) if PACKAGE.parent in path.parents else path
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            text = node.value
+            if text in names | pieces or any(f"'{n}'" in text for n in names):
+                found.append(f"{where}:{node.lineno}: {text[:60]!r}")
+    return found
+
+
+def test_no_code_outside_the_families_asks_which_family_a_task_is():
+    """Code that needs a family's behaviour asks its `Family` object: a name compared with a literal (or a
+    mapping keyed by names) is a second home that a new family would have to find."""
+    from dareforge.families.registry import REGISTERED
+
+    names = set(REGISTERED)
+    families_dir = PACKAGE / "families"
+    paths = [p for p in sorted(PACKAGE.rglob("*.py")) if families_dir not in p.parents]
+    paths += sorted((PACKAGE.parent / "dags").glob("*.py"))
+    found = [hit for p in paths for hit in _family_literals(p, names)]
+    assert found == []
+
+
+def test_the_family_literal_finder_finds_planted_ones(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        '"""Class-IF in a docstring is words."""\n'
+        'a = task.family == "QA"\n'
+        'b = family.endswith("-IF")\n'
+        "c = \"select * from tasks where family = 'Lake'\"\n"
+    )
+    hits = _family_literals(planted, {"Class-IF", "QA", "Lake", "Reg-IF"})
+    assert sorted(h.split(":")[-2] for h in hits) == ["2", "3", "4"]
 
 
 # -- one stage list ----------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from dareforge.agents.runner import default_sandbox_factory
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.exports.reward import reward, reward_spec
-from dareforge.generators.generate import generate
+from dareforge.families.generate import generate
+from dareforge.families.registry import family_of
 from dareforge.generators.prepare import load_prepared
 from dareforge.generators.questions import lake as lake_module
 from dareforge.generators.questions.build import (
@@ -64,7 +65,7 @@ SOURCES = ["sklearn-iris", "vega-seattle-weather", "vega-stocks", "statsmodels-g
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("questions")
     ctx = generate_tasks(RunContext.from_config(store_config(root, SOURCES), show_progress=False))
-    tasks = sorted((t for t in ctx.store.read_records(Task) if t.is_question), key=lambda t: t.id)
+    tasks = sorted((t for t in ctx.store.read_records(Task) if family_of(t).asks_question), key=lambda t: t.id)
     return ctx, tasks
 
 
@@ -676,7 +677,7 @@ def test_a_question_s_submit_tool_takes_the_answer_typed_by_its_answer_type(buil
         submit = tool_schemas(task)[1]["function"]
         assert submit["parameters"]["required"] == ["answer"]
         assert submit["parameters"]["properties"]["answer"]["type"] == ANSWER_SCHEMAS[answer_type]["type"]
-    prediction = next(t for t in built[0].store.read_records(Task) if not t.is_question)
+    prediction = next(t for t in built[0].store.read_records(Task) if not family_of(t).asks_question)
     assert tool_schemas(prediction)[1]["function"]["parameters"]["required"] == ["message"]
 
 

@@ -16,7 +16,7 @@ from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
-from dareforge.generators.generate import generate
+from dareforge.families.generate import generate
 from dareforge.generators.prepare import load_prepared, prepare, prepared_file
 from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
 from dareforge.reference_solutions.metrics import GradingError, forecast_skill

@@ -5,8 +5,6 @@ console.print(render_table(report))
 """
 
 from dareforge.agents.evaluate import (
-    COLUMNS,
-    FAMILY_COLUMNS,
     OUTCOMES,
     Cell,
     EvaluationError,
@@ -20,8 +18,6 @@ from dareforge.agents.loop import classify, run_agent, trajectory_id
 from dareforge.agents.protocol import SYSTEM_PROMPT, parse_reply
 
 __all__ = [
-    "COLUMNS",
-    "FAMILY_COLUMNS",
     "OUTCOMES",
     "PASS_BARS",
     "SYSTEM_PROMPT",

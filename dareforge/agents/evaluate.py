@@ -38,6 +38,7 @@ from dareforge.agents.runner import (
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.families.registry import families, family_named
 from dareforge.generators.questions.build import is_subtask_id, subtask_task
 from dareforge.llm.endpoints import find_endpoint
 from dareforge.publish.release import Release, load_release
@@ -47,19 +48,13 @@ from dareforge.store import Store
 
 log = logging.getLogger(__name__)
 
-FAMILY_COLUMNS: Mapping[str, str] = {
-    "Class-IF": "Class-IF",
-    "Class-MM": "Class-MM",
-    "Reg-IF": "Reg-IF",
-    "Reg-MM": "Reg-MM",
-    "TS-XF": "Time-XF",
-    "TS-CF": "Time-CF",
-    "QA": "QA",
-    "Lake": "Lake",
-}
-"""Task family -> the column DARE-bench's tables call it (QA and Lake are ours)."""
 SUBTASK_COLUMN = "Lake-sub"
-COLUMNS = (*FAMILY_COLUMNS.values(), SUBTASK_COLUMN, "total")
+
+def columns() -> tuple[str, ...]:
+    """The result table's columns: each family as DARE-bench's tables call it (QA and Lake are ours), a Lake's
+    sub-tasks, and the total."""
+    return (*(f.column for f in families()), SUBTASK_COLUMN, "total")
+
 OUTCOMES = typing.get_args(Outcome)
 SPLIT_CHOICES = ("train", "test", "all")
 
@@ -103,10 +98,10 @@ class EvaluationReport:
     @property
     def cells(self) -> dict[str, Cell]:
         """Column name (Class-IF ... Time-CF, total) -> Cell; families without tasks have 0 attempts."""
-        cells = {c: Cell() for c in COLUMNS}
+        cells = {c: Cell() for c in columns()}
         for t in self.trajectories:
             score = t.score if t.score is not None and t.score == t.score else 0.0
-            family = SUBTASK_COLUMN if is_subtask_id(t.task_id) else FAMILY_COLUMNS.get(t.family, t.family)
+            family = SUBTASK_COLUMN if is_subtask_id(t.task_id) else family_named(t.family).column
             for column in (family, "total"):
                 old = cells.get(column, Cell())
                 cells[column] = Cell(
@@ -148,7 +143,7 @@ def render_table(reports: EvaluationReport | Sequence[EvaluationReport]) -> Tabl
     title = f"{first.release}@{first.version} {first.split}" if first else "evaluation"
     table = Table(title=title, caption="pass rate · mean score (attempts); failures score 0")
     table.add_column("endpoint", style="bold")
-    for column in COLUMNS:
+    for column in columns():
         table.add_column(column, justify="right")
     for outcome in OUTCOMES:
         table.add_column(outcome, justify="right")
@@ -157,7 +152,7 @@ def render_table(reports: EvaluationReport | Sequence[EvaluationReport]) -> Tabl
         outcomes = report.outcomes
         table.add_row(
             f"{report.endpoint}\n[dim]{report.model}[/]",
-            *(_cell_text(cells[c]) for c in COLUMNS),
+            *(_cell_text(cells[c]) for c in columns()),
             *(str(outcomes[o]) for o in OUTCOMES),
         )
     return table

@@ -46,8 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dareforge.agents.grading import PASS_BARS, grade_predictions, is_if, output_file, passed
+from dareforge.agents.grading import PASS_BARS, grade_predictions, output_file, passed
 from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, truncate
+from dareforge.families.registry import family_of
 from dareforge.hashing import sha256_bytes, sha256_file
 from dareforge.reference_solutions.graders import GradeResult
 from dareforge.sandbox.environment import SandboxFactory
@@ -280,7 +281,7 @@ async def play(
                 elif action.kind == "answer":
                     episode.steps += [step for step, message in pending if message is None]
                     episode.ended, episode.answer = "answer", action.text
-                    if action.submitted is not None and task.is_question:
+                    if action.submitted is not None and family_of(task).asks_question:
                         if sandbox is None:
                             # The workspace is the sandbox's once handed out (a pool mounts its own there):
                             # write after, not under it. The hand-out is awaited on the way out anyway.
@@ -451,7 +452,7 @@ def check_predictions(task: Task, workspace: Path, answers: Path | None) -> Grad
     except FileNotFoundError:
         return GradeResult(score=0.0, error=f"{output} was not written in the working directory")
     except OSError as exc:
-        kind = "JSON" if task.is_question else "CSV"
+        kind = "JSON" if family_of(task).asks_question else "CSV"
         return GradeResult(score=0.0, error=f"{output} could not be read: {exc}; write a regular {kind} file")
     if answers is None:
         return GradeResult(score=float("nan"), error=None)
@@ -511,10 +512,10 @@ def classify(
         if not scored:
             return "graded", None, None, f"predictions written, not scored (no answers given){unanswered}"
         ok = passed(task, grade.score, pass_bars)
-        if is_if(task) and grade.score < 1.0:
+        if family_of(task).exact and grade.score < 1.0:
             detail = f"{grade.score:.4f} of predictions match the reference run{unanswered}"
             return "instruction-non-adherence", grade.score, False, detail
-        graded_on = f"({grade.method})" if task.is_question else f"on {grade.rows} rows"
+        graded_on = f"({grade.method})" if family_of(task).asks_question else f"on {grade.rows} rows"
         return "graded", grade.score, ok, f"score {grade.score:.4f} {graded_on}{unanswered}"
     why = grade.error if grade is not None else None
     if episode.executions == 0 and not episode.unreadable_calls:

@@ -39,6 +39,7 @@ from typing import Any, Literal, Protocol
 
 from dareforge.agents.grading import output_file
 from dareforge.errors import ConfigError
+from dareforge.families.registry import family_of
 from dareforge.schema import Task, ToolCall
 
 OUTPUT_CHARS = 4000
@@ -78,7 +79,7 @@ QUESTION = TaskKind(
 
 
 def task_kind(task: Task) -> TaskKind:
-    return QUESTION if task.is_question else PREDICTION
+    return QUESTION if family_of(task).asks_question else PREDICTION
 
 
 SYSTEM_PROMPT = """\
@@ -348,7 +349,7 @@ ANSWER_SCHEMAS: dict[str, dict[str, Any]] = {
 
 
 def _tools_words(task: Task) -> dict[str, str]:
-    if task.is_question:
+    if family_of(task).asks_question:
         return {
             "submit_when": "with your answer in the format the question asks for (it is written to `answer.json`)",
             "writes": "may write files",
@@ -362,7 +363,7 @@ def _tools_words(task: Task) -> dict[str, str]:
 
 
 def _submit_parameters(task: Task) -> dict[str, Any]:
-    if task.is_question:
+    if family_of(task).asks_question:
         answer = dict(ANSWER_SCHEMAS[task.metric.answer_type or "string_exact"])
         answer["description"] = "The answer to the question, in the format it asks for."
         return {"type": "object", "properties": {"answer": answer}, "required": ["answer"]}
@@ -383,7 +384,7 @@ def tool_schemas(task: Task) -> list[dict[str, Any]]:
     typed by the question's answer type."""
     done = (
         "give the answer"
-        if task.is_question
+        if family_of(task).asks_question
         else "predictions.csv is written in the working directory and checked"
     )
     return [
@@ -421,7 +422,7 @@ class ToolsProtocol:
         return _fill(TOOLS_SYSTEM_PROMPT, task, **_tools_words(task))
 
     def task_prompt(self, task: Task) -> str:
-        if task.is_question:
+        if family_of(task).asks_question:
             return _task_prompt(
                 task, "Call `submit` with the answer; it is written to `answer.json` and graded."
             )

@@ -11,7 +11,8 @@ from typing import Any
 
 from huggingface_hub import DatasetCardData
 
-from dareforge.publish.release_card import FAMILY_TEXT, cell, family_order, front_matter, size_category
+from dareforge.families.registry import family_named, in_order
+from dareforge.publish.release_card import cell, front_matter, size_category
 
 TAGS = ["agents", "data-science", "tabular", "dareforge"]
 
@@ -52,7 +53,7 @@ def _lineage(meta: dict[str, Any], extra: list[str]) -> list[str]:
 
 def sft_card(meta: dict[str, Any]) -> str:
     counts = meta["counts"]
-    families = family_order(counts["families"])
+    families = in_order(counts["families"])
     outcomes = sorted({o for f in families for o in counts["families"][f]})
     splits = list(meta["configs"]["default"])
     lines = [
@@ -92,7 +93,7 @@ def sft_card(meta: dict[str, Any]) -> str:
     ]
     for family in families:
         row = [counts["families"][family].get(o, 0) for o in outcomes]
-        what = FAMILY_TEXT.get(family, (family, ""))[0]
+        what = family_named(family).words.asks
         lines.append(f"| {family} | {what} | {' | '.join(map(str, row))} | {sum(row)} |")
     lines += ["", "| source | trajectories |", "|---|---:|"]
     lines += [f"| `{cell(s)}` | {n} |" for s, n in counts["sources"].items()]
@@ -108,7 +109,7 @@ def sft_card(meta: dict[str, Any]) -> str:
 
 def rl_card(meta: dict[str, Any]) -> str:
     counts = meta["counts"]
-    families = family_order(counts["families"])
+    families = in_order(counts["families"])
     splits = list(meta["configs"]["default"])
     release = meta["release"]
     lines = [
@@ -147,8 +148,8 @@ def rl_card(meta: dict[str, Any]) -> str:
         "|---|---|---|---:|---:|",
     ]
     for family in families:
-        what = FAMILY_TEXT.get(family, (family, ""))[0]
-        bonus = "1.0 for an exact match" if family.endswith("-IF") else "the metric score"
+        what = family_named(family).words.asks
+        bonus = family_named(family).reward
         row = [counts["families"][family].get(s, 0) for s in ("train", "test")]
         lines.append(f"| {family} | {what} | {bonus} | {row[0]} | {row[1]} |")
     lines += ["", f"Metrics: {', '.join(meta['metrics'])}.", ""]

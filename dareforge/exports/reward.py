@@ -25,11 +25,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dareforge.agents.grading import PREDICTIONS, answers_file, is_if, output_file
+from dareforge.agents.grading import answers_file, output_file
 from dareforge.agents.loop import MAX_PREDICTIONS_BYTES, read_regular_file
 from dareforge.errors import DareforgeError
+from dareforge.families.registry import family_of
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.reference_solutions.metrics import get_metric
+from dareforge.reference_solutions.pipeline import PREDICTIONS
 from dareforge.schema import MetricSpec, Task, Trajectory
 from dareforge.scratch import temp_root
 
@@ -70,7 +72,7 @@ class RewardResult(BaseModel):
 
 
 def reward_spec(task: Task) -> RewardSpec:
-    if task.is_question:
+    if family_of(task).asks_question:
         return RewardSpec(
             family=task.family,
             mode="metric",
@@ -86,7 +88,7 @@ def reward_spec(task: Task) -> RewardSpec:
         )
     return RewardSpec(
         family=task.family,
-        mode="exact-match" if is_if(task) else "metric",
+        mode="exact-match" if family_of(task).exact else "metric",
         metric=task.metric,
         graded_against=answers_file(task),
     )

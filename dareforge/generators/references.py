@@ -10,7 +10,13 @@ import pandas as pd
 
 from dareforge.generators.taskio import Draft, Runners
 from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.pipeline import PREDICTIONS, StrongSpec, strong_reference_code
+from dareforge.reference_solutions.pipeline import (
+    PREDICTIONS,
+    REFERENCE_PREDICTIONS,
+    STRONG_PREDICTIONS,
+    StrongSpec,
+    strong_reference_code,
+)
 from dareforge.reference_solutions.runner import ReferenceRunner, RunOutcome
 from dareforge.schema import MetricSpec, TaskScores
 
@@ -56,7 +62,7 @@ def certify(runners: Runners, code: str, draft: Draft, metric: MetricSpec) -> tu
         outputs[name] = folders[name] / PREDICTIONS
         if not outputs[name].exists():
             return seconds, f"reference wrote no {PREDICTIONS} in the {name} run"
-    shutil.copyfile(outputs["main"], draft.private / "reference_predictions.csv")
+    shutil.copyfile(outputs["main"], draft.private / REFERENCE_PREDICTIONS)
     for name in ("twin", "two-threads"):
         if outputs[name].read_bytes() == outputs["main"].read_bytes():
             continue
@@ -116,7 +122,7 @@ def score_references(
     outcome, predictions = _run_on_public(runners.main, code, draft, "strong")
     if not outcome.ok or not predictions.exists():
         raise ValueError(f"the strong reference failed: {_last_line(outcome.error)}")
-    shutil.copyfile(predictions, draft.private / "strong_predictions.csv")
+    shutil.copyfile(predictions, draft.private / STRONG_PREDICTIONS)
     strong_score = grade(metric, predictions, answers)
     test_keys = pd.read_csv(draft.public / "test.csv", dtype=str, keep_default_na=False)
     keys = [*metric.key_columns, *([group] if group and group not in metric.key_columns else [])]

@@ -17,7 +17,7 @@ from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import prepared_file
 from dareforge.hashing import fingerprint
 from dareforge.reference_solutions.runner import ReferenceRunner, package_versions
-from dareforge.schema import PreparedSource, Task
+from dareforge.schema import PreparedSource, Task, TaskLimits
 
 log = logging.getLogger(__name__)
 GENERATOR_VERSION = "2"
@@ -44,6 +44,12 @@ class Runners:
     def close(self) -> None:
         self.main.close()
         self.twin.close()
+
+
+def limits_of(ctx: RunContext) -> TaskLimits:
+    return TaskLimits(
+        turns=ctx.config.generate.limits_turns, seconds_per_execution=ctx.config.generate.limits_seconds
+    )
 
 
 @dataclass

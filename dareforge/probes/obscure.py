@@ -40,7 +40,8 @@ from dareforge.config import ObscureConfig
 from dareforge.context import RunContext
 from dareforge.describe import describe_file
 from dareforge.errors import DareforgeError
-from dareforge.generators import tabular, timeseries
+from dareforge.families.base import Build
+from dareforge.families.registry import family_of
 from dareforge.generators.prepare import load_prepared
 from dareforge.generators.taskio import Draft, GenerateReport, Runners, TaskWriter, originals, read_frames
 from dareforge.hashing import fingerprint
@@ -368,8 +369,8 @@ class VariantWriter(TaskWriter):
 
     def mismatch(self, fields: dict) -> str | None:
         fix = "the original was generated under other settings; regenerate it, then obscure again"
-        if self.original.is_question:
-            return None  # `qa_variant` drew the same question through the map before building it
+        if family_of(self.original).asks_question:
+            return None  # the family drew the same question through the map before building it
         if fields["metric"] != obscure_metric(self.original.metric, self.mapping):
             return f"the variant's metric differs from the original's mapped metric; {fix}"
         if self.original.spec is None:
@@ -380,40 +381,11 @@ class VariantWriter(TaskWriter):
         return None
 
 
-def build_variant(
-    ctx: RunContext, prepared: PreparedSource, frames, writer: VariantWriter, runners: Runners
-) -> Task | None:
-    """Run the original's family builder on the obscured source."""
-    original = writer.original
-    if original.family == "QA":
-        return qa_variant(ctx, prepared, frames[0], writer, runners)
-    if original.family in ("Class-IF", "Reg-IF"):
-        return tabular.if_task(ctx, prepared, frames, writer, runners, original.seed)
-    if original.family in ("Class-MM", "Reg-MM"):
-        return tabular.mm_task(ctx, prepared, frames, writer, runners)
-    return timeseries.ts_task(ctx, prepared, frames, writer, runners, original.family)
-
-
-def qa_variant(
-    ctx: RunContext, prepared: PreparedSource, train: pd.DataFrame, writer: VariantWriter, runners: Runners
-) -> Task | None:
-    """The original QA task's question drawn again on the obscured table: the same seeds over the same column
-    order pick the same program and the renamed columns, thresholds come from the rescaled values, and the
-    answer is computed anew on the obscured data (then certified like any question). A draw whose program or
-    columns differ from the original's mapped ones is not the same question: no variant, with the reason."""
-    from dareforge.generators.questions.programs import Table
-    from dareforge.generators.questions.qa import qa_questions, qa_task
-
-    spec = json.loads(writer.original.spec or "{}")
-    for question in qa_questions(ctx, prepared, Table.of(train, prepared)):
-        if question.program == spec.get("program") and same_question(
-            spec.get("params", {}), question.params, writer.mapping
-        ):
-            return qa_task(ctx, prepared, question, len(train), None, writer, runners)
-    raise ObscureError(
-        f"no question drawn on the obscured table is the original's {spec.get('program')!r} question on its mapped "
-        "columns (a column the program needs changed kind under the map, e.g. a year column renamed)"
-    )
+def build_variant(build: Build, original: Task) -> Task | None:
+    """The original's family builds its variant on the obscured framing (`build`)."""
+    if build.family.variant is None:
+        raise ObscureError(f"{build.family.name} tasks have no obscured variant ({build.family.no_variant})")
+    return build.family.variant(build, original)
 
 
 def same_question(original: dict, drawn: dict, mapping: ObscureMap) -> bool:
@@ -474,11 +446,9 @@ def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> Obs
     key = settings_key(ctx)
     by_source: dict[str, list[Task]] = defaultdict(list)
     for task in originals(ctx, task_ids):
-        if task.family == "Lake":
-            # A lake mixes several sources' files, distractors included: each would need its own map.
-            report.skipped[task.id] = (
-                "Lake tasks have no obscured variant (their folder mixes several sources, each with its own map)"
-            )
+        family = family_of(task)
+        if family.variant is None:
+            report.skipped[task.id] = f"{family.name} tasks have no obscured variant ({family.no_variant})"
             continue
         by_source[task.source_id].append(task)
     runners: Runners | None = None
@@ -530,12 +500,17 @@ def _build_source(ctx, source_id, tasks, key, runners, report, progress, bar) ->
 def _build_framing(ctx, prepared, current, key, runners, report, progress, bar) -> list[Task]:
     built = []
     obscured, mapping = obscure_source(ctx, prepared, key, report.written)
-    frames = read_frames(ctx, obscured)
+    read: dict[str, object] = {}  # the obscured frames, read once for every task of the framing
+
+    def maps(original: dict, drawn: dict) -> bool:
+        return same_question(original, drawn, mapping)
+
     for task in current:
         progress.update(bar, item=task.id)
         writer = VariantWriter(ctx, obscured, report, task, mapping, key)
+        build = Build(ctx, obscured, writer, runners, family_of(task), maps=maps, read=read)
         try:
-            variant = build_variant(ctx, obscured, frames, writer, runners)
+            variant = build_variant(build, task)
         except (DareforgeError, ValueError, KeyError) as exc:
             report.failures[task.id] = str(exc)
             log.warning("%s: no obscured variant: %s", task.id, exc)

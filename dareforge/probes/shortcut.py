@@ -40,6 +40,7 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.describe import describe_file
 from dareforge.errors import ConfigError
+from dareforge.families.registry import family_of, pass_bars
 from dareforge.generators.taskio import originals
 from dareforge.llm.endpoints import endpoints_for
 from dareforge.queries import partition_name
@@ -96,7 +97,7 @@ def run_probe(
             partition_name(f"probe-{name}", endpoint.name),
             episode_workers(endpoint, concurrency),
             config.temperature,
-            config.pass_bars,
+            pass_bars(config.pass_bars),
             rerun_llm_errors=True,  # an endpoint failure says nothing about the task: ask again next run
             max_tokens=config.max_tokens,
             sandbox_factory=sandbox_factory,
@@ -144,7 +145,7 @@ def score_of(result: ProbeResult) -> float:
 
 # -- the no-data probe -------------------------------------------------------------------------------------------
 def withheld_note(task: Task) -> str:
-    if task.is_question:
+    if family_of(task).asks_question:
         return (
             "Note: the data of this task is withheld. The working directory holds no files; write `answer.json` "
             "as described above from what you know."
@@ -162,7 +163,7 @@ def no_data_task(store: Store, task: Task) -> tuple[Task, bytes | None]:
     file's bytes (the key columns of the public test.csv, exactly as written there). A question task keeps no
     file at all (its question is all it asks)."""
     note = f"{task.instruction.rstrip()}\n\n{withheld_note(task)}"
-    if task.is_question:
+    if family_of(task).asks_question:
         return task.model_copy(update={"instruction": note, "public_files": []}), None
     with store.open(f"tasks/{task.id}/public/test.csv") as fh:
         test = pd.read_csv(fh, dtype=str, keep_default_na=False)

@@ -46,19 +46,12 @@ from typing import Any
 import pandas as pd
 
 from dareforge.context import RunContext
+from dareforge.families.registry import family_named
 from dareforge.generators.instructions import METRIC_WORDS
 from dareforge.publish.release import Release, ReleaseError, load_release
 from dareforge.schema import Source
 
 PROBLEM_TYPES = {"class": "classification", "reg": "regression", "ts": "time_series_analysis"}
-KINDS = {
-    "Class-IF": ("class", 1),
-    "Class-MM": ("class", 2),
-    "Reg-IF": ("reg", 1),
-    "Reg-MM": ("reg", 2),
-    "TS-XF": ("ts", 1),
-    "TS-CF": ("ts", 2),
-}
 GROUND_TRUTH = {("class", 1): "simulated_pred_local.csv", ("reg", 1): "simulated_pred_local.csv"}
 GROUND_TRUTH.update({("class", 2): "ground_truth.csv", ("reg", 2): "ground_truth.csv"})
 GROUND_TRUTH.update({("ts", 1): "ground_truth_v1.csv", ("ts", 2): "ground_truth_v2.csv"})
@@ -198,11 +191,11 @@ def export_dare_bench(
     report = ExportReport(dest)
     groups: dict[tuple[str, str], dict[int, list[_Task]]] = defaultdict(lambda: {1: [], 2: []})
     for task in tasks:
-        if task.row["family"] not in KINDS:
+        slot = family_named(task.row["family"]).dare_bench
+        if slot is None:
             report.skipped[task.id] = f"family {task.row['family']} has no DARE-bench counterpart"
             continue
-        kind, variant = KINDS[task.row["family"]]
-        groups[(task.row["source_id"], kind)][variant].append(task)
+        groups[(task.row["source_id"], slot.kind)][slot.variant].append(task)
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
@@ -246,7 +239,7 @@ def _export_pair(
     writer.put(folder, "source/metadata.txt", _metadata_text(source, v1.row["source_id"], columns).encode())
     for n, task in ((1, v1), (2, v2)):
         metric = task.row["metric"]
-        truth = "reference_predictions.csv" if task.row["family"].endswith("-IF") else "answers.csv"
+        truth = family_named(task.row["family"]).files.truth
         if truth not in task.secret:
             raise ReleaseError(f"task {task.id} ({task.row['family']}) has no {truth} in the private release")
         data = _cut(writer.secret(task, truth), [*metric["key_columns"], *metric["target_columns"]])

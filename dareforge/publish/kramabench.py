@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dareforge.context import RunContext
+from dareforge.families.registry import family_of
 from dareforge.generators.questions.qa import ANSWER_NOTE
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
 from dareforge.publish.release import ReleaseError, load_release
@@ -70,7 +71,7 @@ def export_kramabench(
     `split` limits it to the release's train or test tasks. `dest` is replaced as a whole."""
     release = load_release(ctx, name, version)
     sides = release.splits
-    tasks = [t for t in release.tasks() if t.is_question and (split is None or sides.get(t.id) == split)]
+    tasks = [t for t in release.tasks() if family_of(t).asks_question and (split is None or sides.get(t.id) == split)]
     dest = Path(dest)
     report = KramaBenchReport(dest, dest / "workload" / f"{workload}.json")
     dest.parent.mkdir(parents=True, exist_ok=True)

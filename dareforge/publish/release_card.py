@@ -14,35 +14,9 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from dareforge.families.registry import family_named, in_order
 from dareforge.publish.split import SPLITS
 
-FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake")
-TASK_CATEGORIES = {
-    "Class-IF": "tabular-classification",
-    "Class-MM": "tabular-classification",
-    "Reg-IF": "tabular-regression",
-    "Reg-MM": "tabular-regression",
-    "TS-XF": "time-series-forecasting",
-    "TS-CF": "time-series-forecasting",
-    "QA": "table-question-answering",
-    "Lake": "table-question-answering",
-}
-FAMILY_TEXT = {
-    "Class-IF": ("classification, instruction following", "build exactly the stated scikit-learn workflow"),
-    "Reg-IF": ("regression, instruction following", "build exactly the stated scikit-learn workflow"),
-    "Class-MM": ("classification, ML modelling", "any model; only the predictions count"),
-    "Reg-MM": ("regression, ML modelling", "any model; only the predictions count"),
-    "TS-XF": ("forecasting with exogenous features", "future rows come with every feature but the target"),
-    "TS-CF": ("canonical forecasting", "future rows come with timestamps (and series keys) only"),
-    "QA": (
-        "a question about one table, typed answer",
-        "computes one answer from `data.csv`, writes answer.json",
-    ),
-    "Lake": (
-        "a question over a folder of files, typed answer, with sub-tasks",
-        "finds the needed files among distractors, cleans and joins them, writes answer.json",
-    ),
-}
 METRIC_TEXT = {
     "exact-match": "share of rows whose label equals the reference exactly (a faithful solution scores 1)",
     "allclose": "share of rows within {tolerance} relative tolerance of the reference (a faithful solution scores 1)",
@@ -85,11 +59,6 @@ def size_category(n: int) -> str:
     return next((label for bound, label in SIZE_CATEGORIES if n < bound), "n>10M")
 
 
-def family_order(families: Iterable[str]) -> list[str]:
-    """Distinct families in the paper's order (unknown ones last, by name)."""
-    return sorted(set(families), key=lambda f: (FAMILIES.index(f) if f in FAMILIES else len(FAMILIES), f))
-
-
 def cell(value: Any) -> str:
     """Text safe inside a Markdown table cell."""
     text = "" if value is None else str(value)
@@ -106,18 +75,19 @@ def _graded(family: str, metric: dict[str, Any]) -> str:
     text = METRIC_TEXT.get(metric["name"], metric["name"]).format(tolerance=metric.get("tolerance"))
     if metric.get("answer_type"):
         return f"{text}; against the certified answer"
-    against = "the reference pipeline's predictions" if family.endswith("-IF") else "the held-out answers"
+    exact = family_named(family).exact
+    against = "the reference pipeline's predictions" if exact else "the held-out answers"
     return f"{metric['name']}: {text}; against {against}"
 
 
 def public_card(meta: dict[str, Any]) -> str:
     tasks = meta["tasks"]
-    families = family_order(t["family"] for t in tasks)
+    families = in_order(t["family"] for t in tasks)
     splits = [s for s in SPLITS if meta["splits"][s]["tasks"]]
     data = DatasetCardData(
         pretty_name=meta["pretty_name"],
         license="other",
-        task_categories=sorted({TASK_CATEGORIES[f] for f in families if f in TASK_CATEGORIES}),
+        task_categories=sorted({family_named(f).words.hub_category for f in families}),
         size_categories=[size_category(len(tasks))],
         tags=["benchmark", "data-science", "agents", "tabular", "dareforge"],
         configs=[
@@ -146,7 +116,7 @@ def public_card(meta: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|",
     ]
     for family in families:
-        what = FAMILY_TEXT.get(family, (family, ""))[0]
+        what = family_named(family).words.asks
         row = [counts[(family, s)] for s in SPLITS]
         lines.append(f"| {family} | {what} | {row[0]} | {row[1]} | {sum(row)} |")
     totals = [meta["splits"][s]["tasks"] for s in SPLITS]
@@ -186,7 +156,7 @@ def public_card(meta: dict[str, Any]) -> str:
             if t["family"] == family
         }
         graded = "; ".join(_graded(family, m) for _, m in sorted(metrics.items(), key=lambda kv: str(kv[0])))
-        lines.append(f"| {family} | {FAMILY_TEXT.get(family, ('', ''))[1]} | {cell(graded)} |")
+        lines.append(f"| {family} | {family_named(family).words.agent} | {cell(graded)} |")
     mix = answer_type_mix(tasks)
     if mix:
         lines += [
@@ -199,7 +169,7 @@ def public_card(meta: dict[str, Any]) -> str:
             "| family | answer type | tasks | scored by |",
             "|---|---|---:|---|",
         ]
-        for family in family_order(mix):
+        for family in in_order(mix):
             for kind, n in sorted(mix[family].items()):
                 lines.append(f"| {family} | {kind} | {n} | {ANSWER_TYPE_TEXT.get(kind, '')} |")
     lines += [

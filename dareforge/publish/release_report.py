@@ -21,7 +21,6 @@ import base64
 import html
 import io
 import statistics
-import typing
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,14 +32,14 @@ from matplotlib.figure import Figure
 
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.families.registry import family_named, in_order
 from dareforge.publish.release import RELEASES, Release, load_release
 from dareforge.publish.release_card import answer_type_mix
 from dareforge.publish.split import SPLITS
 from dareforge.publish.versions import read_build_record
-from dareforge.schema import SourceStatus, Task
+from dareforge.schema import SourceStatus
 
 REPORTS = "reports/release"
-FAMILIES: tuple[str, ...] = typing.get_args(Task.model_fields["family"].annotation)
 TOP = 15
 EXAMPLE_CHARS = 180
 DPI = 100
@@ -211,15 +210,6 @@ def _funnel(
     ]
     drops = [(stage, reason, n, _clip(examples[(stage, reason)])) for (stage, reason), n in ranked]
     return Funnel(stages, drops)
-
-
-def _families(names: Iterable[str]) -> list[str]:
-    present = set(names)
-    return [f for f in FAMILIES if f in present] + sorted(present - set(FAMILIES))
-
-
-def _is_scored(family: str) -> bool:
-    return family.endswith("-MM") or family.startswith("TS-")
 
 
 def _scores(release: Release) -> dict[str, dict[str, Any]]:
@@ -398,7 +388,7 @@ def _family_section(release: Release) -> list[str]:
     for entry in release.manifest["tasks"]:
         side = counts.setdefault(entry["family"], dict.fromkeys(SPLITS, 0))
         side[entry["split"]] = side.get(entry["split"], 0) + 1
-    families = _families(counts)
+    families = in_order(counts)
     rows = [[f, *(counts[f].get(s, 0) for s in SPLITS), sum(counts[f].values())] for f in families]
     rows.append(["all", *(sum(counts[f].get(s, 0) for f in families) for s in SPLITS), len(release.task_ids)])
     parts = ["<h2 id='families'>2. Tasks per family</h2>"]
@@ -415,7 +405,7 @@ def _family_section(release: Release) -> list[str]:
             "running the question's program twice.</p>",
             _table(
                 ["family", "answer type", "tasks"],
-                [[f, kind, n] for f in _families(mix) for kind, n in sorted(mix[f].items())],
+                [[f, kind, n] for f in in_order(mix) for kind, n in sorted(mix[f].items())],
                 num=[2],
                 table_id="answer-types",
             ),
@@ -429,7 +419,7 @@ def _score_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[
     missing: Counter = Counter()
     for entry in release.manifest["tasks"]:
         family = entry["family"]
-        if not _is_scored(family):
+        if not family_named(family).scored_against_baseline:
             continue
         s = scores.get(entry["id"], {})
         if s.get("baseline") is None or s.get("strong") is None:
@@ -442,7 +432,7 @@ def _score_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[
         "<p class='muted'>Scores of the released model-making (MM) and time-series (TS) tasks: the best trivial "
         "predictor (baseline) and a strong default model (strong), each task's pair joined by a line.</p>",
     ]
-    families = _families(pairs)
+    families = in_order(pairs)
     if not families:
         parts.append("<p>No released MM or TS task has both scores.</p>")
         return parts
@@ -502,7 +492,7 @@ def _validation_section(release: Release, verdicts: list[tuple]) -> list[str]:
         )
         return parts
     counts = Counter((family, accepted) for _, _, family, accepted, _ in verdicts)
-    families = _families(f for f, _ in counts)
+    families = in_order(f for f, _ in counts)
     rows = [[f, counts[(f, True)], counts[(f, False)]] for f in families]
     rows.append(["all", sum(r[1] for r in rows), sum(r[2] for r in rows)])
     parts += [

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilter
 
 PREDICTIONS = "predictions.csv"
+REFERENCE_PREDICTIONS = "reference_predictions.csv"
+"""An IF reference run's predictions, kept privately: what an IF attempt must reproduce."""
+STRONG_PREDICTIONS = "strong_predictions.csv"
+"""The strong reference's predictions of a goal task, kept privately (its score is the task's `strong`)."""
 
 _HEADER = """\
 import numpy as np

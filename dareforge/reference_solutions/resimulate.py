@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dareforge.context import RunContext
 from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.pipeline import PREDICTIONS
+from dareforge.reference_solutions.pipeline import PREDICTIONS, REFERENCE_PREDICTIONS
 from dareforge.reference_solutions.runner import ReferenceRunner, package_versions
 from dareforge.schema import Task
 
@@ -31,7 +31,7 @@ def resimulate(ctx: RunContext, task_ids: list[str] | None = None) -> list[Resim
     tasks = [
         t
         for t in ctx.store.iter_records(Task)
-        if t.family.endswith("-IF") and t.status == "candidate" and (task_ids is None or t.id in task_ids)
+        if _reproduces(t) and t.status == "candidate" and (task_ids is None or t.id in task_ids)
     ]
     results = []
     with ReferenceRunner(1, ctx.config.generate.reference_timeout_s) as runner, ctx.progress() as progress:
@@ -43,6 +43,11 @@ def resimulate(ctx: RunContext, task_ids: list[str] | None = None) -> list[Resim
     return results
 
 
+def _reproduces(task: Task) -> bool:
+    """A task graded by reproducing its reference run: it keeps that run's predictions privately."""
+    return any(f.name == REFERENCE_PREDICTIONS for f in task.private_files)
+
+
 def _one(ctx: RunContext, runner: ReferenceRunner, task: Task, stack_differs: list[str]) -> Resimulation:
     folder = ctx.scratch_dir(f"resim-{task.id}")
     try:
@@ -52,7 +57,7 @@ def _one(ctx: RunContext, runner: ReferenceRunner, task: Task, stack_differs: li
             target.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/public/{f.name}"))
         code = ctx.store.read_bytes(f"tasks/{task.id}/private/reference.py").decode()
         stored = folder.parent / f"{folder.name}-stored.csv"
-        stored.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/private/reference_predictions.csv"))
+        stored.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/private/{REFERENCE_PREDICTIONS}"))
         outcome = runner.run(code, folder)
         if not outcome.ok:
             return Resimulation(

@@ -19,6 +19,7 @@ from typing import Any
 
 from dareforge.context import RunContext
 from dareforge.exports import ExportResult, build_rl_export, build_sft_export
+from dareforge.families.registry import pass_bars
 from dareforge.judge.judge import judgement_partition, trajectory_partitions
 from dareforge.publish.release import Release, load_release
 from dareforge.queries import partition_name
@@ -115,7 +116,7 @@ def _sft(
     if judge:
         for p in result.partitions:
             judgements += ctx.store.read_partition(Judgement, judgement_partition(judge, p))
-    bars = ctx.config.synthesize.pass_bars
+    bars = pass_bars(ctx.config.synthesize.pass_bars)
     selection = select(
         gold + sampled,
         judgements,
@@ -132,7 +133,7 @@ def _sft(
         "strategy": strategy,
         "judge_endpoint": judge,
         "judge": ctx.config.judge.model_dump(mode="json"),
-        "pass_bars": ctx.config.synthesize.pass_bars,
+        "pass_bars": bars,
         "considered": len(gold) + len(sampled),
         "dropped_by_stage": dict(sorted(selection.counts().items())),
         "dropped_reasons": dict(Counter(d.reason.split(" (")[0] for d in selection.dropped).most_common(10)),

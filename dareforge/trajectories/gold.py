@@ -33,7 +33,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from dareforge.agents.grading import ANSWER, PREDICTIONS, is_if, output_file
+from dareforge.agents.grading import output_file
 from dareforge.agents.loop import SandboxFactory, run_agent
 from dareforge.agents.protocol import protocol_for, task_prompt
 from dareforge.agents.runner import (
@@ -45,10 +45,11 @@ from dareforge.agents.runner import (
 )
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
-from dareforge.generators.questions.scripts import HEADER, Reference, compute_code
+from dareforge.families.registry import family_of
+from dareforge.generators.questions.scripts import ANSWER_FILE, HEADER, Reference, compute_code
 from dareforge.llm import ChatResult
 from dareforge.queries import partition_name
-from dareforge.reference_solutions.pipeline import Section, if_reference_sections, literal
+from dareforge.reference_solutions.pipeline import PREDICTIONS, Section, if_reference_sections, literal
 from dareforge.reference_solutions.spec import IFSpec, RangeFilter
 from dareforge.schema import Task, Trajectory
 from dareforge.scratch import temp_root
@@ -125,7 +126,7 @@ class Turn:
 
 
 def spec_of(task: Task) -> IFSpec:
-    if not is_if(task):
+    if not family_of(task).exact:
         raise GoldError(f"task {task.id} is {task.family}: gold trajectories exist for IF tasks only")
     if not task.spec:
         raise GoldError(f"IF task {task.id} has no spec; regenerate it with `dareforge generate`")
@@ -185,8 +186,8 @@ def question_replies(task: Task) -> list[str]:
     )
     turns.append(
         Turn(
-            f"I write the answer to {ANSWER} and read it back.",
-            f'with open("{ANSWER}", "w") as fh:\n    json.dump({{"answer": result}}, fh)\nprint(open("{ANSWER}").read())',
+            f"I write the answer to {ANSWER_FILE} and read it back.",
+            f'with open("{ANSWER_FILE}", "w") as fh:\n    json.dump({{"answer": result}}, fh)\nprint(open("{ANSWER_FILE}").read())',
         )
     )
     if len(turns) > task.limits.turns:
@@ -195,15 +196,15 @@ def question_replies(task: Task) -> list[str]:
         )
     answer = (
         "<reasoning>\n"
-        f"{ANSWER} holds the answer computed from the data as the question asks, in its stated format.\n"
-        f"</reasoning>\n<answer>\n{ANSWER} is written.\n</answer>"
+        f"{ANSWER_FILE} holds the answer computed from the data as the question asks, in its stated format.\n"
+        f"</reasoning>\n<answer>\n{ANSWER_FILE} is written.\n</answer>"
     )
     return [turn.reply() for turn in turns] + [answer]
 
 
 def gold_replies(task: Task) -> list[str]:
     """The gold agent's replies to `task`: code turns within `task.limits.turns` executions, then the answer."""
-    if task.is_question:
+    if family_of(task).asks_question:
         return question_replies(task)
     spec = spec_of(task)
     if task.limits.turns < 1:
@@ -446,7 +447,7 @@ def gold_trajectories(
     started = time.perf_counter()
     found = task_set(ctx, release, split, version, task_ids)
     playable, skipped = [], {}
-    for task in (t for t in found.tasks if is_if(t) or t.is_question):
+    for task in (t for t in found.tasks if family_of(t).exact or family_of(t).asks_question):
         try:
             gold_replies(task)
             playable.append(task)

@@ -39,6 +39,7 @@ from dareforge.agents.runner import (
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.families.registry import pass_bars
 from dareforge.generators.taskio import originals
 from dareforge.llm.endpoints import endpoints_for
 from dareforge.publish.release import load_release
@@ -228,7 +229,7 @@ def synthesize(
         raise SynthesisError(f"{tasks.label} has no tasks to sample")
     attempts = attempts_for(tasks.tasks, samples, tasks.files, kind=SAMPLE_KIND)
     report = SynthesisReport(
-        tasks.name, tasks.version, tasks.split, samples, float(temperature), dict(config.pass_bars), []
+        tasks.name, tasks.version, tasks.split, samples, float(temperature), pass_bars(config.pass_bars), []
     )
     for endpoint in chosen:
         partition = partition_name(f"sampled--{endpoint.name}", tasks.name)
@@ -241,7 +242,7 @@ def synthesize(
             partition,
             episode_workers(endpoint, concurrency),
             temperature,
-            config.pass_bars,
+            pass_bars(config.pass_bars),
             rerun_llm_errors,
             config.max_tokens,
             sandbox_factory,

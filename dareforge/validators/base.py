@@ -16,6 +16,8 @@ from typing import Any, Protocol
 import pandas as pd
 
 from dareforge.config import Config
+from dareforge.families.base import Family
+from dareforge.families.registry import family_of
 from dareforge.schema import PreparedSource, Task
 
 
@@ -38,9 +40,13 @@ class TaskView:
     prepared: PreparedSource
     folder: Path = field(repr=False)
 
+    @cached_property
+    def family(self) -> Family:
+        return family_of(self.task)
+
     @property
     def is_question(self) -> bool:
-        return self.task.is_question
+        return self.family.asks_question
 
     def path(self, side: str, name: str) -> Path:
         return self.folder / side / name

@@ -67,9 +67,9 @@ def source_tokens(view: TaskView) -> np.ndarray:
 
 
 def _representative(views: list[TaskView]) -> TaskView:
-    """A task with all the source's columns in clean form: MM or TS-XF first, then TS-CF, then IF (noisy)."""
-    rank = {"-IF": 2, "-CF": 1}
-    return min(views, key=lambda v: (rank.get(v.task.family[-3:], 0), v.task.id))
+    """The task that shows the source's data most cleanly (all columns, no noise: MM or TS-XF before TS-CF, IF
+    last), by its family's `shows_clean_data`."""
+    return min(views, key=lambda v: (v.family.shows_clean_data, v.task.id))
 
 
 class DuplicateSource:

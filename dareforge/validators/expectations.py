@@ -33,7 +33,7 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.errors import machine_errno_named_in
-from dareforge.schema import ANSWER_METRIC
+from dareforge.families.registry import REGISTERED, families
 from dareforge.validators.base import Finding, TaskView
 
 if TYPE_CHECKING:
@@ -42,17 +42,6 @@ if TYPE_CHECKING:
 
 SUITES_VERSION = "2"
 
-FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake")
-METRICS_BY_FAMILY: dict[str, tuple[str, ...]] = {
-    "Class-IF": ("exact-match", "allclose"),
-    "Reg-IF": ("exact-match", "allclose"),
-    "Class-MM": ("macro-f1",),
-    "Reg-MM": ("clipped-r2",),
-    "TS-XF": ("forecast-skill",),
-    "TS-CF": ("forecast-skill",),
-    "QA": (ANSWER_METRIC,),
-    "Lake": (ANSWER_METRIC,),
-}
 STATUSES = ("candidate", "rejected")
 RECORD_REQUIRED = (
     "id",
@@ -284,7 +273,7 @@ class _GXCheck(ABC):
     whose answer files the `reference-runs` check reads."""
 
     def run(self, view: TaskView, config: Config) -> Finding:
-        if self.prediction_only and view.task.is_question:
+        if self.prediction_only and view.family.asks_question:
             reason = (
                 f"{view.task.family} task: no prediction files (its answer.json is checked by reference-runs)"
             )
@@ -409,8 +398,10 @@ class TaskRecordExpectations(_GXCheck):
         record = record_frame(view.task)
         # Required fields are checked on the record turned into one row per field: one expectation names
         # every missing field (GX's cost grows with the number of expectations, not with rows).
-        required = QUESTION_RECORD_REQUIRED if view.task.is_question else RECORD_REQUIRED
-        if view.task.is_question and view.task.status == "rejected":
+        # An unknown family is checked as a prediction task's record: the suite's "family known" flags it.
+        question = view.task.family in REGISTERED and view.family.asks_question
+        required = QUESTION_RECORD_REQUIRED if question else RECORD_REQUIRED
+        if question and view.task.status == "rejected":
             # A degenerate question is stored with its reason and no files (the certificate check says why).
             required = tuple(f for f in required if f not in ("public_files", "private_files"))
         fields = record[list(required)].T.set_axis(["value"], axis=1).rename_axis(KEY)
@@ -427,7 +418,7 @@ class ReferenceExpectations(_GXCheck):
     prediction_only = True
 
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
-        name = reference_file(view.task.family)
+        name = view.family.files.reference
         test = _read(view, "public", "test.csv")
         reference = _read(view, "private", name)
         keys = [k for k in view.task.metric.key_columns if k in test.columns]
@@ -466,18 +457,15 @@ class ReferenceExpectations(_GXCheck):
 CHECK_CLASSES = (PreparedExpectations, TaskRecordExpectations, ReferenceExpectations)
 
 
-def reference_file(family: str) -> str:
-    return "reference_predictions.csv" if family.endswith("-IF") else "strong_predictions.csv"
-
-
 def _record_field_expectations() -> list[Expectation]:
     return [_expect("ExpectColumnValuesToNotBeNull", "required fields present", column="value")]
 
 
 def _record_expectations() -> list[Expectation]:
-    pairs = [(family, metric) for family, metrics in METRICS_BY_FAMILY.items() for metric in metrics]
+    pairs = [(family.name, metric) for family in families() for metric in family.metrics]
+    known = [family.name for family in families()]
     return [
-        _expect("ExpectColumnValuesToBeInSet", "family known", column="family", value_set=list(FAMILIES)),
+        _expect("ExpectColumnValuesToBeInSet", "family known", column="family", value_set=known),
         _expect(
             "ExpectColumnPairValuesToBeInSet",
             "metric allowed for family",

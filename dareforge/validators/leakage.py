@@ -12,6 +12,7 @@ import pandas as pd
 from dareforge.config import Config
 from dareforge.reference_solutions.leaks import encode_column, single_column_scores
 from dareforge.reference_solutions.metrics import canonical_label
+from dareforge.schema import TaskType
 from dareforge.validators.base import Finding, TaskView
 
 MAX_ROWS = 20_000
@@ -23,7 +24,7 @@ MIN_CLASS_SHARE = 0.01
 
 
 def is_time_series(view: TaskView) -> bool:
-    return view.task.family.startswith("TS-")
+    return view.family.kind == TaskType.TIME_SERIES
 
 
 def split_in_time(view: TaskView) -> bool:
@@ -32,7 +33,7 @@ def split_in_time(view: TaskView) -> bool:
 
 
 def is_classification(view: TaskView) -> bool:
-    return view.task.family.startswith("Class-")
+    return view.family.kind == TaskType.CLASSIFICATION
 
 
 def key_columns(view: TaskView) -> set[str]:

@@ -10,15 +10,6 @@ from dareforge.config import Config
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
 from dareforge.validators.base import Finding, TaskView
 
-IF_CERTIFICATE_RUNS = 3
-QUESTION_RUNS = {"QA": 2, "Lake": 3}
-"""Reference runs a question task's certificate makes: twice on the clean files, a Lake once more on the public
-files behind its cleaning step."""
-
-
-def is_if(view: TaskView) -> bool:
-    return view.task.family.endswith("-IF")
-
 
 class Learnable:
     """MM/TS: strong reference score minus baseline score on the task's metric (the margin)."""
@@ -26,7 +17,7 @@ class Learnable:
     name = "learnable"
 
     def run(self, view: TaskView, config: Config) -> Finding:
-        if is_if(view):
+        if view.family.exact:
             return Finding("IF tasks are judged by exact reproduction", None)
         if view.is_question:
             return Finding("question tasks are judged by their certified answer", None)
@@ -43,7 +34,8 @@ class Learnable:
 
 
 class Runtime:
-    """The reference's CPU seconds as a share of the per-execution limit (IF: one of the three runs)."""
+    """The reference's CPU seconds as a share of the per-execution limit (of one run, where the certificate
+    makes several: the family's `certificate_runs`)."""
 
     name = "runtime"
 
@@ -54,11 +46,8 @@ class Runtime:
             return Finding("no reference seconds recorded", None)
         limit = task.limits.seconds_per_execution
         note = ""
-        if is_if(view):
-            seconds /= IF_CERTIFICATE_RUNS
-            note = " (a third of the certificate's three runs)"
-        elif view.is_question:
-            runs = QUESTION_RUNS[task.family]
+        runs = view.family.certificate_runs
+        if runs > 1:
             seconds /= runs
             note = f" (one of the certificate's {runs} runs)"
         share = seconds / limit
@@ -88,7 +77,7 @@ class ReferenceRuns:
     def run(self, view: TaskView, config: Config) -> Finding:
         if view.is_question:
             return self._answers(view)
-        name = "reference_predictions.csv" if is_if(view) else "strong_predictions.csv"
+        name = view.family.files.reference
         if not view.has("private", name):
             return Finding(f"reference output private/{name} is missing", None, flagged=True)
         try:

@@ -33,8 +33,7 @@ from dareforge.generators.questions.scripts import (
     subtask_file,
     with_cleaning,
 )
-from dareforge.generators.tabular import limits_of
-from dareforge.generators.taskio import Draft, Runners
+from dareforge.generators.taskio import Draft, Runners, limits_of
 from dareforge.schema import ANSWER_METRIC, MetricSpec, SubTask, Task, TaskScores
 
 REFERENCE = "reference.py"

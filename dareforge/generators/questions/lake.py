@@ -121,6 +121,7 @@ class DistractorPool(Sequence[PreparedSource]):
 
 
 def lake_tasks(
+    family: str,
     ctx: RunContext,
     prepared: PreparedSource,
     pool: Sequence[PreparedSource],
@@ -153,7 +154,7 @@ def lake_tasks(
         def stage(draft: Draft, plan: LakePlan = plan) -> Path:
             return _materialize(ctx, plan, text, draft)
 
-        task = writer.build("Lake", cfg.seed, posed.spec_key, fill_question(ctx, runners, posed, stage))
+        task = writer.build(family, cfg.seed, posed.spec_key, fill_question(ctx, runners, posed, stage))
         if task is not None and task.id not in tasks:
             tasks[task.id] = task
             accepted += task.status == "candidate"

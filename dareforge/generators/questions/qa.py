@@ -65,6 +65,7 @@ def qa_questions(ctx: RunContext, prepared: PreparedSource, table: Table) -> Ite
 
 
 def qa_task(
+    family: str,
     ctx: RunContext,
     prepared: PreparedSource,
     question: Question,
@@ -92,11 +93,12 @@ def qa_task(
         return draft.public
 
     return writer.build(
-        "QA", ctx.config.generate.seed, posed.spec_key, fill_question(ctx, runners, posed, stage)
+        family, ctx.config.generate.seed, posed.spec_key, fill_question(ctx, runners, posed, stage)
     )
 
 
 def qa_tasks(
+    family: str,
     ctx: RunContext,
     prepared: PreparedSource,
     train: pd.DataFrame,
@@ -112,7 +114,7 @@ def qa_tasks(
     for question in qa_questions(ctx, prepared, Table.of(train, prepared)):
         if accepted >= cap:
             break
-        task = qa_task(ctx, prepared, question, len(train), title, writer, runners)
+        task = qa_task(family, ctx, prepared, question, len(train), title, writer, runners)
         if task is not None and task.id not in tasks:
             tasks[task.id] = task
             accepted += task.status == "candidate"

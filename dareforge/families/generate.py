@@ -1,6 +1,6 @@
-"""The generate stage: turn each prepared framing into IF, MM and time-series tasks with seeded references, and
-each source's first framing into question tasks (QA on its table, Lake on a folder of files with distractors
-from other sources).
+"""The generate stage: every registered family that applies builds its tasks on each prepared framing (IF, MM
+and time-series tasks with seeded references), and question families on each source's first framing (QA on its
+table, Lake on a folder of files with distractors from other sources).
 
 A task is written as `tasks/<id>/public/` (what an agent sees), `tasks/<id>/private/` (answers, reference code
 and outputs) and `tasks/<id>/_MANIFEST.json` (checksums and the task record), the manifest last. The id hashes
@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from dareforge.context import RunContext
 from dareforge.errors import machine_at_fault
-from dareforge.generators import tabular, timeseries
+from dareforge.families.base import Build
+from dareforge.families.registry import families
 from dareforge.generators.prepare import load_prepared, prepare_failure
-from dareforge.generators.questions.lake import DistractorPool, lake_tasks
-from dareforge.generators.questions.qa import qa_tasks
-from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
+from dareforge.generators.questions.lake import DistractorPool
+from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter
 from dareforge.queries import framed_source_ids
-from dareforge.schema import PreparedSource, Source, Task, TaskType
+from dareforge.schema import PreparedSource, Task
 
 log = logging.getLogger(__name__)
 
@@ -50,24 +51,30 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
 
 
 def _generate_source(
-    ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport, lake_pool: DistractorPool
+    ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport, others: DistractorPool
 ) -> None:
     framings = sorted(load_prepared(ctx, source_id), key=lambda p: p.framing)
     if not framings:
         report.failures[source_id] = _not_prepared(ctx, source_id)
         return
+    first_read: dict[
+        str, object
+    ] = {}  # the frames and title, read once for every family of the first framing
+
+    def builds(prepared: PreparedSource, per_framing: bool, read: dict[str, object]) -> list[Build]:
+        writer = TaskWriter(ctx, prepared, report)
+        chosen = [f for f in families() if f.per_framing == per_framing]
+        return [Build(ctx, prepared, writer, runners, f, others, read=read) for f in chosen]
+
     tasks = []
     for prepared in framings:
-        writer = TaskWriter(ctx, prepared, report)
+        read = first_read if prepared is framings[0] else {}
         tasks += _guarded(
-            report, f"{source_id}/{prepared.framing}", build_source_tasks, ctx, prepared, writer, runners
+            report, f"{source_id}/{prepared.framing}", build_tasks, builds(prepared, True, read)
         )
-    # Questions on the first framing only: a second framing's table is the same data split another way.
-    first = framings[0]
-    writer = TaskWriter(ctx, first, report)
-    tasks += _guarded(
-        report, f"{source_id}/questions", build_question_tasks, ctx, first, writer, runners, lake_pool
-    )
+    # First-framing families (questions) on the first framing only: a second framing's table is the same data
+    # split another way.
+    tasks += _guarded(report, f"{source_id}/questions", build_tasks, builds(framings[0], False, first_read))
     for task in tasks:
         report.families[task.family] += task.status == "candidate"
         if task.status == "rejected":
@@ -98,31 +105,10 @@ def _not_prepared(ctx: RunContext, source_id: str) -> str:
     return f"prepare failed for this source: {reason} (then run `dareforge prepare` again)"
 
 
-def build_source_tasks(
-    ctx: RunContext, prepared: PreparedSource, writer: TaskWriter, runners: Runners
-) -> list[Task]:
-    cfg = ctx.config.generate
-    if prepared.questions_only:
-        return []  # no learnable target: its questions come from `build_question_tasks`
-    frames = read_frames(ctx, prepared)
-    if prepared.task_type == TaskType.TIME_SERIES:
-        tasks = timeseries.ts_tasks(ctx, prepared, frames, writer, runners)
-    else:
-        seeds = [cfg.seed + i for i in range(cfg.if_variants)]
-        tasks = [tabular.if_task(ctx, prepared, frames, writer, runners, seed) for seed in seeds]
-        tasks.append(tabular.mm_task(ctx, prepared, frames, writer, runners))
-    return [t for t in tasks if t is not None]
-
-
-def build_question_tasks(
-    ctx: RunContext,
-    prepared: PreparedSource,
-    writer: TaskWriter,
-    runners: Runners,
-    lake_pool: DistractorPool,
-) -> list[Task]:
-    sources = ctx.store.read_partition(Source, prepared.source_id)
-    title = sources[-1].title if sources else prepared.source_id
-    train = read_frames(ctx, prepared)[0]
-    tasks = qa_tasks(ctx, prepared, train, writer, runners, title)
-    return tasks + lake_tasks(ctx, prepared, lake_pool, writer, runners, title)
+def build_tasks(builds: Sequence[Build]) -> list[Task]:
+    """The tasks of every build whose family applies to its framing, in order."""
+    tasks: list[Task] = []
+    for build in builds:
+        if build.family.applies(build.prepared):
+            tasks += [t for t in build.family.build(build) if t is not None]
+    return tasks

@@ -1,4 +1,5 @@
-"""Tabular task families: IF (a fully specified pipeline, exact reference predictions) and MM (goal only)."""
+"""The builders of the tabular families: IF (a fully specified pipeline, exact reference predictions) and MM
+(goal only), for classification and regression alike (the family's `kind` says which)."""
 
 from __future__ import annotations
 
@@ -6,23 +7,15 @@ import shutil
 
 import pandas as pd
 
-from dareforge.context import RunContext
+from dareforge.families.base import Build
 from dareforge.generators.instructions import render_if, render_mm
 from dareforge.generators.noise import add_noise
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.references import certify, score_references
-from dareforge.generators.taskio import Draft, Runners, TaskWriter
+from dareforge.generators.taskio import Draft, limits_of
 from dareforge.reference_solutions.pipeline import StrongSpec, if_reference_code
 from dareforge.reference_solutions.spec import sample_if_spec, usable_features
-from dareforge.schema import MetricSpec, PreparedSource, Task, TaskLimits, TaskScores, TaskType
-
-Frames = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
-
-
-def limits_of(ctx: RunContext) -> TaskLimits:
-    return TaskLimits(
-        turns=ctx.config.generate.limits_turns, seconds_per_execution=ctx.config.generate.limits_seconds
-    )
+from dareforge.schema import MetricSpec, Task, TaskScores, TaskType
 
 
 def cap_rows(frame: pd.DataFrame, max_rows: int, seed: int) -> pd.DataFrame:
@@ -30,18 +23,18 @@ def cap_rows(frame: pd.DataFrame, max_rows: int, seed: int) -> pd.DataFrame:
     return frame if len(frame) <= max_rows else frame.sample(n=max_rows, random_state=seed).sort_index()
 
 
-def copy_prepared(
-    ctx: RunContext, prepared: PreparedSource, draft: Draft, answers_only: bool = False
-) -> None:
+def copy_prepared(build: Build, draft: Draft, answers_only: bool = False) -> None:
+    def source(name: str):
+        return prepared_file(build.ctx, build.prepared, name)
+
     if not answers_only:
         for name in ("train.csv", "test.csv"):
-            shutil.copyfile(prepared_file(ctx, prepared, name), draft.public / name)
-    shutil.copyfile(prepared_file(ctx, prepared, "answers.csv"), draft.private / "answers.csv")
+            shutil.copyfile(source(name), draft.public / name)
+    shutil.copyfile(source("answers.csv"), draft.private / "answers.csv")
 
 
 def goal_task_fields(
-    ctx: RunContext,
-    runners: Runners,
+    build: Build,
     draft: Draft,
     metric: MetricSpec,
     strong: StrongSpec,
@@ -54,6 +47,7 @@ def goal_task_fields(
 ) -> dict:
     """Record fields of a goal-only (MM or time-series) task: the prompt, metric, limits and reference scores
     (`forecasts`: the model-free forecasts a series task's strong reference must beat)."""
+    ctx, runners = build.ctx, build.runners
     return {
         "instruction": render_mm(
             target=metric.target_columns,
@@ -68,13 +62,22 @@ def goal_task_fields(
     }
 
 
-def if_task(
-    ctx: RunContext, prepared: PreparedSource, frames: Frames, writer: TaskWriter, runners: Runners, seed: int
-) -> Task | None:
+def if_tasks(build: Build) -> list[Task | None]:
+    """`generate.if_variants` IF tasks, one per seed from `generate.seed` on."""
+    cfg = build.ctx.config.generate
+    return [if_task(build, cfg.seed + i) for i in range(cfg.if_variants)]
+
+
+def if_variant(build: Build, original: Task) -> Task | None:
+    """The original's IF task again, on the obscured framing: the same seed samples the mapped workflow."""
+    return if_task(build, original.seed)
+
+
+def if_task(build: Build, seed: int) -> Task | None:
+    ctx, prepared = build.ctx, build.prepared
     cfg = ctx.config.generate
-    classification = prepared.task_type == TaskType.CLASSIFICATION
-    family = "Class-IF" if classification else "Reg-IF"
-    train = cap_rows(frames[0], cfg.max_train_rows, seed)
+    classification = build.family.kind == TaskType.CLASSIFICATION
+    train = cap_rows(build.frames[0], cfg.max_train_rows, seed)
     spec = sample_if_spec(prepared, train, seed)
     metric = MetricSpec(
         name="exact-match" if classification else "allclose",
@@ -87,11 +90,11 @@ def if_task(
         noisy, _ = add_noise(train, spec, cfg.noise_share, seed)
         noisy.to_csv(draft.public / "train.csv", index=False)
         shutil.copyfile(prepared_file(ctx, prepared, "test.csv"), draft.public / "test.csv")
-        copy_prepared(ctx, prepared, draft, answers_only=True)
+        copy_prepared(build, draft, answers_only=True)
         code = if_reference_code(spec)
         (draft.private / "reference.py").write_text(code)
         (draft.private / "spec.json").write_text(spec.model_dump_json(indent=2) + "\n")
-        seconds, problem = certify(runners, code, draft, metric)
+        seconds, problem = certify(build.runners, code, draft, metric)
         draft.fields = {
             "instruction": render_if(spec, limits_of(ctx)),
             "metric": metric,
@@ -102,13 +105,20 @@ def if_task(
             "reject_reason": problem,
         }
 
-    return writer.build(family, seed, spec.model_dump_json(), fill)
+    return build.writer.build(build.family.name, seed, spec.model_dump_json(), fill)
 
 
-def mm_task(
-    ctx: RunContext, prepared: PreparedSource, frames: Frames, writer: TaskWriter, runners: Runners
-) -> Task | None:
-    classification = prepared.task_type == TaskType.CLASSIFICATION
+def mm_tasks(build: Build) -> list[Task | None]:
+    return [mm_task(build)]
+
+
+def mm_variant(build: Build, original: Task) -> Task | None:
+    return mm_task(build)
+
+
+def mm_task(build: Build) -> Task | None:
+    ctx, prepared = build.ctx, build.prepared
+    classification = build.family.kind == TaskType.CLASSIFICATION
     numeric, categorical, dates = usable_features(prepared)
     metric = MetricSpec(
         name="macro-f1" if classification else "clipped-r2",
@@ -130,17 +140,15 @@ def mm_task(
     )
 
     def fill(draft: Draft) -> None:
-        copy_prepared(ctx, prepared, draft)
+        copy_prepared(build, draft)
         draft.fields = goal_task_fields(
-            ctx,
-            runners,
+            build,
             draft,
             metric,
             strong,
-            frames[0],
+            build.frames[0],
             task_words=prepared.task_type.value,
             test_note="`test.csv` holds the rows to predict, without the target.",
         )
 
-    family = "Class-MM" if classification else "Reg-MM"
-    return writer.build(family, ctx.config.generate.seed, "mm", fill)
+    return build.writer.build(build.family.name, ctx.config.generate.seed, "mm", fill)

@@ -1,4 +1,4 @@
-"""Time-series task families on a chronological split.
+"""The builder of the time-series families, on a chronological split.
 
 XF: the future rows carry every exogenous feature, only the target is hidden (joined on the id).
 CF: the future rows carry only their timestamp and entity (joined on those keys).
@@ -8,30 +8,37 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dareforge.context import RunContext
-from dareforge.generators.tabular import Frames, copy_prepared, goal_task_fields
-from dareforge.generators.taskio import Draft, Runners, TaskWriter
+from dareforge.families.base import Build
+from dareforge.families.tabular import copy_prepared, goal_task_fields
+from dareforge.generators.taskio import Draft
 from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
 from dareforge.reference_solutions.pipeline import StrongSpec
 from dareforge.reference_solutions.spec import usable_features
 from dareforge.schema import ColumnKind, MetricSpec, PreparedSource, Task
 
-NOTES = {
-    "TS-XF": "`test.csv` holds the future rows with every feature except the target.",
-    "TS-CF": "`test.csv` holds only the future timestamps{entity} to forecast; nothing else about them is known.",
-}
+XF_NOTE = "`test.csv` holds the future rows with every feature except the target."
+CF_NOTE = "`test.csv` holds only the future timestamps{entity} to forecast; nothing else about them is known."
 
 
-def ts_tasks(
-    ctx: RunContext, prepared: PreparedSource, frames: Frames, writer: TaskWriter, runners: Runners
-) -> list[Task | None]:
-    if not prepared.time_column:
-        raise ValueError(
-            f"{prepared.source_id}: a time-series source needs a time column (sources.<id>.time_column)"
-        )
-    # TS-CF only where the understand stage found the timestamps alone forecast the series (see its checks).
-    families = ("TS-XF", "TS-CF") if prepared.forecast_from_time is not False else ("TS-XF",)
-    return [ts_task(ctx, prepared, frames, writer, runners, family) for family in families]
+def xf_tasks(build: Build) -> list[Task | None]:
+    return [forecast_task(build, exogenous=True)]
+
+
+def xf_variant(build: Build, original: Task) -> Task | None:
+    return forecast_task(build, exogenous=True)
+
+
+def cf_tasks(build: Build) -> list[Task | None]:
+    return [forecast_task(build, exogenous=False)]
+
+
+def cf_variant(build: Build, original: Task) -> Task | None:
+    return forecast_task(build, exogenous=False)
+
+
+def forecasts_from_time(prepared: PreparedSource) -> bool:
+    """Whether the understand stage found the timestamps alone forecast the series (see its checks)."""
+    return prepared.forecast_from_time is not False
 
 
 def _cf_keys(prepared: PreparedSource, test: pd.DataFrame) -> list[str]:
@@ -58,18 +65,18 @@ def _model_free(
     return list(by_name.values()), scale
 
 
-def ts_task(
-    ctx: RunContext,
-    prepared: PreparedSource,
-    frames: Frames,
-    writer: TaskWriter,
-    runners: Runners,
-    family: str,
-) -> Task | None:
-    train, test, answers = frames
+def forecast_task(build: Build, exogenous: bool) -> Task | None:
+    """The framing's forecast: with every exogenous feature of the future rows (XF), or with only their
+    timestamps and entities (CF)."""
+    prepared = build.prepared
+    if not prepared.time_column:
+        raise ValueError(
+            f"{prepared.source_id}: a time-series source needs a time column (sources.<id>.time_column)"
+        )
+    train, test, answers = build.frames
     time_kind = next(c.kind for c in prepared.columns if c.name == prepared.time_column)
     entity = prepared.entity_column
-    if family == "TS-XF":
+    if exogenous:
         keys = [prepared.id_column]
         numeric, categorical, dates = usable_features(prepared)
         numeric = [c for c in numeric if c != prepared.time_column]
@@ -96,21 +103,21 @@ def ts_task(
     )
 
     def fill(draft: Draft) -> None:
-        copy_prepared(ctx, prepared, draft)
-        if family == "TS-CF":
+        copy_prepared(build, draft)
+        if not exogenous:
             visible = list(dict.fromkeys([*keys, prepared.time_column, *([entity] if entity else [])]))
             test[visible].to_csv(draft.public / "test.csv", index=False)
         draft.fields = goal_task_fields(
-            ctx,
-            runners,
+            build,
             draft,
             metric,
             strong,
             train,
             task_words=f"time series, ordered by `{prepared.time_column}`",
-            test_note=NOTES[family].format(entity=f" and `{entity}`" if entity else ""),
+            test_note=(XF_NOTE if exogenous else CF_NOTE).format(entity=f" and `{entity}`" if entity else ""),
             group=entity,
             forecasts=forecasts,
         )
 
-    return writer.build(family, ctx.config.generate.seed, family, fill)
+    family = build.family.name
+    return build.writer.build(family, build.ctx.config.generate.seed, family, fill)

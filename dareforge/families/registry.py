@@ -1,0 +1,67 @@
+"""The registered task families, in the order cards, reports and the generate stage take them.
+
+Adding a family: write its module (one `Family` object, see `base.py`) and add one line to `REGISTERED`.
+Everything else (generate, validate, grading, probes, release cards, exports) finds it here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from dareforge.errors import ConfigError, DareforgeError
+from dareforge.families import class_if, class_mm, lake, qa, reg_if, reg_mm, ts_cf, ts_xf
+from dareforge.families.base import Family, Grading
+from dareforge.schema import Task
+
+REGISTERED: dict[str, Family] = {
+    f.name: f
+    for f in (
+        class_if.FAMILY,
+        class_mm.FAMILY,
+        reg_if.FAMILY,
+        reg_mm.FAMILY,
+        ts_xf.FAMILY,
+        ts_cf.FAMILY,
+        qa.FAMILY,
+        lake.FAMILY,
+    )
+}
+
+
+class UnknownFamilyError(DareforgeError):
+    pass
+
+
+def families() -> list[Family]:
+    return list(REGISTERED.values())
+
+
+def family_named(name: str) -> Family:
+    """The registered family `name`; an unknown name is an error that lists the registered ones."""
+    try:
+        return REGISTERED[name]
+    except KeyError:
+        raise UnknownFamilyError(
+            f"unknown task family {name!r}; registered: {', '.join(REGISTERED)} "
+            "(a family is one module in dareforge/families/ plus its line in families/registry.py)"
+        ) from None
+
+
+def family_of(task: Task) -> Family:
+    return family_named(task.family)
+
+
+def in_order(names: Iterable[str]) -> list[str]:
+    """Distinct family names in registry order (names no longer registered last, by name)."""
+    present = set(names)
+    return [n for n in REGISTERED if n in present] + sorted(present - set(REGISTERED))
+
+
+def pass_bars(overrides: Mapping[str, float]) -> dict[str, float]:
+    """The bar of every goal-graded family (its own, or the configured override), plus the overrides of other
+    families; exact families pass only at 1.0 whatever is configured. An unknown name is a config error."""
+    unknown = sorted(set(overrides) - set(REGISTERED))
+    if unknown:
+        raise ConfigError(f"pass_bars names unknown families {unknown}; registered: {', '.join(REGISTERED)}")
+    goal = {f.name: f.pass_bar for f in REGISTERED.values() if f.grading == Grading.GOAL}
+    return goal | dict(overrides)
