@@ -65,7 +65,9 @@ SOURCES = ["sklearn-iris", "vega-seattle-weather", "vega-stocks", "statsmodels-g
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("questions")
     ctx = generate_tasks(RunContext.from_config(store_config(root, SOURCES), show_progress=False))
-    tasks = sorted((t for t in ctx.store.read_records(Task) if family_of(t).asks_question), key=lambda t: t.id)
+    tasks = sorted(
+        (t for t in ctx.store.read_records(Task) if family_of(t).asks_question), key=lambda t: t.id
+    )
     return ctx, tasks
 
 

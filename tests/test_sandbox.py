@@ -351,7 +351,11 @@ def test_the_limit_starts_when_the_kernel_begins_the_code(sandbox):
     os.kill(sandbox._kernel_pid, signal.SIGSTOP)
     with limits(sandbox, seconds=SHORT, begin=SHORT):
         result = sandbox.execute("1")
-    assert result.timed_out and result.restarted and "before it told the host it had begun the code" in result.error
+    assert (
+        result.timed_out
+        and result.restarted
+        and "before it told the host it had begun the code" in result.error
+    )
     assert run_ok(sandbox, "2 + 2").result == "4"
 
 

@@ -91,7 +91,9 @@ def test_a_title_word_shared_with_a_gloss_counts_unless_it_says_how_often_rows_c
         "rain_sum: Total daily rainfall\n"
         "yield_tons: Harvest of the region in tons\n"
     )
-    evidence = read_text(_source(glossary, "Regional Harvest Daily Records"), ["date", "rain_sum", "yield_tons"])
+    evidence = read_text(
+        _source(glossary, "Regional Harvest Daily Records"), ["date", "rain_sum", "yield_tons"]
+    )
     assert evidence.weight("yield_tons") == 1.5  # 'harvest' is what the table is about
     assert evidence.weight("rain_sum") == 0.0  # 'daily' is how often rows come, shared by every column
 

@@ -50,10 +50,12 @@ log = logging.getLogger(__name__)
 
 SUBTASK_COLUMN = "Lake-sub"
 
+
 def columns() -> tuple[str, ...]:
     """The result table's columns: each family as DARE-bench's tables call it (QA and Lake are ours), a Lake's
     sub-tasks, and the total."""
     return (*(f.column for f in families()), SUBTASK_COLUMN, "total")
+
 
 OUTCOMES = typing.get_args(Outcome)
 SPLIT_CHOICES = ("train", "test", "all")

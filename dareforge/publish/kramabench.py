@@ -71,7 +71,11 @@ def export_kramabench(
     `split` limits it to the release's train or test tasks. `dest` is replaced as a whole."""
     release = load_release(ctx, name, version)
     sides = release.splits
-    tasks = [t for t in release.tasks() if family_of(t).asks_question and (split is None or sides.get(t.id) == split)]
+    tasks = [
+        t
+        for t in release.tasks()
+        if family_of(t).asks_question and (split is None or sides.get(t.id) == split)
+    ]
     dest = Path(dest)
     report = KramaBenchReport(dest, dest / "workload" / f"{workload}.json")
     dest.parent.mkdir(parents=True, exist_ok=True)
