@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import types
-import typing
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from enum import StrEnum
-from functools import cache
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dareforge.arrow_types import arrow_schema_of
 
 
 class Origin(StrEnum):
@@ -34,7 +33,7 @@ class Record(BaseModel):
 
     @classmethod
     def arrow_schema(cls) -> pa.Schema:
-        return _schema_of(cls)
+        return arrow_schema_of(cls)
 
 
 class SourceFile(BaseModel):
@@ -545,42 +544,6 @@ class Judgement(Record):
     attempts: int = Field(1, description="Judge calls made (malformed replies are retried).")
     detail: str | None = Field(None, description="Why the judgement is malformed or failed.")
     judge_version: str
-
-
-@cache
-def _schema_of(cls: type[BaseModel]) -> pa.Schema:
-    return pa.schema([pa.field(name, *_arrow_type(f.annotation)) for name, f in cls.model_fields.items()])
-
-
-def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
-    """Map a field annotation to (arrow type, nullable)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        inner, _ = _arrow_type(args[0])
-        return inner, True
-    if origin is list:
-        (item,) = typing.get_args(annotation)
-        inner, _ = _arrow_type(item)
-        return pa.list_(inner), False
-    if origin is Literal:
-        return pa.string(), False
-    if isinstance(annotation, type):
-        if issubclass(annotation, BaseModel):
-            fields = [pa.field(n, *_arrow_type(f.annotation)) for n, f in annotation.model_fields.items()]
-            return pa.struct(fields), False
-        scalar = {
-            bool: pa.bool_(),
-            int: pa.int64(),
-            float: pa.float64(),
-            str: pa.string(),
-            datetime: pa.timestamp("us", tz="UTC"),
-            date: pa.date32(),
-        }
-        for py_type, arrow in scalar.items():
-            if issubclass(annotation, py_type):
-                return arrow, False
-    raise TypeError(f"no Arrow type for annotation {annotation!r}")
 
 
 RECORDS: dict[str, type[Record]] = {

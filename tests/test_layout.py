@@ -22,6 +22,7 @@ FLOORS: dict[str, int] = {
             "hashing",
             "minhash",
             "describe",
+            "arrow_types",
             "schema",
             "config",
             "locking",

@@ -17,24 +17,26 @@ matplotlib version in the PNGs, fixed figure sizes; re-writing an unchanged repo
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.families.registry import family_named, in_order
 from dareforge.publish.release import RELEASES, Release, load_release
 from dareforge.publish.release_card import answer_type_mix
+from dareforge.publish.release_figures import (
+    DPI,
+    WIDTH,
+    family_plot,
+    funnel_plot,
+    score_plot,
+    validation_plot,
+)
 from dareforge.publish.split import SPLITS
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import SourceStatus
@@ -42,11 +44,6 @@ from dareforge.schema import SourceStatus
 REPORTS = "reports/release"
 TOP = 15
 EXAMPLE_CHARS = 180
-DPI = 100
-WIDTH = 8.0  # inches; every figure is WIDTH x its fixed height at DPI
-SPLIT_COLORS = {"train": "#4c78a8", "test": "#f58518"}
-ACCEPTED, REJECTED = "#54a24b", "#c44e52"
-BASELINE, STRONG = "#9d9d9d", "#4c78a8"
 STAGES = ("fetch", "filter", "prepare", "generate", "validate", "release")
 
 STYLE = """
@@ -64,26 +61,6 @@ img { display: block; max-width: 100%; height: auto; margin: 1rem 0; }
 .muted { color: #666; }
 .bad { color: #a00; }
 """
-
-_RC = {
-    "font.family": "DejaVu Sans",
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.labelsize": 9,
-    "axes.edgecolor": "#888888",
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "axes.axisbelow": True,
-    "grid.color": "#e6e6e6",
-    "grid.linewidth": 0.8,
-    "xtick.color": "#444444",
-    "ytick.color": "#444444",
-    "legend.frameon": False,
-    "figure.facecolor": "white",
-    "savefig.facecolor": "white",
-    "savefig.transparent": False,
-}
 
 
 def report_key(name: str, version: str) -> str:
@@ -223,119 +200,6 @@ def _scores(release: Release) -> dict[str, dict[str, Any]]:
             return {}
 
 
-# -- plots --------------------------------------------------------------------------------------------------------
-def _png(fig: Figure) -> str:
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _figure(height: float, **subplots: Any) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(WIDTH, height), dpi=DPI, layout="constrained")
-    return fig, fig.subplots(**subplots)
-
-
-def _funnel_plot(stages: list[tuple[str, int]]) -> str:
-    with matplotlib.rc_context(_RC):
-        fig, ax = _figure(2.9)
-        labels = [label for label, _ in stages]
-        values = [n for _, n in stages]
-        top = max(values) or 1
-        colors = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c"][: len(stages)]
-        bars = ax.barh(range(len(stages)), values, color=colors, height=0.65)
-        ax.set_yticks(range(len(stages)), labels)
-        ax.invert_yaxis()
-        ax.set_xlim(0, top * 1.18)
-        ax.grid(axis="y", visible=False)
-        ax.set_xlabel("sources")
-        for bar, n in zip(bars, values, strict=True):
-            share = f" ({n / values[0]:.0%})" if values[0] else ""
-            ax.text(
-                bar.get_width() + top * 0.01, bar.get_y() + bar.get_height() / 2, f"{n}{share}", va="center"
-            )
-        ax.set_title("Sources through the pipeline", loc="left")
-        return _png(fig)
-
-
-def _family_plot(families: list[str], counts: dict[str, dict[str, int]]) -> str:
-    with matplotlib.rc_context(_RC):
-        fig, ax = _figure(3.0)
-        x = range(len(families))
-        bottom = [0] * len(families)
-        for side in SPLITS:
-            values = [counts[f].get(side, 0) for f in families]
-            ax.bar(x, values, bottom=bottom, color=SPLIT_COLORS.get(side), width=0.6, label=side)
-            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-        top = max(bottom) if bottom else 1
-        for i, total in enumerate(bottom):
-            ax.text(i, total + top * 0.02, str(total), ha="center", va="bottom")
-        ax.set_xticks(list(x), families)
-        ax.set_ylim(0, top * 1.15 or 1)
-        ax.grid(axis="x", visible=False)
-        ax.set_ylabel("tasks")
-        ax.legend(loc="lower right", ncols=len(SPLITS), bbox_to_anchor=(1.0, 1.0))
-        ax.set_title("Released tasks per family and split", loc="left")
-        return _png(fig)
-
-
-def _jitter(i: int) -> float:
-    return ((i * 0.6180339887) % 1.0 - 0.5) * 0.16
-
-
-def _score_plot(groups: list[tuple[str, str, list[tuple[float, float]]]]) -> str:
-    with matplotlib.rc_context(_RC):
-        fig, axes = _figure(3.2, ncols=len(groups), squeeze=False)
-        for ax, (family, metric, pairs) in zip(axes[0], groups, strict=True):
-            baseline = [b for b, _ in pairs]
-            strong = [s for _, s in pairs]
-            for i, (b, s) in enumerate(pairs):
-                ax.plot([_jitter(i), 1 + _jitter(i)], [b, s], color="#bbbbbb", linewidth=0.8, zorder=1)
-            ax.boxplot(
-                [baseline, strong],
-                positions=[0, 1],
-                widths=0.45,
-                showfliers=False,
-                medianprops={"color": "#222222"},
-                boxprops={"color": "#666666"},
-                whiskerprops={"color": "#666666"},
-                capprops={"color": "#666666"},
-                zorder=2,
-            )
-            for x0, values, color in ((0, baseline, BASELINE), (1, strong, STRONG)):
-                xs = [x0 + _jitter(i) for i in range(len(values))]
-                ax.scatter(xs, values, s=18, color=color, edgecolors="white", linewidths=0.5, zorder=3)
-            ax.set_xticks([0, 1], ["baseline", "strong"])
-            ax.set_xlim(-0.6, 1.6)
-            ax.grid(axis="x", visible=False)
-            ax.set_title(f"{family} (n={len(pairs)})")
-            ax.set_ylabel(metric)
-        return _png(fig)
-
-
-def _validation_plot(families: list[str], counts: Counter) -> str:
-    with matplotlib.rc_context(_RC):
-        fig, ax = _figure(0.9 + 0.38 * len(families))
-        y = range(len(families))
-        accepted = [counts[(f, True)] for f in families]
-        rejected = [counts[(f, False)] for f in families]
-        ax.barh(y, accepted, color=ACCEPTED, height=0.6, label="accepted")
-        ax.barh(y, rejected, left=accepted, color=REJECTED, height=0.6, label="rejected")
-        for i, (a, r) in enumerate(zip(accepted, rejected, strict=True)):
-            if a:
-                ax.text(a / 2, i, str(a), ha="center", va="center", color="white", fontweight="bold")
-            if r:
-                ax.text(a + r / 2, i, str(r), ha="center", va="center", color="white", fontweight="bold")
-        ax.set_yticks(list(y), families)
-        ax.invert_yaxis()
-        ax.grid(axis="y", visible=False)
-        ax.set_xlabel("tasks")
-        ax.set_xlim(0, max((a + r for a, r in zip(accepted, rejected, strict=True)), default=1) * 1.05 or 1)
-        ax.legend(loc="lower right", ncols=2, bbox_to_anchor=(1.0, 1.0))
-        ax.set_title("Validation verdicts per family", loc="left")
-        return _png(fig)
-
-
 # -- html ---------------------------------------------------------------------------------------------------------
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
@@ -369,7 +233,7 @@ def _funnel_section(funnel: Funnel) -> list[str]:
         "<h2 id='funnel'>1. Filter funnel</h2>",
         "<p class='muted'>Sources as the store holds them now; each stage counts the sources of the stage "
         "before it that passed. The last bar counts the sources this release version holds.</p>",
-        _img(_funnel_plot(funnel.stages), "bar chart of the source funnel"),
+        _img(funnel_plot(funnel.stages), "bar chart of the source funnel"),
         _table(["stage", "sources"], funnel.stages, num=[1], table_id="funnel-counts"),
         "<h3>Top drop reasons</h3>",
     ]
@@ -393,7 +257,7 @@ def _family_section(release: Release) -> list[str]:
     rows.append(["all", *(sum(counts[f].get(s, 0) for f in families) for s in SPLITS), len(release.task_ids)])
     parts = ["<h2 id='families'>2. Tasks per family</h2>"]
     if families:
-        parts.append(_img(_family_plot(families, counts), "stacked bar chart of tasks per family and split"))
+        parts.append(_img(family_plot(families, counts), "stacked bar chart of tasks per family and split"))
     parts.append(
         _table(["family", *SPLITS, "total"], rows, num=range(1, len(SPLITS) + 2), table_id="family-counts")
     )
@@ -437,7 +301,7 @@ def _score_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[
         parts.append("<p>No released MM or TS task has both scores.</p>")
         return parts
     groups = [(f, " / ".join(sorted(metrics[f])), pairs[f]) for f in families]
-    parts.append(_img(_score_plot(groups), "box and strip plots of baseline and strong reference scores"))
+    parts.append(_img(score_plot(groups), "box and strip plots of baseline and strong reference scores"))
     rows = []
     for family, metric, ps in groups:
         b = [x for x, _ in ps]
@@ -498,7 +362,7 @@ def _validation_section(release: Release, verdicts: list[tuple]) -> list[str]:
     parts += [
         "<p class='muted'>Verdicts as the store holds them now.</p>",
         _img(
-            _validation_plot(families, counts), "stacked bar chart of accepted and rejected tasks per family"
+            validation_plot(families, counts), "stacked bar chart of accepted and rejected tasks per family"
         ),
         _table(["family", "accepted", "rejected"], rows, num=[1, 2], table_id="verdict-counts"),
         "<h3>Top rejection reasons</h3>",

@@ -24,7 +24,6 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,9 +34,9 @@ from dareforge.config import Config
 from dareforge.errors import machine_errno_named_in
 from dareforge.families.registry import REGISTERED, families
 from dareforge.validators.base import Finding, TaskView
+from dareforge.validators.gx_outcomes import KEY, Outcome, finding_of, outcome_of
 
 if TYPE_CHECKING:
-    from great_expectations.core.expectation_validation_result import ExpectationValidationResult
     from great_expectations.expectations import Expectation
 
 SUITES_VERSION = "2"
@@ -66,10 +65,7 @@ QUESTION_RECORD_REQUIRED = (
     "answer_type",
 )
 """A question task grades one answer: no prediction columns, an answer type instead."""
-KEY = "key"  # index name of the derived key frames; Data Docs and observed values show it
 KEY_SEPARATOR = "|"  # joins the text of compound keys (time + entity)
-MAX_REASON = 400
-MAX_EXAMPLES = 3
 
 # suite name -> data asset name; a ValidationDefinition per suite.
 SUITES = {
@@ -94,24 +90,6 @@ _CACHED = {
 
 class _Missing(Exception):
     """A file a check needs is absent or unreadable: the check reports it as a flagged finding."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    suite: str
-    label: str
-    type: str
-    success: bool
-    observed: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "suite": self.suite,
-            "expectation": self.label,
-            "type": self.type,
-            "success": self.success,
-            "observed": self.observed,
-        }
 
 
 def _gx():
@@ -205,7 +183,7 @@ class GXRun:
                 result_format="SUMMARY" if frame.index.name == KEY else "BASIC",
             )
             self.validations += 1
-        return [_outcome(suite_name, r) for r in result.results]
+        return [outcome_of(suite_name, r) for r in result.results]
 
     def build_data_docs(self, folder: Path) -> Path:
         """Write the Data Docs HTML of the validations run so far into `folder`; returns its index.html."""
@@ -282,7 +260,7 @@ class _GXCheck(ABC):
             outcomes, skipped = self.outcomes(view)
         except _Missing as exc:
             return Finding(str(exc), 0.0, flagged=True, details={"suites_version": SUITES_VERSION})
-        return _finding(outcomes, skipped)
+        return finding_of(outcomes, skipped, SUITES_VERSION)
 
     @abstractmethod
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]: ...
@@ -557,89 +535,3 @@ def _presence(**sides: pd.Series) -> pd.DataFrame:
     """One row per key: 1 where a side has it, else 0."""
     frame = _counts(**sides)
     return (frame > 0).astype("int64")
-
-
-def _outcome(suite: str, result: ExpectationValidationResult) -> Outcome:
-    config = result.expectation_config
-    label = (config.meta or {}).get("label") or config.type
-    return Outcome(suite, label, config.type, bool(result.success), _observed(result))
-
-
-def _observed(result: ExpectationValidationResult) -> str:
-    """A short text of what GX measured: an error, the observed value, or the unexpected rows."""
-    error = _error_message(result.exception_info)
-    if error:
-        return f"error: {_short(error, 120)}"
-    kind = result.expectation_config.type
-    detail = result.result or {}
-    if kind == "expect_column_to_exist":
-        return "present" if result.success else "absent"
-    if kind == "expect_table_columns_to_match_set":
-        mismatched = (detail.get("details") or {}).get("mismatched") or {}
-        parts = [f"{what}: {', '.join(map(str, cols))}" for what, cols in sorted(mismatched.items()) if cols]
-        return "; ".join(parts) if parts else "columns as expected"
-    if "observed_value" in detail:
-        return _short(_plain(detail["observed_value"]), 80)
-    if "unexpected_count" in detail:
-        count = int(detail["unexpected_count"] or 0)
-        if not count:
-            return "0 unexpected rows"
-        examples = _examples(kind, detail)
-        return f"{count} unexpected row{'s' * (count != 1)}" + (f": {examples}" if examples else "")
-    return _short(_plain(detail), 80)
-
-
-def _examples(kind: str, detail: dict[str, Any]) -> str:
-    indexed = detail.get("partial_unexpected_index_list") or []
-    keyed = [i[KEY] for i in indexed if isinstance(i, dict) and KEY in i]
-    if keyed:
-        values = keyed
-    elif kind == "expect_column_values_to_not_be_null":
-        values = []  # the values are all null; the count says it
-    else:
-        distinct = {str(_plain(v)): _plain(v) for v in detail.get("partial_unexpected_list") or []}
-        values = list(distinct.values())
-    shown = ", ".join(_short(_plain(v), 30) for v in values[:MAX_EXAMPLES])
-    return shown + (", ..." if len(values) > MAX_EXAMPLES else "")
-
-
-def _error_message(info: Any) -> str | None:
-    if not isinstance(info, dict):
-        return None
-    if info.get("raised_exception"):
-        return str(info.get("exception_message") or "exception")
-    for value in info.values():
-        if isinstance(value, dict) and value.get("raised_exception"):
-            return str(value.get("exception_message") or "exception")
-    return None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return type(value)(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value.item() if hasattr(value, "item") and callable(value.item) else value
-
-
-def _short(value: Any, limit: int) -> str:
-    text = str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _finding(outcomes: list[Outcome], skipped: dict[str, str]) -> Finding:
-    failed = [o for o in outcomes if not o.success]
-    total = len(outcomes)
-    if failed:
-        listed = "; ".join(f"{o.label} ({o.observed})" for o in failed)
-        reason = _short(f"{len(failed)} of {total} expectations fail: {listed}", MAX_REASON)
-    else:
-        reason = f"all {total} expectations pass"
-    details: dict[str, Any] = {
-        "suites_version": SUITES_VERSION,
-        "expectations": [o.as_dict() for o in outcomes],
-    }
-    if skipped:
-        details["skipped"] = skipped
-    score = (total - len(failed)) / total if total else None
-    return Finding(reason, score, flagged=bool(failed), details=details)
