@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -32,15 +32,14 @@ from dareforge.publish.release import Release
 from dareforge.publish.split import SPLITS
 from dareforge.publish.versions import (
     MANIFEST,
+    BuildResult,
     Part,
-    check_name,
+    Version,
     finished_versions,
     plan_version,
     remove_unlisted,
-    verify_parts,
     write_build_record,
 )
-from dareforge.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +48,6 @@ EXPORTS = "exports"
 
 class ExportError(DareforgeError):
     pass
-
-
-def export_root(name: str) -> str:
-    return f"{EXPORTS}/{name}"
 
 
 def release_ref(release: Release) -> dict[str, str]:
@@ -88,17 +83,13 @@ def family_counts(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, i
 
 
 @dataclass
-class Export:
+class Export(Version):
     """A finished export version."""
 
-    store: Store
-    name: str
-    version: str
-    manifest: dict[str, Any]
-
-    @property
-    def prefix(self) -> str:
-        return f"{export_root(self.name)}/{self.version}"
+    ROOT = EXPORTS
+    noun = "export"
+    error = ExportError
+    how_to_build = "build one with `dareforge export`"
 
     @property
     def kind(self) -> str:
@@ -118,49 +109,25 @@ class Export:
 
 
 @dataclass
-class ExportResult:
-    export: Export
-    created: bool
-    previous: str | None = None
-    notes: list[str] = field(default_factory=list)
-
+class ExportResult(BuildResult[Export]):
     @property
-    def name(self) -> str:
-        return self.export.name
-
-    @property
-    def version(self) -> str:
-        return self.export.version
+    def export(self) -> Export:
+        return self.finished
 
 
 def list_export_versions(ctx: RunContext, name: str) -> list[str]:
     """Finished versions of an export, oldest first."""
-    check_name(name, "export")
-    return finished_versions(ctx.store, export_root(name))
+    return Export.versions(ctx.store, name)
 
 
 def load_export(ctx: RunContext, name: str, version: str | None = None) -> Export:
     """A finished export version (the latest when `version` is None)."""
-    versions = list_export_versions(ctx, name)
-    if version is None:
-        if not versions:
-            raise ExportError(
-                f"export {name!r} has no finished version in {ctx.store.url}; build one with "
-                "build_sft_export or build_rl_export"
-            )
-        version = versions[-1]
-    if version not in versions:
-        raise ExportError(
-            f"export {name!r} has no finished version {version!r} (finished: {', '.join(versions) or 'none'})"
-        )
-    manifest = ctx.store.read_json(f"{export_root(name)}/{version}/{MANIFEST}")
-    return Export(ctx.store, name, version, manifest)
+    return Export.load(ctx.store, name, version)
 
 
 def verify_export(ctx: RunContext, name: str, version: str | None = None) -> list[str]:
     """Re-hash every file the manifest lists; one line per problem (empty when intact)."""
-    export = load_export(ctx, name, version)
-    return verify_parts(ctx.store, export.parts())
+    return load_export(ctx, name, version).verify()
 
 
 def write_export(
@@ -183,9 +150,8 @@ def write_export(
     the README. The first config listed is the default one. `extra_files` (name -> bytes) go in the version's
     root, e.g. a trainer's registry of the configs; they must follow from what the fingerprint covers.
     """
-    check_name(name, "export")
     # One writer at a time per export, as for releases (`build_release`).
-    with ctx.store.lock(export_root(name)):
+    with ctx.store.lock(Export.root(name)):
         return _write_export(ctx, name, kind, format, tables, meta, card, version, today, extra_files or {})
 
 
@@ -202,7 +168,7 @@ def _write_export(
     extra_files: Mapping[str, bytes],
 ) -> ExportResult:
     store = ctx.store
-    root = export_root(name)
+    root = Export.root(name)
     versions = finished_versions(store, root)
     if versions:
         found = store.read_json(f"{root}/{versions[-1]}/{MANIFEST}").get("format")

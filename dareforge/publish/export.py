@@ -36,8 +36,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import shutil
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +45,7 @@ import pandas as pd
 
 from dareforge.context import RunContext
 from dareforge.generators.instructions import METRIC_WORDS
+from dareforge.publish.files import staged_folder
 from dareforge.publish.release import Release, ReleaseError, load_release
 from dareforge.schema import Source
 
@@ -204,11 +203,9 @@ def export_dare_bench(
         kind, variant = KINDS[task.row["family"]]
         groups[(task.row["source_id"], kind)][variant].append(task)
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
-    writer = _Writer(release, tmp)
     questions = []
-    try:
+    with staged_folder(dest, replace=True) as tmp:
+        writer = _Writer(release, tmp)
         for (source_id, kind), variants in sorted(groups.items()):
             v1s = sorted(variants[1], key=lambda t: (t.row["seed"], t.id))
             v2s = sorted(variants[2], key=lambda t: (t.row["seed"], t.id))
@@ -227,11 +224,6 @@ def export_dare_bench(
                 questions.append(entry)
                 report.folders.append(folder)
         (tmp / "question_list.json").write_text(json.dumps(questions, indent=2, ensure_ascii=False) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return report
 
 

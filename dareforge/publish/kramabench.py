@@ -19,8 +19,6 @@ The workload holds the answers: it is as private as the private release it is cu
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from typing import Any
 from dareforge.context import RunContext
 from dareforge.generators.questions.qa import ANSWER_NOTE
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
+from dareforge.publish.files import staged_folder
 from dareforge.publish.release import ReleaseError, load_release
 from dareforge.schema import MetricSpec, Task
 
@@ -73,10 +72,8 @@ def export_kramabench(
     tasks = [t for t in release.tasks() if t.is_question and (split is None or sides.get(t.id) == split)]
     dest = Path(dest)
     report = KramaBenchReport(dest, dest / "workload" / f"{workload}.json")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
     entries = []
-    try:
+    with staged_folder(dest, replace=True) as tmp:
         for task in sorted(tasks, key=lambda t: (t.family, t.id)):
             sources = []
             for f in task.public_files:
@@ -90,11 +87,6 @@ def export_kramabench(
         path = tmp / "workload" / f"{workload}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return report
 
 
