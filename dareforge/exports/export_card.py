@@ -11,6 +11,7 @@ from typing import Any
 
 from huggingface_hub import DatasetCardData
 
+from dareforge.exports.family_rules import rl_reward_text
 from dareforge.publish.release_card import cell, family_order, family_table, front_matter, size_category
 
 TAGS = ["agents", "data-science", "tabular", "dareforge"]
@@ -142,7 +143,7 @@ def rl_card(meta: dict[str, Any]) -> str:
     ]
     rewards = {
         family: [
-            "1.0 for an exact match" if family.endswith("-IF") else "the metric score",
+            rl_reward_text(family),
             *(counts["families"][family].get(s, 0) for s in ("train", "test")),
         ]
         for family in families

@@ -1,4 +1,5 @@
-"""Export a finished release in DARE-bench's own layout, so DARE-bench's tools can run and score our tasks.
+"""A finished release in DARE-bench's own layout (registered as `dare-bench`), so DARE-bench's tools can run and
+score our tasks.
 
 DARE-bench (Snowflake-Labs/dare-bench, `data/eval/`) keeps a `question_list.json` beside `databases/`. Each
 entry names a folder (`file_path`) holding one source's two task variants: `question_v1` (IF for tabular,
@@ -11,10 +12,11 @@ graded against the reference), tabular v2 `ground_truth.csv`, time series `groun
 
 Our mapping (`dest` plays DARE-bench's `data/eval/`):
 
-- folder `<source id, dots as underscores>_<class|reg|ts>`: v1 = the source's IF (or XF) task with the lowest
-  seed, v2 = its MM (or CF) task. Further IF seeds get folders `<slug>-2_<kind>`, ... whose v2 repeats the
-  MM task; the entry's `dareforge.v2_duplicate_of` names the folder that has it first (drop those entries when
-  scoring v2, or the MM task counts twice). A source missing one of the two variants (e.g. the gate rejected
+- folder `<source id, dots as underscores>_<class|reg|ts>` (the kind of its families, in
+  `family_rules.DARE_BENCH_KINDS`): v1 = the source's IF (or XF) task with the lowest seed, v2 = its MM (or CF)
+  task. Further IF seeds get folders `<slug>-2_<kind>`, ... whose v2 repeats the MM task; the entry's
+  `dareforge.v2_duplicate_of` names the folder that has it first (drop those entries when scoring v2, or the MM
+  task counts twice). A source missing one of the two variants (e.g. the gate rejected
   its MM task) is skipped and reported: DARE-bench's loader needs both.
 - `source/`: tabular `train_v1.csv`, `val_v1.csv` (the IF task's train/test), `train_v2.csv`, `val_v2.csv`
   (the MM task's); time series `train.csv` (shared by XF and CF; `train_v1.csv`/`train_v2.csv` if they
@@ -43,21 +45,13 @@ from typing import Any
 
 import pandas as pd
 
-from dareforge.context import RunContext
+from dareforge.exports.base import ExportJob, FolderLayout, LayoutReport
+from dareforge.exports.family_rules import DARE_BENCH_KINDS, dare_bench_truth_file
 from dareforge.generators.instructions import METRIC_WORDS
-from dareforge.publish.files import staged_folder
-from dareforge.publish.release import Release, ReleaseError, load_release
+from dareforge.publish.release import Release, ReleaseError
 from dareforge.schema import Source
 
 PROBLEM_TYPES = {"class": "classification", "reg": "regression", "ts": "time_series_analysis"}
-KINDS = {
-    "Class-IF": ("class", 1),
-    "Class-MM": ("class", 2),
-    "Reg-IF": ("reg", 1),
-    "Reg-MM": ("reg", 2),
-    "TS-XF": ("ts", 1),
-    "TS-CF": ("ts", 2),
-}
 GROUND_TRUTH = {("class", 1): "simulated_pred_local.csv", ("reg", 1): "simulated_pred_local.csv"}
 GROUND_TRUTH.update({("class", 2): "ground_truth.csv", ("reg", 2): "ground_truth.csv"})
 GROUND_TRUTH.update({("ts", 1): "ground_truth_v1.csv", ("ts", 2): "ground_truth_v2.csv"})
@@ -65,10 +59,14 @@ TOOLS = ["python_executor"]
 
 
 @dataclass
-class ExportReport:
-    dest: Path
+class DareBenchReport(LayoutReport):
     folders: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"exported {self.release.name}@{self.release.version} to {self.dest}: {len(self.folders)} folders"
+        ]
+        return lines + [f"  skipped {key}: {why}" for key, why in sorted(self.skipped.items())]
 
 
 @dataclass
@@ -181,31 +179,24 @@ def _file_names(kind: str, v1: _Task, v2: _Task) -> tuple[dict[str, str], dict[s
     return names[0], names[1]
 
 
-def export_dare_bench(
-    ctx: RunContext, name: str, version: str | None, dest: Path, *, split: str | None = None
-) -> ExportReport:
-    """Write release `name` `version` (latest when None) to `dest` in DARE-bench's layout (see module doc).
+class DareBenchLayout(FolderLayout):
+    def write(self, job: ExportJob, folder: Path) -> DareBenchReport:
+        """The job's release in DARE-bench's layout (see the module doc), every task tagged with its split."""
+        release = job.release
+        private = {r["id"]: r for r in release.private_rows()}
+        tasks = [_Task(r, private[r["id"]]) for r in release.rows()]
+        sources = {s.id: s for s in job.ctx.store.read_records(Source)}
+        report = DareBenchReport(release, Path(job.dest))
+        groups: dict[tuple[str, str], dict[int, list[_Task]]] = defaultdict(lambda: {1: [], 2: []})
+        for task in tasks:
+            if task.row["family"] not in DARE_BENCH_KINDS:
+                report.skipped[task.id] = f"family {task.row['family']} has no DARE-bench counterpart"
+                continue
+            kind, variant = DARE_BENCH_KINDS[task.row["family"]]
+            groups[(task.row["source_id"], kind)][variant].append(task)
 
-    `split` limits the export to `train` or `test` tasks (default: all, each entry tagged with its split).
-    `dest` is replaced as a whole, atomically when it is on one filesystem.
-    """
-    release = load_release(ctx, name, version)
-    private = {r["id"]: r for r in release.private_rows()}
-    tasks = [_Task(r, private[r["id"]]) for r in release.rows(split)]
-    sources = {s.id: s for s in ctx.store.read_records(Source)}
-    dest = Path(dest)
-    report = ExportReport(dest)
-    groups: dict[tuple[str, str], dict[int, list[_Task]]] = defaultdict(lambda: {1: [], 2: []})
-    for task in tasks:
-        if task.row["family"] not in KINDS:
-            report.skipped[task.id] = f"family {task.row['family']} has no DARE-bench counterpart"
-            continue
-        kind, variant = KINDS[task.row["family"]]
-        groups[(task.row["source_id"], kind)][variant].append(task)
-
-    questions = []
-    with staged_folder(dest, replace=True) as tmp:
-        writer = _Writer(release, tmp)
+        writer = _Writer(release, folder)
+        questions = []
         for (source_id, kind), variants in sorted(groups.items()):
             v1s = sorted(variants[1], key=lambda t: (t.row["seed"], t.id))
             v2s = sorted(variants[2], key=lambda t: (t.row["seed"], t.id))
@@ -217,14 +208,14 @@ def export_dare_bench(
             first = f"{_slug(source_id)}_{kind}"
             for i in range(max(len(v1s), len(v2s))):
                 v1, v2 = v1s[min(i, len(v1s) - 1)], v2s[min(i, len(v2s) - 1)]
-                folder = first if i == 0 else f"{_slug(source_id)}-{i + 1}_{kind}"
-                entry = _export_pair(writer, folder, kind, v1, v2, sources.get(source_id), release)
+                pair_folder = first if i == 0 else f"{_slug(source_id)}-{i + 1}_{kind}"
+                entry = _export_pair(writer, pair_folder, kind, v1, v2, sources.get(source_id), release)
                 entry["dareforge"]["v1_duplicate_of"] = first if i >= len(v1s) else None
                 entry["dareforge"]["v2_duplicate_of"] = first if i >= len(v2s) else None
                 questions.append(entry)
-                report.folders.append(folder)
-        (tmp / "question_list.json").write_text(json.dumps(questions, indent=2, ensure_ascii=False) + "\n")
-    return report
+                report.folders.append(pair_folder)
+        (folder / "question_list.json").write_text(json.dumps(questions, indent=2, ensure_ascii=False) + "\n")
+        return report
 
 
 def _export_pair(
@@ -238,7 +229,7 @@ def _export_pair(
     writer.put(folder, "source/metadata.txt", _metadata_text(source, v1.row["source_id"], columns).encode())
     for n, task in ((1, v1), (2, v2)):
         metric = task.row["metric"]
-        truth = "reference_predictions.csv" if task.row["family"].endswith("-IF") else "answers.csv"
+        truth = dare_bench_truth_file(task.row["family"])
         if truth not in task.secret:
             raise ReleaseError(f"task {task.id} ({task.row['family']}) has no {truth} in the private release")
         data = _cut(writer.secret(task, truth), [*metric["key_columns"], *metric["target_columns"]])
