@@ -78,7 +78,7 @@ def dare_sft():
         result = build_corpus(context(), name, version)
         for note in result.notes:
             log.warning("corpus %s: %s", release, note)
-        built = [r for r in (result.sft, result.rl) if r is not None]
+        built = list(result.exports.values())
         for r in built:
             log.info("%s@%s (%s)", r.name, r.version, "new version" if r.created else "unchanged")
         return [r.export.prefix for r in built]

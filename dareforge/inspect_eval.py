@@ -53,7 +53,7 @@ from dareforge.agents.runner import release_task_files
 from dareforge.config import load_config
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
-from dareforge.exports.base import ExportError
+from dareforge.exports import ExportError
 from dareforge.exports.chat import chat_form
 from dareforge.llm import ChatResult
 from dareforge.publish.release import load_release

@@ -379,18 +379,16 @@ def _corpus(run: Run, ids: list[str] | None) -> Any:
     if run.copy_to is not None:
         from dareforge.publish.targets import LocalTarget
 
-        for built in (corpus.sft, corpus.rl):
-            if built is not None:
-                LocalTarget(run.copy_to).publish(built.export)
+        for built in corpus.exports.values():
+            LocalTarget(run.copy_to).publish(built.export)
     return corpus
 
 
 def _corpus_lines(run: Run, corpus: Any) -> list[str]:
     lines = [f"corpus: {note}" for note in corpus.notes]
-    for built in (corpus.sft, corpus.rl):
-        if built is not None:
-            state = "new version" if built.created else "unchanged"
-            lines.append(f"{built.export.kind}: {built.name}@{built.version} ({state})")
+    for built in corpus.exports.values():
+        state = "new version" if built.created else "unchanged"
+        lines.append(f"{built.export.kind}: {built.name}@{built.version} ({state})")
     return lines
 
 

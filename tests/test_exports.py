@@ -22,19 +22,17 @@ from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
-from dareforge.exports import (
-    ExportError,
-    RewardSpec,
-    build_rl_export,
-    build_sft_export,
+from dareforge.exports import ExportError
+from dareforge.exports.base import (
+    ChosenTrajectories,
+    ExportJob,
     list_export_versions,
     load_export,
-    reward,
-    trajectory_reward,
     verify_export,
 )
 from dareforge.exports.chat import NoPlainForm, chat_form, check_chat
-from dareforge.exports.reward import reward_spec
+from dareforge.exports.registry import export_format
+from dareforge.exports.reward import RewardSpec, reward, reward_spec, trajectory_reward
 from dareforge.exports.sft import chat_messages
 from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
@@ -61,6 +59,21 @@ def built(tmp_path_factory):
     release = build_release(ctx, "bench", today=DAY).release
     tasks = release.tasks()
     return ctx, release, {t.family: t for t in tasks}, tasks
+
+
+def build_sft_export(
+    ctx, name, trajectories, tasks, *, release, selection=None, partitions=(), kinds=None, today=None
+):
+    """The registered `sft` format, run on these trajectories of `release` as export `name`."""
+    chosen = ChosenTrajectories(
+        list(trajectories), dict(selection or {}), list(partitions), dict(kinds or {})
+    )
+    return export_format("sft").export(ExportJob(ctx, release, list(tasks), chosen, today=today), name)
+
+
+def build_rl_export(ctx, name, tasks, *, release, today=None):
+    """The registered `rl` format, run on these tasks of `release` as export `name`."""
+    return export_format("rl").export(ExportJob(ctx, release, list(tasks), today=today), name)
 
 
 def _trajectory(

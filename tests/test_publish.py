@@ -18,9 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from dareforge.context import RunContext
+from dareforge.exports.base import ExportJob
+from dareforge.exports.registry import export_format
 from dareforge.generators.taskio import GENERATOR_VERSION
 from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release
-from dareforge.publish.export import export_dare_bench
 from dareforge.publish.split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.publish.versions import read_build_record
@@ -306,7 +307,8 @@ def test_only_accepted_tasks_are_released_once_verdicts_exist(store, release, tm
 
 
 def test_export_dare_bench_layout(store, release, tmp_path):
-    report = export_dare_bench(store, "bench", release.version, tmp_path / "eval")
+    job = ExportJob(store, release.release, dest=tmp_path / "eval")
+    report = export_format("dare-bench").export(job)
     root = tmp_path / "eval"
     questions = json.loads((root / "question_list.json").read_text())
     keys = {"file_path", "question_v1", "question_v2", "task", "needed_files_v1", "needed_files_v2"}

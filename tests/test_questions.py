@@ -19,6 +19,8 @@ from dareforge.agents.protocol import ANSWER_SCHEMAS, protocol_for, task_prompt,
 from dareforge.agents.runner import default_sandbox_factory
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
+from dareforge.exports.base import ExportJob
+from dareforge.exports.registry import export_format
 from dareforge.exports.reward import reward, reward_spec
 from dareforge.families.generate import generate
 from dareforge.families.registry import family_of
@@ -39,7 +41,6 @@ from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, wi
 from dareforge.llm import ChatResult
 from dareforge.probes.obscure import obscure_tasks
 from dareforge.probes.shortcut import no_data_task
-from dareforge.publish.kramabench import export_kramabench
 from dareforge.publish.release import build_release, load_release
 from dareforge.publish.release_report import write_release_report
 from dareforge.queries import framed_source_ids
@@ -501,9 +502,9 @@ KRAMA_METRIC.update({"list_exact": "f1"})
 @pytest.fixture(scope="module")
 def krama(built, tmp_path_factory):
     ctx, _ = built
-    build_release(ctx, "kb")
+    release = build_release(ctx, "kb").release
     dest = tmp_path_factory.mktemp("krama") / "kramabench"
-    report = export_kramabench(ctx, "kb", None, dest)
+    report = export_format("kramabench").export(ExportJob(ctx, release, dest=dest))
     return report, json.loads(report.workload.read_text())
 
 

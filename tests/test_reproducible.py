@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 
 from dareforge.context import RunContext
-from dareforge.publish.export import export_dare_bench
+from dareforge.exports.base import ExportJob
+from dareforge.exports.registry import export_format
 from dareforge.publish.release import build_release
 from dareforge.publish.targets import LocalTarget
 from dareforge.publish.versions import BUILDS
@@ -64,9 +65,9 @@ def _build(root: Path, mirror: Path) -> Path:
     assert gold.verified, f"no gold trajectory verified, so no SFT export to compare: {gold.summary()}"
     corpus = build_corpus(ctx, RELEASE, today=DAY)
     target = LocalTarget(root / "published")
-    for built in (release, corpus.sft.export, corpus.rl.export):
+    for built in (release, *(export.export for export in corpus.exports.values())):
         target.publish(built)
-    export_dare_bench(ctx, RELEASE, None, root / "dare-bench")
+    export_format("dare-bench").export(ExportJob(ctx, release, dest=root / "dare-bench"))
     return root
 
 

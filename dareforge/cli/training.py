@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from dareforge.cli.app import ReleaseOption, command, context, out, show
-from dareforge.errors import DareforgeError
+from dareforge.exports.registry import FORMATS, export_format
 from dareforge.pipeline import Run, stage
 
 EndpointsOption = Annotated[
@@ -73,9 +73,7 @@ def export(
     fmt: Annotated[
         str,
         typer.Option(
-            "--format",
-            help="sft: chosen trajectories as chat messages; rl: tasks with a reward spec; "
-            "dare-bench: DARE-bench's own layout; kramabench: KramaBench's workload (QA and Lake tasks).",
+            "--format", help="; ".join(f"{name}: {entry.summary}" for name, entry in FORMATS.items()) + "."
         ),
     ] = "sft",
     release: ReleaseOption = "dareforge",
@@ -85,35 +83,36 @@ def export(
     dest: Annotated[
         Path | None,
         typer.Option(
-            "--dest", help="dare-bench, kramabench: folder to write (default data/export/<format>)."
+            "--dest", help="A benchmark's folder layout: the folder to write (default data/export/<format>)."
         ),
     ] = None,
     to: ToOption = None,
     hub: HubOption = None,
 ) -> None:
-    """Export a release as training data (sft, rl: versioned like releases) or in another benchmark's layout.
+    """Export a release as training data (versioned like releases) or in another benchmark's layout.
 
     sft keeps verified trajectories (gold and sampled) of the release's synthesize.split tasks that pass the
     judge thresholds and the diversity filter, chosen by the strategy; rl holds the same tasks as prompts and
     DARE-bench's reward (0.1 well-formed + 1.0 IF match or the MM/TS metric). Both load with `datasets`.
     """
+    from dareforge.exports.base import ExportJob, FolderLayout
+    from dareforge.publish.release import load_release
     from dareforge.validators.audit import parse_release
 
     name, version = parse_release(release)
-    if fmt == "dare-bench":
-        _export_dare_bench(name, version, dest or Path("data/export/dare-bench"))
+    chosen = export_format(fmt)
+    if isinstance(chosen, FolderLayout):
+        job = ExportJob(
+            context(), load_release(context(), name, version), dest=dest or Path(f"data/export/{fmt}")
+        )
+        show(chosen.export(job).summary())
         return
-    if fmt == "kramabench":
-        _export_kramabench(name, version, dest or Path("data/export/kramabench"))
-        return
-    if fmt not in ("sft", "rl"):
-        raise DareforgeError(f"unknown --format {fmt!r}; choose sft, rl, dare-bench or kramabench")
     from dareforge.trajectories.corpus import build_corpus
 
     result = build_corpus(context(), name, version, formats=[fmt], strategy=strategy)
     for note in result.notes:
         out.print(f"[yellow]{note}[/]")
-    built = result.sft if fmt == "sft" else result.rl
+    built = result.exports.get(fmt)
     if built is None:
         raise typer.Exit(1)
     if result.selection is not None:
@@ -125,27 +124,6 @@ def export(
         f"{fmt} export {built.name}@{built.version} ({'new version' if built.created else 'unchanged'})"
     )
     _publish(built.export, to, hub)
-
-
-def _export_dare_bench(name: str, version: str | None, dest: Path) -> None:
-    from dareforge.publish.export import export_dare_bench
-    from dareforge.publish.release import load_release
-
-    loaded = load_release(context(), name, version)
-    report = export_dare_bench(context(), name, loaded.version, dest)
-    out.print(f"exported {name}@{loaded.version} to {report.dest}: {len(report.folders)} folders")
-    for key, why in sorted(report.skipped.items()):
-        out.print(f"  skipped {key}: {why}")
-
-
-def _export_kramabench(name: str, version: str | None, dest: Path) -> None:
-    from dareforge.publish.kramabench import export_kramabench
-
-    report = export_kramabench(context(), name, version, dest)
-    out.print(
-        f"exported {len(report.tasks)} QA/Lake tasks ({report.subtasks} sub-tasks) of {name} to {report.dest}: "
-        f"workload {report.workload}"
-    )
 
 
 def _publish(export, to: Path | None, hub: str | None) -> None:

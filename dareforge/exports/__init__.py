@@ -1,38 +1,18 @@
-"""Training-data exports of a release: SFT chat records and RL tasks with a reward, versioned like releases.
+"""Exports of a release, every format registered by name in `registry` (one module and one class per format):
 
-- `sft.build_sft_export`: chosen trajectories as `messages` (and ShareGPT `conversations`, and the tool-calling
-  form) records;
-- `rl.build_rl_export`: tasks as prompts, file lists and a reward spec, without answers;
-- `reward.reward` / `trajectory_reward`: DARE-bench's reward of a predictions file or a graded trajectory;
-- `base.load_export` / `list_export_versions` / `verify_export`: read finished versions under `exports/<name>/`.
+- training data, versioned in the store like releases (`exports/<release>-<format>/<version>/`, see `base`):
+  `sft` (chosen trajectories as chat records), `rl` (tasks as prompts with a reward spec; `reward` scores an
+  attempt as DARE-bench rewarded it);
+- other benchmarks' folder layouts of a whole release, written to a folder: `dare_bench`, `kramabench`.
 
-An `Export` is published like a release: `LocalTarget(folder).publish(export)` or `HubTarget(ns).publish(export)`.
+`registry.export_format(name).export(ExportJob(...))` runs one; `dareforge export`, the corpus stage and the SFT
+DAG do. A finished training export (`base.Export`) is published like a release (`LocalTarget`, `HubTarget`).
+
+This module imports nothing else: the CLI reads the registry on every start.
 """
 
-from dareforge.exports.base import (
-    Export,
-    ExportError,
-    ExportResult,
-    list_export_versions,
-    load_export,
-    verify_export,
-)
-from dareforge.exports.reward import RewardResult, RewardSpec, reward, trajectory_reward, workspace_reward
-from dareforge.exports.rl import build_rl_export
-from dareforge.exports.sft import build_sft_export
+from dareforge.errors import DareforgeError
 
-__all__ = [
-    "Export",
-    "ExportError",
-    "ExportResult",
-    "RewardResult",
-    "RewardSpec",
-    "build_rl_export",
-    "build_sft_export",
-    "list_export_versions",
-    "load_export",
-    "reward",
-    "trajectory_reward",
-    "verify_export",
-    "workspace_reward",
-]
+
+class ExportError(DareforgeError):
+    pass

@@ -1,58 +1,90 @@
-"""Versioned, immutable export folders in the store: what the SFT and RL exports share.
+"""What every export format is, and the two kinds a format is of.
 
-An export lives at `exports/<name>/<version>/` and holds Parquet tables under per-config folders, a dataset
-card (`README.md`, whose YAML `configs:` tell `datasets.load_dataset(<folder>)` what to load) and
-`manifest.json` (format, lineage, counts, and every file with its size and sha256). Versioning is the
-release's own (`dareforge.publish.release.plan_version`): `YYYY.MM.DD[.N]` names, a build whose content
-fingerprint equals the latest version's returns that version (`created=False`), `manifest.json` is written
-last, so a build killed midway leaves no visible version and the next build completes it, and when and where a
-version was built goes to its build record, not into its files (two builds of the same content are the same
-bytes).
+A format (registered by name in `registry`) is a class that overrides its kind's writer method; the kind does
+the rest:
 
-An export has one public part and no private half: answers stay in the source release's private half, which
-the lineage names (`release`: name, version and content fingerprint). Targets publish an `Export` like a
-release (`LocalTarget`, `HubTarget`).
+- `TrainingExport` (training data: `sft`, `rl`) overrides `content` (its Parquet tables, manifest fields and
+  extra files) and `card` (its README). The kind versions it in the store as `exports/<release>-<format>/
+  <version>/`: Parquet tables under per-config folders, the dataset card (whose YAML `configs:` tell
+  `datasets.load_dataset(<folder>)` what to load) and `manifest.json` (format, lineage, counts, and every file
+  with its size and sha256). Versioning is the release's own (`dareforge.publish.versions`): `YYYY.MM.DD[.N]`
+  names, a build whose content fingerprint equals the latest version's returns that version
+  (`created=False`), `manifest.json` is written last, so a build killed midway leaves no visible version and
+  the next build completes it, and when and where a version was built goes to its build record, not into its
+  files (two builds of the same content are the same bytes). An export has one public part and no private
+  half: answers stay in the source release's private half, which the lineage names (`release`: name, version
+  and content fingerprint). Targets publish an `Export` like a release (`LocalTarget`, `HubTarget`).
+- `FolderLayout` (another benchmark's layout: `dare-bench`, `kramabench`) overrides `write`, which fills a
+  folder from the whole release; the kind makes it the destination folder whole, replacing what was there.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from dareforge.context import RunContext
-from dareforge.errors import DareforgeError
-from dareforge.publish.files import parquet_bytes, read_rows, write
+from dareforge.exports import ExportError
+from dareforge.publish.files import parquet_bytes, read_rows, staged_folder, write
 from dareforge.publish.release import Release
 from dareforge.publish.split import SPLITS
 from dareforge.publish.versions import (
     MANIFEST,
+    BuildResult,
     Part,
-    check_name,
+    Version,
     finished_versions,
     plan_version,
     remove_unlisted,
-    verify_parts,
     write_build_record,
 )
-from dareforge.store import Store
+from dareforge.schema import Task, Trajectory
 
 log = logging.getLogger(__name__)
 
 EXPORTS = "exports"
 
 
-class ExportError(DareforgeError):
-    pass
+@dataclass
+class ChosenTrajectories:
+    """The trajectories a corpus chose to train on, with what its lineage records of the choice."""
+
+    trajectories: list[Trajectory]
+    selection: dict[str, Any]  # strategy, thresholds, counts: recorded as given
+    partitions: list[str]  # the trajectory table partitions read
+    kinds: dict[str, str]  # trajectory id -> `gold` (default `sampled`)
 
 
-def export_root(name: str) -> str:
-    return f"{EXPORTS}/{name}"
+@dataclass
+class ExportJob:
+    """What one export of a release reads. A training format reads `tasks` (the release's tasks on the corpus's
+    side) and, when it says it does (`reads_trajectories`), `trajectories`; a folder layout reads the whole
+    release and writes `dest`."""
+
+    ctx: RunContext
+    release: Release
+    tasks: list[Task] = field(default_factory=list)
+    trajectories: ChosenTrajectories | None = None
+    dest: Path | None = None
+    today: date | None = None  # names a new version (default: the UTC date)
+
+
+class ExportFormat:
+    """One registered way to export a release; see the module doc for the kinds and what a format overrides."""
+
+    reads_trajectories: ClassVar[bool] = False
+
+    def __init__(self, name: str):
+        self.name = name  # its name in the registry
+
+    def export(self, job: ExportJob) -> ExportResult | LayoutReport:
+        raise NotImplementedError
 
 
 def release_ref(release: Release) -> dict[str, str]:
@@ -88,17 +120,13 @@ def family_counts(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, i
 
 
 @dataclass
-class Export:
+class Export(Version):
     """A finished export version."""
 
-    store: Store
-    name: str
-    version: str
-    manifest: dict[str, Any]
-
-    @property
-    def prefix(self) -> str:
-        return f"{export_root(self.name)}/{self.version}"
+    ROOT = EXPORTS
+    noun = "export"
+    error = ExportError
+    how_to_build = "build one with `dareforge export`"
 
     @property
     def kind(self) -> str:
@@ -118,131 +146,129 @@ class Export:
 
 
 @dataclass
-class ExportResult:
-    export: Export
-    created: bool
-    previous: str | None = None
-    notes: list[str] = field(default_factory=list)
-
+class ExportResult(BuildResult[Export]):
     @property
-    def name(self) -> str:
-        return self.export.name
-
-    @property
-    def version(self) -> str:
-        return self.export.version
+    def export(self) -> Export:
+        return self.finished
 
 
 def list_export_versions(ctx: RunContext, name: str) -> list[str]:
     """Finished versions of an export, oldest first."""
-    check_name(name, "export")
-    return finished_versions(ctx.store, export_root(name))
+    return Export.versions(ctx.store, name)
 
 
 def load_export(ctx: RunContext, name: str, version: str | None = None) -> Export:
     """A finished export version (the latest when `version` is None)."""
-    versions = list_export_versions(ctx, name)
-    if version is None:
-        if not versions:
-            raise ExportError(
-                f"export {name!r} has no finished version in {ctx.store.url}; build one with "
-                "build_sft_export or build_rl_export"
-            )
-        version = versions[-1]
-    if version not in versions:
-        raise ExportError(
-            f"export {name!r} has no finished version {version!r} (finished: {', '.join(versions) or 'none'})"
-        )
-    manifest = ctx.store.read_json(f"{export_root(name)}/{version}/{MANIFEST}")
-    return Export(ctx.store, name, version, manifest)
+    return Export.load(ctx.store, name, version)
 
 
 def verify_export(ctx: RunContext, name: str, version: str | None = None) -> list[str]:
     """Re-hash every file the manifest lists; one line per problem (empty when intact)."""
-    export = load_export(ctx, name, version)
-    return verify_parts(ctx.store, export.parts())
+    return load_export(ctx, name, version).verify()
 
 
-def write_export(
-    ctx: RunContext,
-    name: str,
-    *,
-    kind: str,
-    format: str,
-    tables: dict[str, dict[str, bytes]],
-    meta: dict[str, Any],
-    card: Callable[[dict[str, Any]], str],
-    version: str | None = None,
-    today: date | None = None,
-    extra_files: Mapping[str, bytes] | None = None,
-) -> ExportResult:
-    """Write (or find) the version of export `name` holding `tables` (config -> split -> Parquet bytes).
+@dataclass
+class ExportContent:
+    """What a training format puts in a version. `meta` goes into the manifest and must hold
+    `content_fingerprint`, covering everything written; `extra_files` go in the version's root (e.g. a trainer's
+    registry of the configs)."""
 
-    `meta` must hold `content_fingerprint` (everything that defines the content); it
-    goes into the manifest with `format`, `kind`, version fields and the file list, and `card(meta)` renders
-    the README. The first config listed is the default one. `extra_files` (name -> bytes) go in the version's
-    root, e.g. a trainer's registry of the configs; they must follow from what the fingerprint covers.
-    """
-    check_name(name, "export")
-    # One writer at a time per export, as for releases (`build_release`).
-    with ctx.store.lock(export_root(name)):
-        return _write_export(ctx, name, kind, format, tables, meta, card, version, today, extra_files or {})
+    tables: dict[str, dict[str, bytes]]  # config -> split -> Parquet bytes; the first config is the default
+    meta: dict[str, Any]
+    extra_files: dict[str, bytes] = field(default_factory=dict)
 
 
-def _write_export(
-    ctx: RunContext,
-    name: str,
-    kind: str,
-    format: str,
-    tables: dict[str, dict[str, bytes]],
-    meta: dict[str, Any],
-    card: Callable[[dict[str, Any]], str],
-    version: str | None,
-    today: date | None,
-    extra_files: Mapping[str, bytes],
-) -> ExportResult:
-    store = ctx.store
-    root = export_root(name)
-    versions = finished_versions(store, root)
-    if versions:
-        found = store.read_json(f"{root}/{versions[-1]}/{MANIFEST}").get("format")
-        if found != format:
-            raise ExportError(
-                f"export {name!r} already holds {found} versions; a {format} export needs another name"
+class TrainingExport(ExportFormat):
+    """Training data, versioned in the store (see the module doc)."""
+
+    format: ClassVar[str]  # e.g. `dareforge-sft/1`: names the content's layout in the manifest
+
+    def content(self, job: ExportJob, name: str) -> ExportContent:
+        raise NotImplementedError
+
+    def card(self, meta: dict[str, Any]) -> str:
+        """The README of a version whose manifest holds `meta`."""
+        raise NotImplementedError
+
+    def export(self, job: ExportJob, name: str | None = None) -> ExportResult:
+        """Write (or find) the version of export `name` (default `<release>-<format>`) holding `content(job)`."""
+        name = name or f"{job.release.name}-{self.name}"
+        root = Export.root(name)
+        content = self.content(job, name)
+        # One writer at a time per export, as for releases (`build_release`).
+        with job.ctx.store.lock(root):
+            return self._write(job, name, root, content)
+
+    def _write(self, job: ExportJob, name: str, root: str, content: ExportContent) -> ExportResult:
+        store = job.ctx.store
+        versions = finished_versions(store, root)
+        if versions:
+            found = store.read_json(f"{root}/{versions[-1]}/{MANIFEST}").get("format")
+            if found != self.format:
+                raise ExportError(
+                    f"export {name!r} already holds {found} versions; a {self.format} export needs another name"
+                )
+        plan = plan_version(store, root, content.meta["content_fingerprint"], None, job.today)
+        if plan.existing:
+            log.info("%s export %s: %s", self.name, name, plan.note)
+            found_export = Export.load(store, name, plan.version)
+            return ExportResult(
+                found_export, False, found_export.manifest.get("previous_version"), [str(plan.note)]
             )
-    plan = plan_version(store, root, meta["content_fingerprint"], version, today)
-    if plan.existing:
-        log.info("%s export %s: %s", kind, name, plan.note)
-        found_export = load_export(ctx, name, plan.version)
-        return ExportResult(
-            found_export, False, found_export.manifest.get("previous_version"), [str(plan.note)]
-        )
 
-    prefix = f"{root}/{plan.version}"
-    configs = {
-        config: {split: f"{config if config != 'default' else 'data'}/{split}.parquet" for split in splits}
-        for config, splits in tables.items()
-    }
-    meta = {
-        "format": format,
-        "kind": kind,
-        "name": name,
-        "pretty_name": meta.get("pretty_name") or name,
-        "version": plan.version,
-        "previous_version": plan.previous,
-        "configs": configs,
-        **{k: v for k, v in meta.items() if k != "pretty_name"},
-    }
-    files = [
-        write(store, f"{prefix}/{configs[config][split]}", configs[config][split], data)
-        for config, splits in tables.items()
-        for split, data in splits.items()
-    ]
-    files.append(write(store, f"{prefix}/README.md", "README.md", card(meta).encode()))
-    files += [write(store, f"{prefix}/{n}", n, data) for n, data in sorted(extra_files.items())]
-    files.sort(key=lambda e: e["name"])
-    remove_unlisted(store, prefix, {e["name"] for e in files})
-    write_build_record(store, root, plan.version)
-    store.write_json(f"{prefix}/{MANIFEST}", {**meta, "files": files})  # last: now the version exists
-    log.info("%s export %s %s written", kind, name, plan.version)
-    return ExportResult(load_export(ctx, name, plan.version), True, plan.previous)
+        prefix = f"{root}/{plan.version}"
+        configs = {
+            config: {
+                split: f"{config if config != 'default' else 'data'}/{split}.parquet" for split in splits
+            }
+            for config, splits in content.tables.items()
+        }
+        meta = {
+            "format": self.format,
+            "kind": self.name,
+            "name": name,
+            "pretty_name": name,
+            "version": plan.version,
+            "previous_version": plan.previous,
+            "configs": configs,
+            **content.meta,
+        }
+        files = [
+            write(store, f"{prefix}/{configs[config][split]}", configs[config][split], data)
+            for config, splits in content.tables.items()
+            for split, data in splits.items()
+        ]
+        files.append(write(store, f"{prefix}/README.md", "README.md", self.card(meta).encode()))
+        files += [write(store, f"{prefix}/{n}", n, data) for n, data in sorted(content.extra_files.items())]
+        files.sort(key=lambda e: e["name"])
+        remove_unlisted(store, prefix, {e["name"] for e in files})
+        write_build_record(store, root, plan.version)
+        store.write_json(f"{prefix}/{MANIFEST}", {**meta, "files": files})  # last: now the version exists
+        log.info("%s export %s %s written", self.name, name, plan.version)
+        return ExportResult(Export.load(store, name, plan.version), True, plan.previous)
+
+
+@dataclass
+class LayoutReport:
+    """What a folder layout wrote: `skipped` maps a task id to why the layout has no place for it."""
+
+    release: Release
+    dest: Path
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> list[str]:
+        raise NotImplementedError
+
+
+class FolderLayout(ExportFormat):
+    """Another benchmark's folder layout of a whole release (see the module doc)."""
+
+    def write(self, job: ExportJob, folder: Path) -> LayoutReport:
+        """Fill `folder`, which becomes `job.dest` once this returns."""
+        raise NotImplementedError
+
+    def export(self, job: ExportJob) -> LayoutReport:
+        if job.dest is None:
+            raise ExportError(f"the {self.name} layout is written to a folder: name one (--dest)")
+        with staged_folder(Path(job.dest), replace=True) as folder:
+            return self.write(job, folder)

@@ -41,7 +41,7 @@ from dareforge.agents.protocol import (
     protocol_for,
     read_call,
 )
-from dareforge.exports.base import ExportError
+from dareforge.exports import ExportError
 from dareforge.schema import Step, Task, Trajectory
 
 CUT_NOTE = "Your reply was cut at the token limit"

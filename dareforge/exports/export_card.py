@@ -12,7 +12,7 @@ from typing import Any
 from huggingface_hub import DatasetCardData
 
 from dareforge.families.registry import family_named, in_order
-from dareforge.publish.release_card import cell, front_matter, size_category
+from dareforge.publish.release_card import cell, family_table, front_matter, size_category
 
 TAGS = ["agents", "data-science", "tabular", "dareforge"]
 
@@ -88,13 +88,9 @@ def sft_card(meta: dict[str, Any]) -> str:
         "",
         "## Composition",
         "",
-        f"| family | what it asks | {' | '.join(outcomes)} | total |",
-        f"|---|---|{'---:|' * len(outcomes)}---:|",
     ]
-    for family in families:
-        row = [counts["families"][family].get(o, 0) for o in outcomes]
-        what = family_named(family).words.asks
-        lines.append(f"| {family} | {what} | {' | '.join(map(str, row))} | {sum(row)} |")
+    outcome_counts = {f: [counts["families"][f].get(o, 0) for o in outcomes] for f in families}
+    lines += family_table({f: [*row, sum(row)] for f, row in outcome_counts.items()}, [*outcomes, "total"])
     lines += ["", "| source | trajectories |", "|---|---:|"]
     lines += [f"| `{cell(s)}` | {n} |" for s, n in counts["sources"].items()]
     lines += [""]
@@ -144,14 +140,15 @@ def rl_card(meta: dict[str, Any]) -> str:
         "matches the reference run, or plus the metric score clipped to [0, 1] for modelling and forecasting "
         "tasks. A missing or malformed file earns 0.",
         "",
-        "| family | what it asks | reward beyond the format's 0.1 | train | test |",
-        "|---|---|---|---:|---:|",
     ]
-    for family in families:
-        what = family_named(family).words.asks
-        bonus = family_named(family).reward
-        row = [counts["families"][family].get(s, 0) for s in ("train", "test")]
-        lines.append(f"| {family} | {what} | {bonus} | {row[0]} | {row[1]} |")
+    rewards = {
+        family: [
+            family_named(family).reward,
+            *(counts["families"][family].get(s, 0) for s in ("train", "test")),
+        ]
+        for family in families
+    }
+    lines += family_table(rewards, ["reward beyond the format's 0.1", "train", "test"], text_columns=1)
     lines += ["", f"Metrics: {', '.join(meta['metrics'])}.", ""]
     lines += _lineage(meta, [])
     return front_matter(

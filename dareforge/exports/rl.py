@@ -1,7 +1,7 @@
 """RL export: a release's tasks as prompts plus a reward rule, loadable with `datasets`.
 
-`build_rl_export(ctx, name, tasks, release=...)` writes a versioned export (see `base`) with one row per task
-in `data/<split>.parquet` (the task's side in the release):
+`RlExport` (registered as `rl`) writes a versioned export (see `base`) with one row per task of the job in
+`data/<split>.parquet` (the task's side in the release):
 
 - `task_id`, `family`, `split`, `release` (`name@version` of the source release);
 - `prompt`: the system and first user messages the agent loop sends (`dareforge.agents.protocol`), as
@@ -18,22 +18,20 @@ passes to `dareforge.exports.reward.reward` to score an attempt.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
-from datetime import date
+from typing import Any
 
 import pyarrow as pa
 
 from dareforge.agents.protocol import system_prompt, task_prompt
-from dareforge.context import RunContext
-from dareforge.exports import export_card
+from dareforge.exports import ExportError, export_card
 from dareforge.exports.base import (
-    ExportError,
-    ExportResult,
+    ExportContent,
+    ExportJob,
+    TrainingExport,
     family_counts,
     release_ref,
     split_tables,
     turns,
-    write_export,
 )
 from dareforge.exports.reward import reward_spec
 from dareforge.hashing import content_fingerprint
@@ -73,52 +71,37 @@ def rl_row(task: Task, release: Release) -> dict:
     }
 
 
-def build_rl_export(
-    ctx: RunContext,
-    name: str,
-    tasks: Iterable[Task],
-    *,
-    release: Release,
-    pretty_name: str | None = None,
-    version: str | None = None,
-    today: date | None = None,
-) -> ExportResult:
-    """Write (or find) the RL export version holding `tasks` of `release`."""
-    chosen = sorted({t.id: t for t in tasks}.values(), key=lambda t: t.id)
-    if not chosen:
-        raise ExportError(f"no tasks to export as {name!r}; pass a release's tasks (Release.tasks())")
-    splits = release.splits
-    outside = [t.id for t in chosen if t.id not in splits]
-    if outside:
-        raise ExportError(
-            f"tasks {', '.join(outside[:5])} are not in release {release.name}@{release.version}; an RL export "
-            "points at its release's files, so export that release's tasks only"
-        )
-    rows = [rl_row(t, release) for t in chosen]
-    rows.sort(key=lambda r: (SPLITS.index(r["split"]), r["family"], r["task_id"]))
-    ref = release_ref(release)
-    content_fp = content_fingerprint({"format": FORMAT, "rows": rows, "release": ref})
-    tables = {"default": split_tables(rows, RL_SCHEMA)}
-    meta = {
-        "pretty_name": pretty_name,
-        "content_fingerprint": content_fp,
-        "release": ref,
-        "task_ids": [r["task_id"] for r in rows],
-        "counts": {
-            "tasks": len(rows),
-            "splits": dict(Counter(r["split"] for r in rows)),
-            "families": family_counts(rows, "split"),
-        },
-        "metrics": sorted({r["metric"]["name"] for r in rows}),
-    }
-    return write_export(
-        ctx,
-        name,
-        kind="rl",
-        format=FORMAT,
-        tables=tables,
-        meta=meta,
-        card=export_card.rl_card,
-        version=version,
-        today=today,
-    )
+class RlExport(TrainingExport):
+    format = FORMAT
+
+    def content(self, job: ExportJob, name: str) -> ExportContent:
+        """The job's tasks, which must be its release's: rows point at the release's files."""
+        release = job.release
+        chosen = sorted({t.id: t for t in job.tasks}.values(), key=lambda t: t.id)
+        if not chosen:
+            raise ExportError(f"no tasks to export as {name!r}; pass a release's tasks (Release.tasks())")
+        splits = release.splits
+        outside = [t.id for t in chosen if t.id not in splits]
+        if outside:
+            raise ExportError(
+                f"tasks {', '.join(outside[:5])} are not in release {release.name}@{release.version}; an RL "
+                "export points at its release's files, so export that release's tasks only"
+            )
+        rows = [rl_row(t, release) for t in chosen]
+        rows.sort(key=lambda r: (SPLITS.index(r["split"]), r["family"], r["task_id"]))
+        ref = release_ref(release)
+        meta = {
+            "content_fingerprint": content_fingerprint({"format": FORMAT, "rows": rows, "release": ref}),
+            "release": ref,
+            "task_ids": [r["task_id"] for r in rows],
+            "counts": {
+                "tasks": len(rows),
+                "splits": dict(Counter(r["split"] for r in rows)),
+                "families": family_counts(rows, "split"),
+            },
+            "metrics": sorted({r["metric"]["name"] for r in rows}),
+        }
+        return ExportContent({"default": split_tables(rows, RL_SCHEMA)}, meta)
+
+    def card(self, meta: dict[str, Any]) -> str:
+        return export_card.rl_card(meta)

@@ -1,7 +1,7 @@
 """SFT export: chosen agent trajectories as chat records, loadable with `datasets`.
 
-`build_sft_export(ctx, name, trajectories, tasks, release=...)` writes a versioned export (see `base`) with
-one row per trajectory in two configs:
+`SftExport` (registered as `sft`) writes a versioned export (see `base`) of a job's chosen trajectories, one
+row per trajectory in four configs:
 
 - `default` (`data/<split>.parquet`): `messages`, a list of `{role, content}` with roles system, user and
   assistant, the format chat templates and TRL's SFT trainer read;
@@ -28,7 +28,8 @@ In the form of the protocol that played it, a trajectory's messages are its step
 steps are left out because the message after each one already tells the model what ran (as the model saw it).
 Assistant steps that carry an LLM error hold no model output and are dropped, and so are messages after the last
 assistant reply, which nothing learns from. The caller chooses the trajectories (selection is a query over
-stored scores); the manifest records that choice (`lineage`) so the export can be traced and rebuilt.
+stored scores, `dareforge.trajectories.corpus`); the manifest records that choice (`lineage`) so the export can
+be traced and rebuilt.
 """
 
 from __future__ import annotations
@@ -36,26 +37,23 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from datetime import date
 from typing import Any
 
 import pyarrow as pa
 
 from dareforge.agents.protocol import tool_schemas
-from dareforge.context import RunContext
-from dareforge.exports import export_card
+from dareforge.exports import ExportError, export_card
 from dareforge.exports.base import (
-    ExportError,
-    ExportResult,
+    ExportContent,
+    ExportJob,
+    TrainingExport,
     family_counts,
     release_ref,
     split_tables,
     turns,
-    write_export,
 )
 from dareforge.exports.chat import NoPlainForm, chat_form
 from dareforge.hashing import content_fingerprint
-from dareforge.publish.release import Release
 from dareforge.publish.split import SPLITS
 from dareforge.schema import Task, Trajectory
 
@@ -205,122 +203,106 @@ def _unique(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
     return list(by_id.values())
 
 
-def build_sft_export(
-    ctx: RunContext,
-    name: str,
-    trajectories: Iterable[Trajectory],
-    tasks: Iterable[Task],
-    *,
-    release: Release,
-    selection: Mapping[str, Any] | None = None,
-    partitions: Iterable[str] = (),
-    kinds: Mapping[str, str] | None = None,
-    pretty_name: str | None = None,
-    version: str | None = None,
-    today: date | None = None,
-) -> ExportResult:
-    """Write (or find) the SFT export version holding `trajectories` of `release`'s `tasks`.
+class SftExport(TrainingExport):
+    format = FORMAT
+    reads_trajectories = True
 
-    `selection` (strategy, thresholds, ...) and `partitions` (the trajectory table partitions read) go into
-    the manifest's lineage as given; `kinds` maps trajectory ids to `gold` (default `sampled`).
-    """
-    chosen = _unique(trajectories)
-    if not chosen:
-        raise ExportError(f"no trajectories to export as {name!r}; synthesize and select some first")
-    by_task = {t.id: t for t in tasks}
-    splits = release.splits
-    kinds = kinds or {}
-    rows, tool_rows, factory_rows = [], [], []
-    for t in chosen:
-        task = by_task.get(t.task_id)
-        if task is None:
-            raise ExportError(f"trajectory {t.id} is of task {t.task_id}, which is not among the tasks given")
-        if task.id not in splits:
-            raise ExportError(
-                f"task {task.id} (trajectory {t.id}) is not in release {release.name}@{release.version}; "
-                "export trajectories of that release's tasks only"
+    def content(self, job: ExportJob, name: str) -> ExportContent:
+        """The job's chosen trajectories of its release's tasks, with the choice as the manifest's lineage."""
+        chosen = _unique(job.trajectories.trajectories if job.trajectories else ())
+        if not chosen:
+            raise ExportError(f"no trajectories to export as {name!r}; synthesize and select some first")
+        release, choice = job.release, job.trajectories
+        by_task = {t.id: t for t in job.tasks}
+        splits = release.splits
+        rows, tool_rows, factory_rows = [], [], []
+        for t in chosen:
+            task = by_task.get(t.task_id)
+            if task is None:
+                raise ExportError(
+                    f"trajectory {t.id} is of task {t.task_id}, which is not among the tasks given"
+                )
+            if task.id not in splits:
+                raise ExportError(
+                    f"task {task.id} (trajectory {t.id}) is not in release {release.name}@{release.version}; "
+                    "export trajectories of that release's tasks only"
+                )
+            common = {
+                "id": t.id,
+                "task_id": t.task_id,
+                "family": task.family,
+                "split": splits[task.id],
+                "source": _source(t, choice.kinds),
+                "outcome": t.outcome,
+                "score": t.score,
+                "passed": t.passed,
+            }
+            schemas = tool_schemas(task)
+            tool_rows.append(
+                {**common, "messages": tool_chat(t, task), "tools": json.dumps(schemas, sort_keys=True)}
             )
-        common = {
-            "id": t.id,
-            "task_id": t.task_id,
-            "family": task.family,
-            "split": splits[task.id],
-            "source": _source(t, kinds),
-            "outcome": t.outcome,
-            "score": t.score,
-            "passed": t.passed,
+            factory_rows.append({**common, **llamafactory(tool_rows[-1]["messages"], schemas)})
+            try:
+                rows.append({**common, "messages": chat_messages(t, task)})
+            except NoPlainForm:
+                continue
+        order = lambda r: (SPLITS.index(r["split"]), r["task_id"], r["source"], r["id"])  # noqa: E731
+        rows.sort(key=order)
+        tool_rows.sort(key=order)
+        factory_rows.sort(key=order)
+        if not rows:
+            raise ExportError(
+                f"none of the {len(tool_rows)} trajectories for {name!r} has a plain (tags) form; export them "
+                "from a tags endpoint, or with one code call per reply"
+            )
+        ref = release_ref(release)
+        lineage = {
+            "trajectory_partitions": sorted(set(choice.partitions)),
+            "selection": dict(choice.selection),
         }
-        schemas = tool_schemas(task)
-        tool_rows.append(
-            {**common, "messages": tool_chat(t, task), "tools": json.dumps(schemas, sort_keys=True)}
+        content_fp = content_fingerprint(
+            {
+                "format": FORMAT,
+                "layouts": LAYOUTS,
+                "rows": rows,
+                "tool_rows": tool_rows,
+                "release": ref,
+                "lineage": lineage,
+            }
         )
-        factory_rows.append({**common, **llamafactory(tool_rows[-1]["messages"], schemas)})
-        try:
-            rows.append({**common, "messages": chat_messages(t, task)})
-        except NoPlainForm:
-            continue
-    order = lambda r: (SPLITS.index(r["split"]), r["task_id"], r["source"], r["id"])  # noqa: E731
-    rows.sort(key=order)
-    tool_rows.sort(key=order)
-    factory_rows.sort(key=order)
-    if not rows:
-        raise ExportError(
-            f"none of the {len(tool_rows)} trajectories for {name!r} has a plain (tags) form; export them from "
-            "a tags endpoint, or with one code call per reply"
-        )
-    ref = release_ref(release)
-    lineage = {"trajectory_partitions": sorted(set(partitions)), "selection": dict(selection or {})}
-    content_fp = content_fingerprint(
-        {
-            "format": FORMAT,
-            "layouts": LAYOUTS,
-            "rows": rows,
-            "tool_rows": tool_rows,
+
+        sharegpt_rows = [
+            {**{k: v for k, v in r.items() if k != "messages"}, "conversations": sharegpt(r["messages"])}
+            for r in rows
+        ]
+        tables = {
+            "default": split_tables(rows, MESSAGES_SCHEMA),
+            "sharegpt": split_tables(sharegpt_rows, SHAREGPT_SCHEMA),
+            "tools": split_tables(tool_rows, TOOLS_SCHEMA),
+            "llamafactory": split_tables(factory_rows, LLAMAFACTORY_SCHEMA),
+        }
+        meta = {
+            "content_fingerprint": content_fp,
             "release": ref,
             "lineage": lineage,
+            "trajectory_ids": [r["id"] for r in tool_rows],
+            "counts": {
+                "trajectories": len(tool_rows),
+                "tasks": len({r["task_id"] for r in tool_rows}),
+                "passed": sum(bool(r["passed"]) for r in tool_rows),
+                "messages": sum(len(r["messages"]) for r in rows),
+                "tools_only": len(tool_rows) - len(rows),
+                "splits": dict(Counter(r["split"] for r in tool_rows)),
+                "families": family_counts(tool_rows, "outcome"),
+                "sources": dict(sorted(Counter(r["source"] for r in tool_rows).items())),
+            },
         }
-    )
+        registry = dataset_info(name, tables["llamafactory"])
+        return ExportContent(
+            tables,
+            meta,
+            {"dataset_info.json": (json.dumps(registry, indent=2, sort_keys=True) + "\n").encode()},
+        )
 
-    sharegpt_rows = [
-        {**{k: v for k, v in r.items() if k != "messages"}, "conversations": sharegpt(r["messages"])}
-        for r in rows
-    ]
-    tables = {
-        "default": split_tables(rows, MESSAGES_SCHEMA),
-        "sharegpt": split_tables(sharegpt_rows, SHAREGPT_SCHEMA),
-        "tools": split_tables(tool_rows, TOOLS_SCHEMA),
-        "llamafactory": split_tables(factory_rows, LLAMAFACTORY_SCHEMA),
-    }
-    meta = {
-        "pretty_name": pretty_name,
-        "content_fingerprint": content_fp,
-        "release": ref,
-        "lineage": lineage,
-        "trajectory_ids": [r["id"] for r in tool_rows],
-        "counts": {
-            "trajectories": len(tool_rows),
-            "tasks": len({r["task_id"] for r in tool_rows}),
-            "passed": sum(bool(r["passed"]) for r in tool_rows),
-            "messages": sum(len(r["messages"]) for r in rows),
-            "tools_only": len(tool_rows) - len(rows),
-            "splits": dict(Counter(r["split"] for r in tool_rows)),
-            "families": family_counts(tool_rows, "outcome"),
-            "sources": dict(sorted(Counter(r["source"] for r in tool_rows).items())),
-        },
-    }
-    return write_export(
-        ctx,
-        name,
-        kind="sft",
-        format=FORMAT,
-        tables=tables,
-        meta=meta,
-        card=export_card.sft_card,
-        version=version,
-        today=today,
-        extra_files={
-            "dataset_info.json": (
-                json.dumps(dataset_info(name, tables["llamafactory"]), indent=2, sort_keys=True) + "\n"
-            ).encode()
-        },
-    )
+    def card(self, meta: dict[str, Any]) -> str:
+        return export_card.sft_card(meta)

@@ -1,8 +1,10 @@
-"""Publish: freeze released tasks into versioned releases, copy them to targets, export other layouts.
+"""Publish: freeze released tasks into versioned releases and copy them to targets.
 
 - `release.build_release` / `list_versions` / `load_release` / `verify_release`: the store's releases;
-- `targets.LocalTarget` (and the `Target` protocol a Hub target implements): copy a finished version out;
-- `export.export_dare_bench`: DARE-bench's own folder layout, so its tools can run our tasks.
+- `versions`: how releases and exports are versioned, listed and loaded;
+- `targets.LocalTarget` (and the `Target` protocol a Hub target implements): copy a finished version out.
+
+Other benchmarks' layouts of a release are export formats (`dareforge.exports`).
 """
 
 from dareforge.publish.release import (

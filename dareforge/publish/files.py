@@ -1,9 +1,16 @@
-"""Store helpers the release builder needs: safe Parquet reads, verified copies, file entries for manifests."""
+"""File helpers of releases and exports: safe Parquet reads, verified copies, file entries for manifests, and a
+local folder written whole."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -63,3 +70,21 @@ def copy(store: Store, src: str, dst: str, name: str, sha256: str, size: int) ->
                 "task was rewritten. Regenerate the task (`dareforge generate`) before releasing it."
             )
     return {"name": name, "size": size, "sha256": sha256}
+
+
+@contextmanager
+def staged_folder(dest: Path, *, replace: bool) -> Iterator[Path]:
+    """A new folder beside `dest` to fill; when the block ends without an error it becomes `dest` in one rename,
+    so no reader ever sees half of it (atomic on one filesystem), and it is removed when the block fails.
+    `replace` removes an existing `dest` just before the rename; without it the rename onto a non-empty `dest`
+    raises OSError."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        if replace and dest.exists():
+            shutil.rmtree(dest)
+        os.rename(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -56,20 +56,19 @@ from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, as
 from dareforge.publish.versions import (
     MANIFEST,
     PRIVATE_SUFFIX,
+    BuildResult,
     Part,
+    Version,
     VersionError,
     check_name,
     check_version,
-    finished_versions,
     plan_version,
     remove_unlisted,
-    verify_parts,
     write_build_record,
 )
 from dareforge.queries import chosen_framings, kept_sources
 from dareforge.schema import Source, Task, TaskScores, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
-from dareforge.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -129,18 +128,14 @@ def private_prefix(name: str, version: str) -> str:
 
 
 @dataclass
-class Release:
+class Release(Version):
     """A finished release version, as consumers (audit, targets, exporters) read it."""
 
-    store: Store
-    name: str
-    version: str
-    manifest: dict[str, Any]
+    ROOT = RELEASES
+    noun = "release"
+    error = ReleaseError
+    how_to_build = "build one with `build_release`"
     kind = "release"
-
-    @property
-    def prefix(self) -> str:
-        return public_prefix(self.name, self.version)
 
     @property
     def private_name(self) -> str:
@@ -199,50 +194,29 @@ class Release:
 
 
 @dataclass
-class ReleaseResult:
-    release: Release
-    created: bool
-    previous: str | None = None
+class ReleaseResult(BuildResult[Release]):
     changelog: str = ""
-    notes: list[str] = field(default_factory=list)
     excluded: dict[str, int] = field(default_factory=dict)
 
     @property
-    def name(self) -> str:
-        return self.release.name
-
-    @property
-    def version(self) -> str:
-        return self.release.version
+    def release(self) -> Release:
+        return self.finished
 
 
 # -- reading ----------------------------------------------------------------------------------------------------
 def list_versions(ctx: RunContext, name: str) -> list[str]:
-    """Finished versions of a release, oldest first; a version without `manifest.json` does not exist yet."""
-    check_name(name)
-    return finished_versions(ctx.store, f"{RELEASES}/{name}")
+    """Finished versions of a release, oldest first."""
+    return Release.versions(ctx.store, name)
 
 
 def load_release(ctx: RunContext, name: str, version: str | None = None) -> Release:
     """A finished version (the latest when `version` is None)."""
-    check_name(name)
-    if version is None:
-        versions = list_versions(ctx, name)
-        if not versions:
-            raise ReleaseError(
-                f"release {name!r} has no finished version in {ctx.store.url}; build one with `build_release`"
-            )
-        version = versions[-1]
-    key = f"{public_prefix(name, version)}/{MANIFEST}"
-    if not ctx.store.exists(key):
-        known = ", ".join(list_versions(ctx, name)) or "none"
-        raise ReleaseError(f"release {name!r} has no finished version {version!r} (finished: {known})")
-    return Release(ctx.store, name, version, ctx.store.read_json(key))
+    return Release.load(ctx.store, name, version)
 
 
 def verify_release(ctx: RunContext, name: str, version: str | None = None) -> list[str]:
     """Re-hash every file both manifests list; one line per problem (empty when the release is intact)."""
-    return verify_parts(ctx.store, load_release(ctx, name, version).parts())
+    return load_release(ctx, name, version).verify()
 
 
 # -- selecting --------------------------------------------------------------------------------------------------

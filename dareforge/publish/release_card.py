@@ -59,6 +59,17 @@ def size_category(n: int) -> str:
     return next((label for bound, label in SIZE_CATEGORIES if n < bound), "n>10M")
 
 
+def family_table(rows: dict[str, list[Any]], columns: list[str], text_columns: int = 0) -> list[str]:
+    """Markdown lines of a table with one row per family (`rows`: family -> its cells, in order): `family`,
+    `what it asks`, then `columns`, whose first `text_columns` are text and the rest numbers (right-aligned)."""
+    align = ["---"] * (2 + text_columns) + ["---:"] * (len(columns) - text_columns)
+    lines = [f"| {' | '.join(['family', 'what it asks', *columns])} |", f"|{'|'.join(align)}|"]
+    for family, cells in rows.items():
+        what = family_named(family).words.asks
+        lines.append(f"| {' | '.join([family, what, *map(str, cells)])} |")
+    return lines
+
+
 def cell(value: Any) -> str:
     """Text safe inside a Markdown table cell."""
     text = "" if value is None else str(value)
@@ -112,13 +123,9 @@ def public_card(meta: dict[str, Any]) -> str:
         "form `test` (sources without a date count as older; ties are broken by a seeded hash of the source id). "
         "A source keeps its side from one version to the next.",
         "",
-        "| family | what it asks | train | test | total |",
-        "|---|---|---:|---:|---:|",
     ]
-    for family in families:
-        what = family_named(family).words.asks
-        row = [counts[(family, s)] for s in SPLITS]
-        lines.append(f"| {family} | {what} | {row[0]} | {row[1]} | {sum(row)} |")
+    sides = {family: [counts[(family, s)] for s in SPLITS] for family in families}
+    lines += family_table({f: [*row, sum(row)] for f, row in sides.items()}, [*SPLITS, "total"])
     totals = [meta["splits"][s]["tasks"] for s in SPLITS]
     lines += [f"| **total** | | {totals[0]} | {totals[1]} | {sum(totals)} |", ""]
     lines += [

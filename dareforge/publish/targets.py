@@ -6,26 +6,24 @@ the manifests list (never whatever else sits under the prefix), and keeps the pr
 target pushes `release.prefix` to the public repo and `release.private_prefix` to a private one.
 
 What a target publishes is any `Publishable`: a `Release` (private and public part) or an SFT/RL export
-(`dareforge.exports`, one public part); each part is one folder or repo named `Part.name`.
+(`dareforge.exports.base.Export`, one public part); each part is one folder or repo named `Part.name`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from dareforge.publish.files import staged_folder
 from dareforge.publish.release import ReleaseError
 from dareforge.publish.versions import MANIFEST, Part
 from dareforge.store import Store
 
 
 class Publishable(Protocol):
-    """A finished version in the store: `Release`, or an export (`dareforge.exports.Export`)."""
+    """A finished version in the store: `Release`, or an export (`dareforge.exports.base.Export`)."""
 
     store: Store
     name: str
@@ -51,32 +49,27 @@ def _copy_version(store: Store, prefix: str, manifest: dict[str, Any], dest: Pat
             f"{dest} holds another build of {manifest['name']} {manifest['version']}; versions are immutable, so "
             "remove that folder by hand if it is stale"
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
     try:
-        for entry in manifest["files"]:
-            target = tmp / entry["name"]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            digest = hashlib.sha256()
-            with store.open(f"{prefix}/{entry['name']}") as src, open(target, "wb") as out:
-                while block := src.read(1 << 20):
-                    digest.update(block)
-                    out.write(block)
-            if digest.hexdigest() != entry["sha256"]:
-                raise ReleaseError(
-                    f"{prefix}/{entry['name']}: sha256 {digest.hexdigest()} != manifest {entry['sha256']}; the "
-                    "release in the store is damaged (see verify_release)"
-                )
-        (tmp / MANIFEST).write_bytes(manifest_bytes)
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            # Another publisher finished first; fine if it put the same version there.
-            if not (existing.exists() and existing.read_bytes() == manifest_bytes):
-                raise
-            return False
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with staged_folder(dest, replace=False) as tmp:
+            for entry in manifest["files"]:
+                target = tmp / entry["name"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                digest = hashlib.sha256()
+                with store.open(f"{prefix}/{entry['name']}") as src, open(target, "wb") as out:
+                    while block := src.read(1 << 20):
+                        digest.update(block)
+                        out.write(block)
+                if digest.hexdigest() != entry["sha256"]:
+                    raise ReleaseError(
+                        f"{prefix}/{entry['name']}: sha256 {digest.hexdigest()} != manifest {entry['sha256']}; "
+                        "the release in the store is damaged (see verify_release)"
+                    )
+            (tmp / MANIFEST).write_bytes(manifest_bytes)
+    except OSError:
+        # Another publisher finished first; fine if it put the same version there.
+        if not (existing.exists() and existing.read_bytes() == manifest_bytes):
+            raise
+        return False
     return True
 
 

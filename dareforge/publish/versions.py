@@ -6,14 +6,17 @@ fingerprint equals the latest version's reuses it (`plan_version`), a half-writt
 rather than named anew, and what a finished version's manifest does not list is removed before it is written
 (`remove_unlisted`). When and where a version was built goes to its build record, `<root>/.builds/<version>.json`,
 never into the version's own files. `verify_parts` re-hashes what the manifests list.
+
+`Version` is what releases and exports share once built: where a name's versions live, listing and loading
+them, re-hashing one; `BuildResult` is what a build of either returns.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from dareforge.errors import DareforgeError
 from dareforge.publish.files import sha256_key
@@ -184,3 +187,79 @@ def verify_parts(store: Store, parts: list[Part]) -> list[str]:
             elif (digest := sha256_key(store, key)) != entry["sha256"]:
                 problems.append(f"{key}: sha256 {digest} != manifest {entry['sha256']}")
     return problems
+
+
+@dataclass
+class Version:
+    """A finished version in the store, `<ROOT>/<name>/<version>/`, as its manifest describes it. A subclass
+    (a release, an export) says where its versions live and which error tells a reader what is missing."""
+
+    store: Store
+    name: str
+    version: str
+    manifest: dict[str, Any]
+
+    ROOT: ClassVar[str]
+    noun: ClassVar[str]  # "release", "export": how messages name it
+    error: ClassVar[type[DareforgeError]]
+    how_to_build: ClassVar[str]  # what a message about a name with no version tells the reader to run
+
+    @classmethod
+    def root(cls, name: str) -> str:
+        check_name(name, cls.noun)
+        return f"{cls.ROOT}/{name}"
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.ROOT}/{self.name}/{self.version}"
+
+    def parts(self) -> list[Part]:
+        raise NotImplementedError
+
+    @classmethod
+    def versions(cls, store: Store, name: str) -> list[str]:
+        """Finished versions of `name`, oldest first; a version without `manifest.json` does not exist yet."""
+        return finished_versions(store, cls.root(name))
+
+    @classmethod
+    def load(cls, store: Store, name: str, version: str | None = None) -> Self:
+        """A finished version (the latest when `version` is None)."""
+        root = cls.root(name)
+        if version is None:
+            versions = finished_versions(store, root)
+            if not versions:
+                raise cls.error(
+                    f"{cls.noun} {name!r} has no finished version in {store.url}; {cls.how_to_build}"
+                )
+            version = versions[-1]
+        key = f"{root}/{version}/{MANIFEST}"
+        if not store.exists(key):
+            known = ", ".join(finished_versions(store, root)) or "none"
+            raise cls.error(f"{cls.noun} {name!r} has no finished version {version!r} (finished: {known})")
+        return cls(store, name, version, store.read_json(key))
+
+    def verify(self) -> list[str]:
+        """Re-hash every file the manifests list; one line per problem (empty when the version is intact)."""
+        return verify_parts(self.store, self.parts())
+
+
+V = TypeVar("V", bound=Version)
+
+
+@dataclass
+class BuildResult(Generic[V]):
+    """What a build returns: the finished version holding its content, whether this build wrote it
+    (`created`; False when a version already held that content), and the version before it."""
+
+    finished: V
+    created: bool
+    previous: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.finished.name
+
+    @property
+    def version(self) -> str:
+        return self.finished.version

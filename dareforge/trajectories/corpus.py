@@ -1,11 +1,12 @@
-"""Training corpora of a release: select verified (and judged) trajectories, then write the SFT and RL exports.
+"""Training corpora of a release: select verified (and judged) trajectories, then write every training export.
 
 Reads the `gold--<release>` and `sampled--<endpoint>--<release>` trajectory partitions, keeps trajectories of
 the release's tasks on the `synthesize.split` side (train by default, so no benchmark test task leaks into
 training data), applies `select` with `synthesize.strategy` and the `judge:` thresholds (with the judgements
-of `judge.endpoint`, when one is set) and writes `<release>-sft` (chosen trajectories as chat messages) and
-`<release>-rl` (the same tasks as prompts with DARE-bench's reward). Both are versioned like releases: the
-same selection gives the same version, and nothing new is written.
+of `judge.endpoint`, when one is set) and writes `<release>-<format>` in every registered training format
+(`dareforge.exports.registry`): `<release>-sft` holds the chosen trajectories as chat messages, `<release>-rl`
+the same tasks as prompts with DARE-bench's reward. Each is versioned like a release: the same selection gives
+the same version, and nothing new is written. Trajectories are selected only when a format reads them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from datetime import date
 from typing import Any
 
 from dareforge.context import RunContext
-from dareforge.exports import ExportResult, build_rl_export, build_sft_export
+from dareforge.exports import ExportError
+from dareforge.exports.base import ChosenTrajectories, ExportJob, ExportResult, TrainingExport
+from dareforge.exports.registry import FORMATS, export_format
 from dareforge.families.registry import pass_bars
 from dareforge.judge.judge import judgement_partition, trajectory_partitions
 from dareforge.publish.release import Release, load_release
@@ -29,8 +32,6 @@ from dareforge.trajectories.synthesize import is_valid
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("sft", "rl")
-
 
 @dataclass
 class CorpusResult:
@@ -38,8 +39,7 @@ class CorpusResult:
     version: str
     partitions: list[str]
     tasks: int
-    sft: ExportResult | None = None
-    rl: ExportResult | None = None
+    exports: dict[str, ExportResult] = field(default_factory=dict)  # format name -> its export
     selection: Selection | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -59,43 +59,57 @@ def corpus_tasks(ctx: RunContext, rel: Release) -> list[Task]:
     return [t for t in rel.tasks() if side == "all" or splits.get(t.id) == side]
 
 
+def training_formats(names: Sequence[str] | None = None) -> list[TrainingExport]:
+    """The training formats called `names` (default: every registered one), in registry order."""
+    formats = [export_format(name) for name in (FORMATS if names is None else names)]
+    layouts = [f.name for f in formats if not isinstance(f, TrainingExport)]
+    if layouts and names is not None:
+        raise ExportError(
+            f"{', '.join(layouts)}: another benchmark's folder layout, not training data; write it with "
+            "`dareforge export --format NAME --dest FOLDER`"
+        )
+    return [f for f in formats if isinstance(f, TrainingExport)]
+
+
 def build_corpus(
     ctx: RunContext,
     release: str = "dareforge",
     version: str | None = None,
     *,
-    formats: Sequence[str] = FORMATS,
+    formats: Sequence[str] | None = None,
     strategy: str | None = None,
     judge_endpoint: str | None = None,
     today: date | None = None,
 ) -> CorpusResult:
-    """Select and export; see the module doc. `strategy` and `judge_endpoint` override the config; `today`
-    names new export versions (default: the UTC date)."""
-    unknown = sorted(set(formats) - set(FORMATS))
-    if unknown:
-        raise ValueError(f"unknown corpus format(s) {unknown}; choose from {', '.join(FORMATS)}")
+    """Select and export in the training `formats` (default: all); see the module doc. `strategy` and
+    `judge_endpoint` override the config; `today` names new export versions (default: the UTC date)."""
+    chosen = training_formats(formats)
     rel = load_release(ctx, release, version)
     tasks = corpus_tasks(ctx, rel)
     result = CorpusResult(rel.name, rel.version, [], len(tasks))
     if not tasks:
         result.notes.append(f"release {rel.name}@{rel.version} has no {ctx.config.synthesize.split} tasks")
         return result
-    if "rl" in formats:
-        result.rl = build_rl_export(ctx, f"{rel.name}-rl", tasks, release=rel, today=today)
-    if "sft" in formats:
-        _sft(ctx, rel, tasks, result, strategy or ctx.config.synthesize.strategy, judge_endpoint, today)
+    trajectories = None
+    if any(f.reads_trajectories for f in chosen):
+        strategy = strategy or ctx.config.synthesize.strategy
+        trajectories = _choose(ctx, rel, tasks, result, strategy, judge_endpoint)
+    job = ExportJob(ctx, rel, tasks, trajectories, today=today)
+    for fmt in chosen:
+        if fmt.reads_trajectories and trajectories is None:
+            continue  # the notes say why none were chosen
+        result.exports[fmt.name] = fmt.export(job)
     return result
 
 
-def _sft(
+def _choose(
     ctx: RunContext,
     rel: Release,
     tasks: list[Task],
     result: CorpusResult,
     strategy: str,
     judge_endpoint: str | None,
-    today: date | None,
-) -> None:
+) -> ChosenTrajectories | None:
     gold_parts, sampled_parts = corpus_partitions(ctx, rel.name)
     result.partitions = gold_parts + sampled_parts
     wanted = {t.id for t in tasks}
@@ -110,7 +124,7 @@ def _sft(
             f"no trajectories of {rel.name}'s {ctx.config.synthesize.split} tasks yet: run "
             "`dareforge synthesize` (gold trajectories need no model)"
         )
-        return
+        return None
     judge = judge_endpoint or ctx.config.judge.endpoint
     judgements: list[Judgement] = []
     if judge:
@@ -128,7 +142,7 @@ def _sft(
     result.selection = selection
     if not selection.kept:
         result.notes.append(f"no trajectory survived selection ({dict(selection.counts())} dropped by stage)")
-        return
+        return None
     lineage: dict[str, Any] = {
         "strategy": strategy,
         "judge_endpoint": judge,
@@ -138,17 +152,6 @@ def _sft(
         "dropped_by_stage": dict(sorted(selection.counts().items())),
         "dropped_reasons": dict(Counter(d.reason.split(" (")[0] for d in selection.dropped).most_common(10)),
     }
-    result.sft = build_sft_export(
-        ctx,
-        f"{rel.name}-sft",
-        selection.kept,
-        tasks,
-        release=rel,
-        selection=lineage,
-        partitions=result.partitions,
-        kinds={t.id: "gold" for t in gold},
-        today=today,
-    )
     log.info(
         "corpus %s@%s: %d of %d trajectories kept (%s)",
         rel.name,
@@ -157,3 +160,4 @@ def _sft(
         len(gold) + len(sampled),
         strategy,
     )
+    return ChosenTrajectories(selection.kept, lineage, result.partitions, {t.id: "gold" for t in gold})

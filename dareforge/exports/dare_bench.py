@@ -1,4 +1,5 @@
-"""Export a finished release in DARE-bench's own layout, so DARE-bench's tools can run and score our tasks.
+"""A finished release in DARE-bench's own layout (registered as `dare-bench`), so DARE-bench's tools can run and
+score our tasks.
 
 DARE-bench (Snowflake-Labs/dare-bench, `data/eval/`) keeps a `question_list.json` beside `databases/`. Each
 entry names a folder (`file_path`) holding one source's two task variants: `question_v1` (IF for tabular,
@@ -11,10 +12,11 @@ graded against the reference), tabular v2 `ground_truth.csv`, time series `groun
 
 Our mapping (`dest` plays DARE-bench's `data/eval/`):
 
-- folder `<source id, dots as underscores>_<class|reg|ts>`: v1 = the source's IF (or XF) task with the lowest
-  seed, v2 = its MM (or CF) task. Further IF seeds get folders `<slug>-2_<kind>`, ... whose v2 repeats the
-  MM task; the entry's `dareforge.v2_duplicate_of` names the folder that has it first (drop those entries when
-  scoring v2, or the MM task counts twice). A source missing one of the two variants (e.g. the gate rejected
+- folder `<source id, dots as underscores>_<class|reg|ts>` (the kind its families declare,
+  `Family.dare_bench`): v1 = the source's IF (or XF) task with the lowest seed, v2 = its MM (or CF)
+  task. Further IF seeds get folders `<slug>-2_<kind>`, ... whose v2 repeats the MM task; the entry's
+  `dareforge.v2_duplicate_of` names the folder that has it first (drop those entries when scoring v2, or the MM
+  task counts twice). A source missing one of the two variants (e.g. the gate rejected
   its MM task) is skipped and reported: DARE-bench's loader needs both.
 - `source/`: tabular `train_v1.csv`, `val_v1.csv` (the IF task's train/test), `train_v2.csv`, `val_v2.csv`
   (the MM task's); time series `train.csv` (shared by XF and CF; `train_v1.csv`/`train_v2.csv` if they
@@ -36,8 +38,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import shutil
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +45,10 @@ from typing import Any
 
 import pandas as pd
 
-from dareforge.context import RunContext
+from dareforge.exports.base import ExportJob, FolderLayout, LayoutReport
 from dareforge.families.registry import family_named
 from dareforge.generators.instructions import METRIC_WORDS
-from dareforge.publish.release import Release, ReleaseError, load_release
+from dareforge.publish.release import Release, ReleaseError
 from dareforge.schema import Source
 
 PROBLEM_TYPES = {"class": "classification", "reg": "regression", "ts": "time_series_analysis"}
@@ -59,10 +59,14 @@ TOOLS = ["python_executor"]
 
 
 @dataclass
-class ExportReport:
-    dest: Path
+class DareBenchReport(LayoutReport):
     folders: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"exported {self.release.name}@{self.release.version} to {self.dest}: {len(self.folders)} folders"
+        ]
+        return lines + [f"  skipped {key}: {why}" for key, why in sorted(self.skipped.items())]
 
 
 @dataclass
@@ -175,33 +179,24 @@ def _file_names(kind: str, v1: _Task, v2: _Task) -> tuple[dict[str, str], dict[s
     return names[0], names[1]
 
 
-def export_dare_bench(
-    ctx: RunContext, name: str, version: str | None, dest: Path, *, split: str | None = None
-) -> ExportReport:
-    """Write release `name` `version` (latest when None) to `dest` in DARE-bench's layout (see module doc).
+class DareBenchLayout(FolderLayout):
+    def write(self, job: ExportJob, folder: Path) -> DareBenchReport:
+        """The job's release in DARE-bench's layout (see the module doc), every task tagged with its split."""
+        release = job.release
+        private = {r["id"]: r for r in release.private_rows()}
+        tasks = [_Task(r, private[r["id"]]) for r in release.rows()]
+        sources = {s.id: s for s in job.ctx.store.read_records(Source)}
+        report = DareBenchReport(release, Path(job.dest))
+        groups: dict[tuple[str, str], dict[int, list[_Task]]] = defaultdict(lambda: {1: [], 2: []})
+        for task in tasks:
+            slot = family_named(task.row["family"]).dare_bench
+            if slot is None:
+                report.skipped[task.id] = f"family {task.row['family']} has no DARE-bench counterpart"
+                continue
+            groups[(task.row["source_id"], slot.kind)][slot.variant].append(task)
 
-    `split` limits the export to `train` or `test` tasks (default: all, each entry tagged with its split).
-    `dest` is replaced as a whole, atomically when it is on one filesystem.
-    """
-    release = load_release(ctx, name, version)
-    private = {r["id"]: r for r in release.private_rows()}
-    tasks = [_Task(r, private[r["id"]]) for r in release.rows(split)]
-    sources = {s.id: s for s in ctx.store.read_records(Source)}
-    dest = Path(dest)
-    report = ExportReport(dest)
-    groups: dict[tuple[str, str], dict[int, list[_Task]]] = defaultdict(lambda: {1: [], 2: []})
-    for task in tasks:
-        slot = family_named(task.row["family"]).dare_bench
-        if slot is None:
-            report.skipped[task.id] = f"family {task.row['family']} has no DARE-bench counterpart"
-            continue
-        groups[(task.row["source_id"], slot.kind)][slot.variant].append(task)
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
-    writer = _Writer(release, tmp)
-    questions = []
-    try:
+        writer = _Writer(release, folder)
+        questions = []
         for (source_id, kind), variants in sorted(groups.items()):
             v1s = sorted(variants[1], key=lambda t: (t.row["seed"], t.id))
             v2s = sorted(variants[2], key=lambda t: (t.row["seed"], t.id))
@@ -213,19 +208,14 @@ def export_dare_bench(
             first = f"{_slug(source_id)}_{kind}"
             for i in range(max(len(v1s), len(v2s))):
                 v1, v2 = v1s[min(i, len(v1s) - 1)], v2s[min(i, len(v2s) - 1)]
-                folder = first if i == 0 else f"{_slug(source_id)}-{i + 1}_{kind}"
-                entry = _export_pair(writer, folder, kind, v1, v2, sources.get(source_id), release)
+                pair_folder = first if i == 0 else f"{_slug(source_id)}-{i + 1}_{kind}"
+                entry = _export_pair(writer, pair_folder, kind, v1, v2, sources.get(source_id), release)
                 entry["dareforge"]["v1_duplicate_of"] = first if i >= len(v1s) else None
                 entry["dareforge"]["v2_duplicate_of"] = first if i >= len(v2s) else None
                 questions.append(entry)
-                report.folders.append(folder)
-        (tmp / "question_list.json").write_text(json.dumps(questions, indent=2, ensure_ascii=False) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return report
+                report.folders.append(pair_folder)
+        (folder / "question_list.json").write_text(json.dumps(questions, indent=2, ensure_ascii=False) + "\n")
+        return report
 
 
 def _export_pair(

@@ -1,4 +1,5 @@
-"""Export a release's question tasks (QA, Lake) in KramaBench's layout, so its evaluator grades answers to them.
+"""A release's question tasks (QA, Lake) in KramaBench's layout (registered as `kramabench`), so its evaluator
+grades answers to them.
 
 KramaBench (mitdbg/Kramabench) keeps a workload, `workload/<name>.json`: a list of tasks, each with `id`,
 `query`, `answer`, `answer_type` (string_exact, string_approximate, numeric_exact, numeric_approximate,
@@ -19,30 +20,43 @@ The workload holds the answers: it is as private as the private release it is cu
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dareforge.context import RunContext
+from dareforge.exports.base import ExportJob, FolderLayout, LayoutReport
 from dareforge.families.registry import family_of
 from dareforge.generators.questions.qa import ANSWER_NOTE
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
-from dareforge.publish.release import ReleaseError, load_release
+from dareforge.publish.release import ReleaseError
 from dareforge.schema import MetricSpec, Task
 
 KRAMABENCH_TYPES = {"boolean": "string_exact"}
 """Our answer types KramaBench lacks -> the type it grades them with; the others keep their names."""
 
 
+WORKLOAD = "dareforge"
+"""The workload's name: its file, its data folder, and the prefix of its task ids."""
+
+
+def workload_file(root: Path) -> Path:
+    return root / "workload" / f"{WORKLOAD}.json"
+
+
 @dataclass
-class KramaBenchReport:
-    dest: Path
-    workload: Path
+class KramaBenchReport(LayoutReport):
     tasks: list[str] = field(default_factory=list)
     subtasks: int = 0
-    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def workload(self) -> Path:
+        return workload_file(self.dest)
+
+    def summary(self) -> list[str]:
+        return [
+            f"exported {len(self.tasks)} QA/Lake tasks ({self.subtasks} sub-tasks) of {self.release.name} to "
+            f"{self.dest}: workload {self.workload}"
+        ]
 
 
 def krama_answer(metric: MetricSpec, answer: Any) -> tuple[str, Any]:
@@ -58,49 +72,28 @@ def krama_query(instruction: str) -> str:
     return "\n".join(line for line in instruction.splitlines() if line != ANSWER_NOTE).strip()
 
 
-def export_kramabench(
-    ctx: RunContext,
-    name: str,
-    version: str | None,
-    dest: Path,
-    *,
-    workload: str = "dareforge",
-    split: str | None = None,
-) -> KramaBenchReport:
-    """Write release `name` (latest version when None) to `dest` in KramaBench's layout (see the module doc);
-    `split` limits it to the release's train or test tasks. `dest` is replaced as a whole."""
-    release = load_release(ctx, name, version)
-    sides = release.splits
-    tasks = [
-        t
-        for t in release.tasks()
-        if family_of(t).asks_question and (split is None or sides.get(t.id) == split)
-    ]
-    dest = Path(dest)
-    report = KramaBenchReport(dest, dest / "workload" / f"{workload}.json")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{uuid.uuid4().hex}-{dest.name}"
-    entries = []
-    try:
-        for task in sorted(tasks, key=lambda t: (t.family, t.id)):
+class KramaBenchLayout(FolderLayout):
+    def write(self, job: ExportJob, folder: Path) -> KramaBenchReport:
+        """The question tasks of the job's release in KramaBench's layout (see the module doc)."""
+        release = job.release
+        sides = release.splits
+        report = KramaBenchReport(release, Path(job.dest))
+        entries = []
+        questions = (t for t in release.tasks() if family_of(t).asks_question)
+        for task in sorted(questions, key=lambda t: (t.family, t.id)):
             sources = []
             for f in task.public_files:
-                target = tmp / "data" / workload / "input" / task.id / f.name
+                target = folder / "data" / WORKLOAD / "input" / task.id / f.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(release.store.read_bytes(f"{release.prefix}/files/{task.id}/{f.name}"))
                 sources.append(f"{task.id}/{f.name}")
-            entries.append(_entry(release, task, workload, sources, sides.get(task.id)))
+            entries.append(_entry(release, task, WORKLOAD, sources, sides.get(task.id)))
             report.tasks.append(task.id)
             report.subtasks += len(task.subtasks)
-        path = tmp / "workload" / f"{workload}.json"
+        path = workload_file(folder)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return report
+        return report
 
 
 def _answer(release, task: Task, name: str) -> Any:

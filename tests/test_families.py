@@ -1,0 +1,141 @@
+"""A task family is one object: a new one is one module plus one registry line, and every stage takes it."""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+from datetime import date
+
+import pytest
+
+from dareforge.context import RunContext
+from dareforge.families.base import Grading
+from dareforge.families.registry import REGISTERED, UnknownFamilyError, families, family_named, pass_bars
+from dareforge.publish.release import build_release
+from dareforge.schema import Task, Verdict
+from dareforge.validators.validate import validate
+from tests.stores import generate_tasks, prediction_only, store_config
+
+DAY = date(2026, 1, 15)
+
+FEW_ROWS = textwrap.dedent(
+    '''
+    """Class-Few: classify from a few labelled rows (a throwaway family of the tests)."""
+
+    from dareforge.families.base import Build, Family, Grading, Words, predicts
+    from dareforge.families.tabular import cap_rows, copy_prepared, goal_task_fields
+    from dareforge.reference_solutions.pipeline import StrongSpec
+    from dareforge.reference_solutions.spec import usable_features
+    from dareforge.schema import MetricSpec, TaskType
+
+    ROWS = 40
+
+
+    def build_few(build: Build):
+        prepared = build.prepared
+        seed = build.ctx.config.generate.seed
+        numeric, categorical, dates = usable_features(prepared)
+        metric = MetricSpec(
+            name="macro-f1", target_columns=prepared.target_columns, key_columns=[prepared.id_column]
+        )
+        strong = StrongSpec(
+            classification=True,
+            id_column=prepared.id_column,
+            targets=prepared.target_columns,
+            numeric=numeric,
+            categorical=categorical,
+            dates=dates,
+            output_keys=[prepared.id_column],
+        )
+        few = cap_rows(build.frames[0], ROWS, seed)
+
+        def fill(draft):
+            copy_prepared(build, draft)
+            few.to_csv(draft.public / "train.csv", index=False)
+            draft.fields = goal_task_fields(
+                build,
+                draft,
+                metric,
+                strong,
+                few,
+                task_words="classification from few labelled rows",
+                test_note="`test.csv` holds the rows to predict, without the target.",
+            )
+
+        return [build.writer.build(build.family.name, seed, "few", fill)]
+
+
+    FAMILY = Family(
+        name="Class-Few",
+        kind=TaskType.CLASSIFICATION,
+        grading=Grading.GOAL,
+        metrics=("macro-f1",),
+        words=Words(
+            asks="classification from a few labelled rows",
+            agent="any model, trained on 40 rows",
+            hub_category="tabular-classification",
+        ),
+        build=build_few,
+        applies=predicts(TaskType.CLASSIFICATION),
+        pass_bar=0.6,
+        no_variant="a throwaway family",
+    )
+    '''
+)
+
+
+@pytest.fixture
+def few_rows(tmp_path, monkeypatch):
+    """The throwaway family: its module written to a folder on the path, and its one registry line."""
+    folder = tmp_path / "family"
+    folder.mkdir()
+    (folder / "few_rows.py").write_text(FEW_ROWS)
+    monkeypatch.syspath_prepend(str(folder))
+    family = importlib.import_module("few_rows").FAMILY
+    monkeypatch.setitem(REGISTERED, family.name, family)  # the registry line
+    return family
+
+
+def test_an_unknown_family_is_an_error_that_lists_the_registered_ones():
+    with pytest.raises(UnknownFamilyError) as error:
+        family_named("Class-XX")
+    assert "'Class-XX'" in str(error.value)
+    assert all(f.name in str(error.value) for f in families())
+
+
+def test_every_registered_family_declares_a_consistent_whole():
+    for family in families():
+        assert family.metrics, family.name
+        assert family.asks_question == (family.kind is None), family.name
+        assert (family.files.reference is None) == family.asks_question, family.name
+        assert (family.variant is None) == bool(family.no_variant), family.name
+        assert 0 < family.pass_bar <= 1, family.name
+    assert pass_bars({}) == {f.name: f.pass_bar for f in families() if f.grading == Grading.GOAL}
+
+
+def test_a_pass_bar_for_an_unknown_family_is_a_config_error():
+    from dareforge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Class-XX"):
+        pass_bars({"Class-XX": 0.5})
+
+
+def test_a_new_family_is_generated_validated_and_released(few_rows, tmp_path):
+    cfg = prediction_only(store_config(tmp_path, ["sklearn-iris"]))
+    ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
+    tasks = [t for t in ctx.store.read_records(Task) if t.family == few_rows.name]
+    assert len(tasks) == 1 and tasks[0].status == "candidate", tasks
+    few = tasks[0]
+    train = ctx.store.local_path(f"tasks/{few.id}/public/train.csv").read_text().splitlines()
+    assert len(train) == 1 + 40  # the builder's own files
+    assert few.scores.strong is not None and few.scores.baseline is not None
+
+    validate(ctx)
+    verdict = next(v for v in ctx.store.read_records(Verdict) if v.task_id == few.id)
+    assert verdict.accepted, verdict.reasons
+
+    release = build_release(ctx, "bench", today=DAY).release
+    assert few.id in {row["id"] for row in release.rows() if row["family"] == few_rows.name}
+    assert few.id in {row["id"] for row in release.private_rows()}
+    card = ctx.store.read_bytes(f"{release.prefix}/README.md").decode()
+    assert f"| {few_rows.name} | {few_rows.words.asks} |" in card
