@@ -19,9 +19,9 @@ from dareforge.crawlers.filter import filter_sources
 from dareforge.generators.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.pipeline import PREDICTIONS
+from dareforge.reference_solutions.reference_code import PREDICTIONS
+from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.resimulate import resimulate
-from dareforge.reference_solutions.runner import ReferenceRunner
 from dareforge.schema import Task
 from dareforge.understand.stage import understand
 

@@ -21,7 +21,7 @@ from dareforge.context import RunContext
 from dareforge.generators.taskio import GENERATOR_VERSION
 from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release
 from dareforge.publish.export import export_dare_bench
-from dareforge.publish.split import assign_splits, count_test_sources
+from dareforge.publish.source_split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import Task, Verdict

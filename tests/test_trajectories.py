@@ -27,7 +27,7 @@ from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError
 from dareforge.publish.release import build_release, load_release
-from dareforge.reference_solutions.pipeline import (
+from dareforge.reference_solutions.reference_code import (
     SECTION_KINDS,
     if_reference_code,
     if_reference_sections,

@@ -29,7 +29,7 @@ from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.publish.files import parquet_bytes, read_rows, write
 from dareforge.publish.release import Release
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 from dareforge.publish.versions import (
     MANIFEST,
     Part,

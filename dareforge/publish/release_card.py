@@ -14,7 +14,7 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 
 FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake")
 TASK_CATEGORIES = {

@@ -35,7 +35,7 @@ from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.publish.release import RELEASES, Release, load_release
 from dareforge.publish.release_card import answer_type_mix
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import SourceStatus, Task
 
