@@ -33,7 +33,8 @@ from dareforge.generators.questions.build import (
     subtask_task,
     visible,
 )
-from dareforge.generators.questions.programs import PROGRAMS, Question, Table
+from dareforge.generators.questions.programs import PROGRAMS
+from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
 from dareforge.llm import ChatResult
 from dareforge.probes.obscure import obscure_tasks

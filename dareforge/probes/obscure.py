@@ -401,8 +401,8 @@ def qa_variant(
     order pick the same program and the renamed columns, thresholds come from the rescaled values, and the
     answer is computed anew on the obscured data (then certified like any question). A draw whose program or
     columns differ from the original's mapped ones is not the same question: no variant, with the reason."""
-    from dareforge.generators.questions.programs import Table
     from dareforge.generators.questions.qa import qa_questions, qa_task
+    from dareforge.generators.questions.question import Table
 
     spec = json.loads(writer.original.spec or "{}")
     for question in qa_questions(ctx, prepared, Table.of(train, prepared)):
