@@ -14,12 +14,12 @@ import tempfile
 import time
 
 from bench.common import bench_config, generated
+from dareforge.agents.attempts import AttemptSettings, attempts_for, run_attempts
 from dareforge.agents.grading import is_if
 from dareforge.agents.protocol import task_prompt
-from dareforge.agents.runner import AttemptSettings, attempts_for, run_attempts
 from dareforge.context import RunContext
 from dareforge.publish.release import build_release
-from dareforge.reference_solutions.pipeline import if_reference_code
+from dareforge.reference_solutions.reference_code import if_reference_code
 from dareforge.trajectories.gold import (
     GoldClient,
     ScriptEndpoint,

@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from dareforge.locking import LockHolder
 
 
 class DareforgeError(Exception):
@@ -21,17 +16,6 @@ class ConfigError(DareforgeError):
 
 class StoreError(DareforgeError):
     pass
-
-
-class StoreBusyError(StoreError):
-    """A store lock is held by another process (or thread) and the caller chose not to wait."""
-
-    def __init__(self, name: str, path: Path, holder: LockHolder):
-        self.name, self.path, self.holder = name, path, holder
-        super().__init__(
-            f"{name} is in use by {holder.describe()}; wait for it to finish, or stop it (its lock file "
-            f"{path} is released when that process ends)"
-        )
 
 
 class SourceError(DareforgeError):

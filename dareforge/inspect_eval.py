@@ -46,10 +46,10 @@ from inspect_ai.scorer import Score, Target, accuracy, mean, scorer
 from inspect_ai.solver import Generate, TaskState, solver
 from inspect_ai.tool import ToolInfo, ToolParams
 
+from dareforge.agents.attempts import release_task_files
 from dareforge.agents.evaluate import split_tasks
 from dareforge.agents.loop import run_agent
 from dareforge.agents.protocol import protocol_for
-from dareforge.agents.runner import release_task_files
 from dareforge.config import load_config
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dareforge.errors import StoreBusyError
+from dareforge.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,17 @@ class LockHolder:
         if self.pid is None:
             return "another process (which has not written its name into the lock file yet)"
         return f"pid {self.pid} on host {self.host} since {self.since} (`{self.command}`)"
+
+
+class StoreBusyError(StoreError):
+    """A store lock is held by another process (or thread) and the caller chose not to wait."""
+
+    def __init__(self, name: str, path: Path, holder: LockHolder):
+        self.name, self.path, self.holder = name, path, holder
+        super().__init__(
+            f"{name} is in use by {holder.describe()}; wait for it to finish, or stop it (its lock file "
+            f"{path} is released when that process ends)"
+        )
 
 
 @dataclass

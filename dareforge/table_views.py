@@ -25,17 +25,15 @@ import contextlib
 import json
 import os
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import duckdb
 import pyarrow as pa
 
-from dareforge.errors import StoreBusyError
 from dareforge.hashing import sha256_bytes
-
-if TYPE_CHECKING:
-    from dareforge.store import Store
+from dareforge.locking import StoreBusyError
 
 COMPACT_FROM = 200
 """Partitions from which a table gets a compacted copy (below it, reading the files directly is fast)."""
@@ -47,6 +45,15 @@ KEEP = 2
 
 
 Signature = tuple[int, int, int]
+
+
+class LocalStore(Protocol):
+    """What a view needs of a local `Store`: its root folder, and its locks to rebuild a copy under (the store
+    makes its views, so this module names only what it uses of it)."""
+
+    root: str
+
+    def lock(self, name: str, *, wait: bool = True) -> AbstractContextManager[None]: ...
 
 
 def partition_files(folder: Path) -> dict[str, tuple[str, Signature]]:
@@ -66,7 +73,7 @@ def partition_files(folder: Path) -> dict[str, tuple[str, Signature]]:
     return found
 
 
-def create_view(con: duckdb.DuckDBPyConnection, store: Store, name: str) -> bool:
+def create_view(con: duckdb.DuckDBPyConnection, store: LocalStore, name: str) -> bool:
     """Create view `name` over the partition files of table `name` in the local `store` (see the module doc);
     False when the table has no partition yet (and no view was made)."""
     root = Path(store.root)

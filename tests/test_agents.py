@@ -25,13 +25,13 @@ from dareforge.agents import (
     parse_reply,
     render_table,
     run_agent,
-    runner,
     stored_trajectories,
     trajectory_id,
 )
+from dareforge.agents import attempts as attempts_module
 from dareforge.agents import loop as loop_module
+from dareforge.agents.attempts import Attempt, AttemptSettings, Checkpoints, run_attempts, store_task_files
 from dareforge.agents.protocol import truncate
-from dareforge.agents.runner import Attempt, AttemptSettings, Checkpoints, run_attempts, store_task_files
 from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError, DareforgeError
@@ -383,20 +383,20 @@ def test_a_failed_attempt_leaves_the_finished_ones_stored(built, tasks, scripted
             }
         )
     )
-    monkeypatch.setattr(runner.Checkpoints, "due", lambda self, size, now: False)  # the final save only
+    monkeypatch.setattr(Checkpoints, "due", lambda self, size, now: False)  # the final save only
     writes, write = [], Store.write_records
     monkeypatch.setattr(
         Store, "write_records", lambda self, part, records: writes.append(part) or write(self, part, records)
     )
 
-    finished, play_one = [], runner.run_agent
+    finished, play_one = [], attempts_module.run_agent
 
     async def recorded(*args, **kwargs):
         trajectory = await play_one(*args, **kwargs)
         finished.append(trajectory.id)  # stored in the same step of the event loop, before anything else runs
         return trajectory
 
-    monkeypatch.setattr(runner, "run_agent", recorded)
+    monkeypatch.setattr(attempts_module, "run_agent", recorded)
 
     def files_gone(tmp: Path):
         # Files are copied in ahead of the conversation: this one waits (not past a far deadline) until the

@@ -379,7 +379,7 @@ def _kill_mid_episode_then_sweep(temp: Path, tmp_path: Path) -> None:
 
 
 def test_store_lock_is_reentrant_within_a_thread_and_names_its_holder(tmp_path):
-    from dareforge.errors import StoreBusyError
+    from dareforge.locking import StoreBusyError
     from dareforge.store import Store
 
     store = Store(str(tmp_path / "store"))

@@ -24,7 +24,7 @@ FEW_ROWS = textwrap.dedent(
 
     from dareforge.families.base import Build, Family, Grading, Words, predicts
     from dareforge.families.tabular import cap_rows, copy_prepared, goal_task_fields
-    from dareforge.reference_solutions.pipeline import StrongSpec
+    from dareforge.reference_solutions.reference_code import StrongSpec
     from dareforge.reference_solutions.spec import usable_features
     from dareforge.schema import MetricSpec, TaskType
 

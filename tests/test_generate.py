@@ -20,9 +20,9 @@ from dareforge.families.generate import generate
 from dareforge.families.registry import family_of
 from dareforge.generators.prepare import prepare
 from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.pipeline import PREDICTIONS
+from dareforge.reference_solutions.reference_code import PREDICTIONS
+from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.resimulate import resimulate
-from dareforge.reference_solutions.runner import ReferenceRunner
 from dareforge.schema import Task
 from dareforge.understand.stage import understand
 

@@ -20,8 +20,9 @@ import pytest
 from dareforge import scratch
 from dareforge.agents.loop import write_submitted
 from dareforge.config import SandboxConfig
-from dareforge.sandbox import KernelPool, Sandbox, cgroups, disk, kernel, probe, processes
-from dareforge.sandbox.kernel import bounds_workspaces, message_limit
+from dareforge.sandbox import KernelPool, Sandbox, cgroups, disk, host_folders, probe, processes
+from dareforge.sandbox.connection import message_limit
+from dareforge.sandbox.host_folders import bounds_workspaces
 
 SECONDS = 300.0
 SHORT = 1.0
@@ -307,7 +308,7 @@ def test_without_control_groups_or_mounts_the_limits_bind_each_process(inputs, t
     monkeypatch.setattr(cgroups, "support", lambda: cgroups.Support(None, "no controllers in this test"))
     monkeypatch.setattr(disk, "available", lambda: "no mounts in this test")
     cgroups._warn_once.cache_clear()
-    kernel._warn_unbounded.cache_clear()
+    host_folders._warn_unbounded.cache_clear()
     with caplog.at_level("WARNING"), Sandbox(inputs, tmp_path / "work", CONFIG, SECONDS) as box:
         assert box._group is None and not os.path.ismount(box.workspace)
         alone = box.execute(

@@ -1,5 +1,6 @@
-"""The package's shape: no import cycle, no import from a lower floor to a higher one, and one stage list that
-`dareforge run` and the refresh DAG both follow (adding a stage touches its module, the list and its test)."""
+"""The package's shape: no import cycle (type-only imports included), no import from a lower floor to a higher
+one, no module over `MAX_LINES`, and one stage list that `dareforge run` and the refresh DAG both follow (adding a
+stage touches its module, the list and its test)."""
 
 from __future__ import annotations
 
@@ -67,8 +68,9 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(name: str) -> set[str]:
-    """The dareforge modules `name` imports, anywhere in its code except under `if TYPE_CHECKING:`."""
+def _imports(name: str, with_types: bool = False) -> set[str]:
+    """The dareforge modules `name` imports, anywhere in its code (in functions too); those under
+    `if TYPE_CHECKING:` only `with_types`."""
     path = MODULES[name]
     found: set[str] = set()
 
@@ -79,7 +81,7 @@ def _imports(name: str) -> set[str]:
             found.add(target)
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not with_types and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.orelse:
                 visit(child)
             return
@@ -103,6 +105,10 @@ def _imports(name: str) -> set[str]:
 
 
 GRAPH = {name: _imports(name) for name in MODULES}
+"""What each module imports to run: the floors bind these."""
+GRAPH_WITH_TYPES = {name: _imports(name, with_types=True) for name in MODULES}
+"""Type-only imports too: a cycle through one still ties the modules together (each must be read, and changed,
+with the other)."""
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -145,8 +151,26 @@ def _top(name: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def test_no_module_imports_itself_through_others():
-    assert _cycles(GRAPH) == []
+def _loop(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One way round a cycle's component, as files: its first module, the modules it imports on the way back to
+    it, and it again."""
+    start, members = component[0], set(component)
+    paths = {start: [start]}
+    todo = [start]
+    while todo:
+        node = todo.pop(0)
+        for nxt in sorted(graph[node] & members):
+            if nxt == start:
+                return [str(MODULES[m].relative_to(PACKAGE.parent)) for m in [*paths[node], start]]
+            if nxt not in paths:
+                paths[nxt] = [*paths[node], nxt]
+                todo.append(nxt)
+    raise AssertionError(f"{component} is not a cycle")
+
+
+def test_no_module_imports_itself_through_others_not_even_for_types():
+    loops = [" -> ".join(_loop(GRAPH_WITH_TYPES, c)) for c in _cycles(GRAPH_WITH_TYPES)]
+    assert loops == [], "import cycles (move what both modules need to the lower one):\n" + "\n".join(loops)
 
 
 def test_no_package_imports_itself_through_others():
@@ -159,6 +183,23 @@ def test_no_package_imports_itself_through_others():
 def test_the_cycle_finder_finds_a_planted_cycle():
     planted = {**GRAPH, "dareforge.schema": GRAPH["dareforge.schema"] | {"dareforge.cli.app"}}
     assert any("dareforge.schema" in c and "dareforge.cli.app" in c for c in _cycles(planted))
+
+
+def test_a_type_only_import_and_an_import_in_a_function_close_a_cycle(tmp_path, monkeypatch):
+    module = tmp_path / "hidden.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dareforge.store import Store\n"
+        "def f():\n    from dareforge.locking import hold\n"
+    )
+    monkeypatch.setitem(MODULES, "dareforge.hidden", module)
+    assert _imports("dareforge.hidden") == {"dareforge.locking"}
+    assert _imports("dareforge.hidden", with_types=True) == {"dareforge.locking", "dareforge.store"}
+    planted = {
+        **GRAPH_WITH_TYPES,
+        "dareforge.errors": GRAPH_WITH_TYPES["dareforge.errors"] | {"dareforge.locking"},
+    }
+    (component,) = [c for c in _cycles(planted) if "dareforge.errors" in c]
+    assert _loop(planted, component) == ["dareforge/errors.py", "dareforge/locking.py", "dareforge/errors.py"]
 
 
 def test_every_module_imports_only_its_floor_and_below():
@@ -222,6 +263,16 @@ def test_the_family_literal_finder_finds_planted_ones(tmp_path):
     )
     hits = _family_literals(planted, {"Class-IF", "QA", "Lake", "Reg-IF"})
     assert sorted(h.split(":")[-2] for h in hits) == ["2", "3", "4"]
+
+
+MAX_LINES = 600
+"""A module longer than this does more than one job: split it by job."""
+
+
+def test_no_module_is_over_max_lines():
+    lines = {str(p.relative_to(PACKAGE.parent)): len(p.read_text().splitlines()) for p in MODULES.values()}
+    over = {path: n for path, n in lines.items() if n > MAX_LINES}
+    assert over == {}, f"split these by job, to at most {MAX_LINES} lines each"
 
 
 # -- one stage list ----------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from dareforge.probes.obscure import (
 from dareforge.probes.shortcut import CHECKS_VERSION, TEST_IDS, probe_shortcuts, shortcut_candidates
 from dareforge.publish.release import select_tasks
 from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.pipeline import if_reference_code
+from dareforge.reference_solutions.reference_code import if_reference_code
 from dareforge.reference_solutions.spec import IFSpec
 from dareforge.sandbox import probe
 from dareforge.schema import (

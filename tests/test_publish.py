@@ -22,7 +22,7 @@ from dareforge.exports.base import ExportJob
 from dareforge.exports.registry import export_format
 from dareforge.generators.taskio import GENERATOR_VERSION
 from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release
-from dareforge.publish.split import assign_splits, count_test_sources
+from dareforge.publish.source_split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import Task, Verdict

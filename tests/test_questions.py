@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dareforge.agents.attempts import default_sandbox_factory
 from dareforge.agents.evaluate import evaluate
 from dareforge.agents.loop import run_agent
 from dareforge.agents.protocol import ANSWER_SCHEMAS, protocol_for, task_prompt, tool_schemas
-from dareforge.agents.runner import default_sandbox_factory
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.exports.base import ExportJob
@@ -36,7 +36,8 @@ from dareforge.generators.questions.build import (
     subtask_task,
     visible,
 )
-from dareforge.generators.questions.programs import PROGRAMS, Question, Table
+from dareforge.generators.questions.programs import PROGRAMS
+from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
 from dareforge.llm import ChatResult
 from dareforge.probes.obscure import obscure_tasks
@@ -46,7 +47,7 @@ from dareforge.publish.release_report import write_release_report
 from dareforge.queries import framed_source_ids
 from dareforge.reference_solutions.answers import score_answer
 from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.runner import ReferenceRunner
+from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.sandbox import probe
 from dareforge.schema import Task, ToolCall, Trajectory
 from dareforge.trajectories.gold import (

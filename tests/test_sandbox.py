@@ -32,9 +32,9 @@ from dareforge.sandbox import (
     processes,
 )
 from dareforge.sandbox.execution import OutputBudget, cut_end, cut_traceback, strip_ansi
-from dareforge.sandbox.kernel import KERNEL_BOOT
 from dareforge.sandbox.kernel_boot import OutputCap
 from dareforge.sandbox.kernel_forks import KernelForkServer
+from dareforge.sandbox.kernel_launch import KERNEL_BOOT
 
 # No verdict here may depend on the machine's speed (CI is a busy 2-core machine): every limit is far above what
 # the code needs, except SHORT, used only where the code never ends by itself and so cannot finish first.

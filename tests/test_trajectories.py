@@ -28,7 +28,7 @@ from dareforge.context import RunContext
 from dareforge.errors import ConfigError
 from dareforge.families.registry import pass_bars
 from dareforge.publish.release import build_release, load_release
-from dareforge.reference_solutions.pipeline import (
+from dareforge.reference_solutions.reference_code import (
     SECTION_KINDS,
     if_reference_code,
     if_reference_sections,

@@ -23,9 +23,7 @@ from typing import Any
 
 from rich.table import Table
 
-from dareforge.agents.grading import PASS_BARS
-from dareforge.agents.loop import SandboxFactory
-from dareforge.agents.runner import (
+from dareforge.agents.attempts import (
     Attempt,
     AttemptSettings,
     attempts_for,
@@ -35,6 +33,8 @@ from dareforge.agents.runner import (
     release_task_files,
     run_attempts,
 )
+from dareforge.agents.grading import PASS_BARS
+from dareforge.agents.loop import SandboxFactory
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError

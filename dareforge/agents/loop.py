@@ -129,7 +129,7 @@ async def run_agent(
     `public_dir` holds the task's public files; they are copied into a fresh inputs folder the sandbox sees
     read-only. `workspace` (default: a temporary folder, removed afterwards) is the kernel's writable working
     directory. Blocking sandbox calls run in `executor` (default: asyncio's). `kind` tells ways of playing the same
-    task apart in the trajectory id (see `dareforge.agents.runner`). Without `answers` nothing is
+    task apart in the trajectory id (see `dareforge.agents.attempts`). Without `answers` nothing is
     scored: valid-looking predictions give outcome `graded` with no score. `conversation` (a caller's
     concurrency slot) is held only while the model and the sandbox are in use: copying the files in, closing
     the sandbox, listing the workspace and grading run outside it, so they overlap other episodes' model calls

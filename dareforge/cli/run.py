@@ -14,7 +14,8 @@ from rich.console import Console
 
 from dareforge.cli.app import command, context, out, show
 from dareforge.cli.explore import _print_relation
-from dareforge.errors import DareforgeError, StoreBusyError
+from dareforge.errors import DareforgeError
+from dareforge.locking import StoreBusyError
 
 PANEL = "Run everything"
 

@@ -33,7 +33,7 @@ from dareforge.context import RunContext
 from dareforge.exports import ExportError
 from dareforge.publish.files import parquet_bytes, read_rows, staged_folder, write
 from dareforge.publish.release import Release
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 from dareforge.publish.versions import (
     MANIFEST,
     BuildResult,

@@ -31,7 +31,7 @@ from dareforge.errors import DareforgeError
 from dareforge.families.registry import family_of
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.reference_solutions.metrics import get_metric
-from dareforge.reference_solutions.pipeline import PREDICTIONS
+from dareforge.reference_solutions.reference_code import PREDICTIONS
 from dareforge.schema import MetricSpec, Task, Trajectory
 from dareforge.scratch import temp_root
 

@@ -36,7 +36,7 @@ from dareforge.exports.base import (
 from dareforge.exports.reward import reward_spec
 from dareforge.hashing import content_fingerprint
 from dareforge.publish.release import PUBLIC_SCHEMA, Release, public_file_entries
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 from dareforge.schema import Task
 
 FORMAT = "dareforge-rl/1"

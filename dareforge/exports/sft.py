@@ -54,7 +54,7 @@ from dareforge.exports.base import (
 )
 from dareforge.exports.chat import NoPlainForm, chat_form
 from dareforge.hashing import content_fingerprint
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 from dareforge.schema import Task, Trajectory
 
 FORMAT = "dareforge-sft/1"

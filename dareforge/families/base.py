@@ -19,7 +19,11 @@ import pandas as pd
 from dareforge.errors import DareforgeError
 from dareforge.generators.questions.scripts import ANSWER_FILE
 from dareforge.generators.taskio import read_frames
-from dareforge.reference_solutions.pipeline import PREDICTIONS, REFERENCE_PREDICTIONS, STRONG_PREDICTIONS
+from dareforge.reference_solutions.reference_code import (
+    PREDICTIONS,
+    REFERENCE_PREDICTIONS,
+    STRONG_PREDICTIONS,
+)
 from dareforge.schema import PreparedSource, Source, Task, TaskType
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from dareforge.families.base import (
     Words,
     any_framing,
 )
-from dareforge.generators.questions.programs import Table
 from dareforge.generators.questions.qa import qa_questions, qa_task, qa_tasks
+from dareforge.generators.questions.question import Table
 from dareforge.schema import ANSWER_METRIC, Task
 
 

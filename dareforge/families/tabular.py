@@ -13,7 +13,7 @@ from dareforge.generators.noise import add_noise
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.references import certify, score_references
 from dareforge.generators.taskio import Draft, limits_of
-from dareforge.reference_solutions.pipeline import StrongSpec, if_reference_code
+from dareforge.reference_solutions.reference_code import StrongSpec, if_reference_code
 from dareforge.reference_solutions.spec import sample_if_spec, usable_features
 from dareforge.schema import MetricSpec, Task, TaskScores, TaskType
 

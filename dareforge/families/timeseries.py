@@ -12,7 +12,7 @@ from dareforge.families.base import Build
 from dareforge.families.tabular import copy_prepared, goal_task_fields
 from dareforge.generators.taskio import Draft
 from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
-from dareforge.reference_solutions.pipeline import StrongSpec
+from dareforge.reference_solutions.reference_code import StrongSpec
 from dareforge.reference_solutions.spec import usable_features
 from dareforge.schema import ColumnKind, MetricSpec, PreparedSource, Task
 

@@ -32,7 +32,6 @@ from dareforge.generators.rawtable import (
     file_preamble,
     read_failure,
 )
-from dareforge.generators.split import SplitMixin
 from dareforge.generators.sql import (
     UTC_OFFSET,
     Column,
@@ -40,6 +39,7 @@ from dareforge.generators.sql import (
     sql_text,
     timed,
 )
+from dareforge.generators.table_split import SplitMixin
 from dareforge.schema import (
     Framing,
     PreparedSource,

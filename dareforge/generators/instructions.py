@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from dareforge.reference_solutions.pipeline import PREDICTIONS, literal
+from dareforge.reference_solutions.reference_code import PREDICTIONS, literal
 from dareforge.reference_solutions.spec import CategoryFilter, IFSpec
 from dareforge.schema import MetricSpec, TaskLimits
 

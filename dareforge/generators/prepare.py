@@ -28,10 +28,10 @@ from dareforge.generators.rawtable import (
     choose_table,
     failure_reason,
 )
-from dareforge.generators.split import FILES
 from dareforge.generators.sql import (
     timed,
 )
+from dareforge.generators.table_split import FILES
 from dareforge.hashing import fingerprint, sha256_file
 from dareforge.queries import framed_source_ids, why_none
 from dareforge.schema import (

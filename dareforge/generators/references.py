@@ -10,14 +10,14 @@ import pandas as pd
 
 from dareforge.generators.taskio import Draft, Runners
 from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.pipeline import (
+from dareforge.reference_solutions.reference_code import (
     PREDICTIONS,
     REFERENCE_PREDICTIONS,
     STRONG_PREDICTIONS,
     StrongSpec,
     strong_reference_code,
 )
-from dareforge.reference_solutions.runner import ReferenceRunner, RunOutcome
+from dareforge.reference_solutions.reference_runner import ReferenceRunner, RunOutcome
 from dareforge.schema import MetricSpec, TaskScores
 
 

@@ -16,7 +16,7 @@ from dareforge.describe import describe_file
 from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import prepared_file
 from dareforge.hashing import fingerprint
-from dareforge.reference_solutions.runner import ReferenceRunner, package_versions
+from dareforge.reference_solutions.reference_runner import ReferenceRunner, package_versions
 from dareforge.schema import PreparedSource, Task, TaskLimits
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dareforge.agents.runner import first_error, make_client
+from dareforge.agents.attempts import first_error, make_client
 from dareforge.config import EndpointConfig, JudgeConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError, DareforgeError

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from dareforge.agents.attempts import attempts_for, store_task_files
 from dareforge.agents.loop import SandboxFactory
-from dareforge.agents.runner import attempts_for, store_task_files
 from dareforge.context import RunContext
 from dareforge.generators.taskio import originals
 from dareforge.probes.obscure import variants_of

@@ -27,8 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from dareforge.agents.loop import SandboxFactory
-from dareforge.agents.runner import (
+from dareforge.agents.attempts import (
     Attempt,
     AttemptSettings,
     episode_workers,
@@ -36,6 +35,7 @@ from dareforge.agents.runner import (
     run_attempts,
     store_task_files,
 )
+from dareforge.agents.loop import SandboxFactory
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.describe import describe_file

@@ -52,7 +52,13 @@ from dareforge.context import RunContext
 from dareforge.hashing import canonical_json, content_fingerprint, sha256_bytes
 from dareforge.publish import changelog, release_card
 from dareforge.publish.files import copy, parquet_bytes, read_rows, write
-from dareforge.publish.split import DEFAULT_SEED, DEFAULT_TEST_SHARE, SPLITS, assign_splits, source_date
+from dareforge.publish.source_split import (
+    DEFAULT_SEED,
+    DEFAULT_TEST_SHARE,
+    SPLITS,
+    assign_splits,
+    source_date,
+)
 from dareforge.publish.versions import (
     MANIFEST,
     PRIVATE_SUFFIX,

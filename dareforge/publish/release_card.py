@@ -15,7 +15,7 @@ from typing import Any
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from dareforge.families.registry import family_named, in_order
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 
 METRIC_TEXT = {
     "exact-match": "share of rows whose label equals the reference exactly (a faithful solution scores 1)",

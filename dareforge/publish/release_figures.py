@@ -12,7 +12,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 
 DPI = 100
 WIDTH = 8.0  # inches; every figure is WIDTH x its fixed height at DPI

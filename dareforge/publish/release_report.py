@@ -37,7 +37,7 @@ from dareforge.publish.release_figures import (
     score_plot,
     validation_plot,
 )
-from dareforge.publish.split import SPLITS
+from dareforge.publish.source_split import SPLITS
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import SourceStatus
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from dareforge.context import RunContext
 from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.pipeline import PREDICTIONS, REFERENCE_PREDICTIONS
-from dareforge.reference_solutions.runner import ReferenceRunner, package_versions
+from dareforge.reference_solutions.reference_code import PREDICTIONS, REFERENCE_PREDICTIONS
+from dareforge.reference_solutions.reference_runner import ReferenceRunner, package_versions
 from dareforge.schema import Task
 
 

@@ -1,8 +1,8 @@
 """The IF workflow grammar: a fully specified, seeded scikit-learn pipeline, sampled per task.
 
 One sampled `IFSpec` is rendered twice: as an exact natural-language instruction (instructions.py) and as the
-reference code (reference_solutions/pipeline.py). Everything that changes the predictions is in the spec, so
-an agent that follows the instruction reproduces the reference predictions exactly.
+reference code (reference_solutions/reference_code.py). Everything that changes the predictions is in the spec,
+so an agent that follows the instruction reproduces the reference predictions exactly.
 """
 
 from __future__ import annotations

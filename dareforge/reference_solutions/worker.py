@@ -1,8 +1,8 @@
 """A reference-solution worker: a separate Python process that runs reference scripts one after another.
 
-Started by `runner.ReferenceRunner` with its thread count pinned before numpy loads. It reads one JSON request
-per line on stdin ({"code", "cwd", "threads"}), runs the script in a fresh namespace with that working directory, and
-answers one JSON line on stdout ({"ok", "seconds", "error"}). Keeping the process alive means scikit-learn is
+Started by `reference_runner.ReferenceRunner` with its thread count pinned before numpy loads. It reads one JSON
+request per line on stdin ({"code", "cwd", "threads"}), runs the script in a fresh namespace with that working
+directory, and answers one JSON line on stdout ({"ok", "seconds", "error"}). Keeping the process alive means scikit-learn is
 imported once, not once per task; running in another process keeps a crash or a leak away from the pipeline.
 """
 

@@ -12,7 +12,7 @@ SIGKILL, a crash) is restarted the same way; `Execution.killed`/`restarted` reco
 
 The kernel is the agent's: its messages are read as hostile input (`_collect`: a malformed one, one over
 `message_limit`, a dropped connection or a flood end the execution as `KernelProtocolError`). Processes an
-execution leaves running are paused until the next one begins (`_pause_strays`). Where the machine allows, the
+execution leaves running are paused until the next one begins (`strays`). Where the machine allows, the
 sandbox's processes share one control group (`cgroups`: memory and process count over all of them) and its
 workspace is a tmpfs of `workspace_mb` (`disk`).
 """
@@ -21,26 +21,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import json
 import logging
 import os
 import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 import weakref
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from dareforge.config import SandboxConfig
-from dareforge.sandbox import cgroups, disk, isolation, processes
-from dareforge.sandbox.connection import CHANNELS, KernelConnection, Reading, message_limit, socket_paths
+from dareforge.sandbox import cgroups, disk, isolation, processes, strays
+from dareforge.sandbox.connection import KernelConnection, Reading, message_limit, socket_paths
 from dareforge.sandbox.errors import SandboxError
 from dareforge.sandbox.execution import (
     OUTPUT_NOTICE,
@@ -50,52 +47,38 @@ from dareforge.sandbox.execution import (
     strip_ansi,
     tail_bytes,
 )
-from dareforge.sandbox.kernel_forks import NAMESPACES, ForkedKernel, KernelForkServer
+from dareforge.sandbox.exit_reasons import STOPPED, exit_reason, stopped, why_not_interrupted
+from dareforge.sandbox.host_folders import (
+    bounds_workspaces,
+    chown_tree,
+    read_workspace_file,
+    warn_unreadable_inputs,
+)
+from dareforge.sandbox.kernel_forks import ForkedKernel
+from dareforge.sandbox.kernel_launch import (
+    JOIN_GROUP,
+    KERNEL_ARGS,
+    KERNEL_BOOT,
+    PLACEHOLDER,
+    bwrap_prefix,
+    fork_kernel,
+    kernel_env,
+    read_sandbox_pid,
+    wait_placeholder,
+    write_connection_file,
+)
+from dareforge.sandbox.processes import STOP_TIMEOUT_S
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
 
 UID_RANGE = (1_000_000, 2_000_000)
 """Each isolated kernel runs as a uid of its own from this range: no host account, its own process budget."""
-KERNEL_ARGS = ("--HistoryManager.hist_file=:memory:", "--IPKernelApp.quiet=True")
-KERNEL_BOOT = (Path(__file__).parent / "kernel_boot.py").read_text()
-"""The kernel's main program (run with `python -c`: the sandbox cannot import dareforge): it caps output."""
-PLACEHOLDER = shutil.which("sleep", path="/usr/bin:/bin") or "/usr/bin/sleep"
-"""What bubblewrap runs when the kernel is forked into the sandbox instead: it keeps the sandbox up."""
 LOG_TAIL = 2000
 LOG_WAIT_S = 2.0
-STOP_TIMEOUT_S = 10.0
 PLUMBING_PROCESSES = 3
 """Processes of a sandbox that are not agent code (bubblewrap, its reaper inside, the kernel's launcher or
 placeholder): the control group's process limit is `max_processes` plus these."""
-JOIN_GROUP = (
-    "/bin/sh",
-    "-c",
-    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"',
-    "join-group",
-)
-"""Run COUNT PROCS_FILE... ARGV: the process joins the sandbox's control group, then becomes ARGV, so all it
-starts is in the group from its first fork."""
-STOPPED = "the kernel was stopped by a signal (SIGSTOP, or a trace stop)"
-STRAY_ROUNDS = 20
-"""Passes of killing a finished execution's leftover processes before the sandbox is replaced instead (a fork
-bomb may start processes as fast as they are killed)."""
-
-
-def bounds_workspaces(config: SandboxConfig) -> bool:
-    """Workspaces are tmpfs mounts of `workspace_mb` (isolated kernels, as root, where mounts work), else
-    plain folders without a size limit (the reason is logged once)."""
-    if not (isolation.probe().available and os.geteuid() == 0):
-        return False
-    reason = disk.available()
-    if reason is not None:
-        _warn_unbounded(reason)
-    return reason is None
-
-
-@functools.cache
-def _warn_unbounded(reason: str) -> None:
-    log.warning("sandbox workspaces have no size limit (%s): sandbox.workspace_mb is not enforced", reason)
 
 
 def _pick_uid() -> int:
@@ -182,8 +165,8 @@ class Sandbox:
         if self.uid is not None and bounds_workspaces(self.config) and not self._mounted:
             self._mount_workspace()
         if self.uid is not None:
-            self._chown_tree(self.workspace)
-            self._warn_unreadable_inputs()
+            chown_tree(self.workspace, self.uid)
+            warn_unreadable_inputs(self.inputs)
         self._runtime = Path(tempfile.mkdtemp(prefix="dfsbx-", dir=temp_root()))
         self._holder["runtime"] = self._runtime
         started = time.perf_counter()
@@ -261,7 +244,7 @@ class Sandbox:
         for note in notes:
             out.add("stderr", note)
         reading = Reading()
-        self._resume_strays()
+        strays.resume(self._strays())
         self._oom_kills = self._group.oom_kills() if self._group is not None else 0
         started = time.monotonic()
         msg_id = self._conn.execute(code)
@@ -272,7 +255,7 @@ class Sandbox:
         if outcome == "stalled":
             timed_out = must_restart = True
             why = f"the kernel did not begin the code within {self.begin_timeout_s:g} s"
-            if self._stopped():
+            if stopped(self._kernel_pid):
                 why = f"{STOPPED}, before it told the host it had begun the code"
             error = f"ExecutionLimit: {why}; {lost}"
         elif outcome == "timeout":
@@ -289,7 +272,8 @@ class Sandbox:
                 error, must_restart = f"{limit} and left processes running; {lost}", True
             else:
                 killed = outcome in ("died", "broke")
-                error, must_restart = f"{limit}; {self._why_not_interrupted(outcome, reading)}; {lost}", True
+                why = why_not_interrupted(outcome, reading, self._kernel_pid)
+                error, must_restart = f"{limit}; {why}; {lost}", True
         elif outcome == "died":
             killed = must_restart = True
             error = f"KernelDied: {self._death_reason(with_log=False)}; {lost}"
@@ -298,7 +282,7 @@ class Sandbox:
             error = f"KernelProtocolError: {reading.broke}; {lost}"
         paused_note = ""
         if not must_restart:
-            paused = self._pause_strays()
+            paused = strays.pause(self._strays)
             if paused is None:
                 must_restart = True
                 error = (
@@ -331,29 +315,7 @@ class Sandbox:
 
     def read_file(self, relpath: str, max_bytes: int | None = None) -> bytes:
         """Read a workspace file written by agent code, safely: no symlinks, no FIFOs, nothing outside."""
-        parts = PurePosixPath(relpath).parts
-        if not parts or PurePosixPath(relpath).is_absolute() or ".." in parts:
-            raise SandboxError(f"{relpath!r} is not a relative path inside the workspace")
-        nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            for part in parts[:-1]:
-                try:
-                    nxt = os.open(part, nofollow | os.O_DIRECTORY, dir_fd=fd)
-                except OSError as exc:
-                    raise SandboxError(f"{relpath!r}: {part!r} is not a plain folder ({exc})") from exc
-                os.close(fd)
-                fd = nxt
-            try:
-                ffd = os.open(parts[-1], nofollow | os.O_NONBLOCK, dir_fd=fd)
-            except OSError as exc:
-                raise SandboxError(f"{relpath!r} is missing or not a plain file ({exc})") from exc
-        finally:
-            os.close(fd)
-        with os.fdopen(ffd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise SandboxError(f"{relpath!r} is not a regular file")
-            return f.read() if max_bytes is None else f.read(max_bytes)
+        return read_workspace_file(self.workspace, relpath, max_bytes)
 
     # --- internals ---
 
@@ -380,66 +342,15 @@ class Sandbox:
             finally:
                 shutil.rmtree(staged, ignore_errors=True)
 
-    def _chown_tree(self, root: Path) -> None:
-        assert self.uid is not None
-        os.chown(root, self.uid, self.uid)
-        for folder, dirs, files in os.walk(root):
-            for name in dirs + files:
-                with contextlib.suppress(OSError):
-                    os.lchown(os.path.join(folder, name), self.uid, self.uid)
-
-    def _warn_unreadable_inputs(self) -> None:
-        for folder, dirs, files in os.walk(self.inputs):
-            for name in files:
-                mode = os.stat(os.path.join(folder, name)).st_mode
-                if not mode & stat.S_IROTH:
-                    log.warning("%s is not world-readable: the sandboxed kernel cannot read it", name)
-            for name in dirs:
-                mode = os.stat(os.path.join(folder, name)).st_mode
-                if not mode & stat.S_IXOTH:
-                    log.warning(
-                        "folder %s is not world-searchable: the sandboxed kernel cannot list it", name
-                    )
-
     def _env(self, home: str) -> dict[str, str]:
-        env = {
-            "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": home,
-            "USER": isolation.SANDBOX_USER,
-            "LOGNAME": isolation.SANDBOX_USER,
-            "LANG": "C.UTF-8",
-            "TMPDIR": "/tmp" if self.isolated else str(Path(home).parent / "tmp"),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-            # glibc reserves 64 MB of address space per thread arena; under RLIMIT_AS that is memory lost.
-            "MALLOC_ARENA_MAX": "2",
-            "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-            "TASK_INPUT": self.input_path,
-            "TASK_WORK": self.work_path,
-        }
-        if sys.prefix != sys.base_prefix:
-            env["VIRTUAL_ENV"] = sys.prefix
-        return env  # no JPY_PARENT_PID: in a PID namespace ipykernel's parent poller would kill the kernel
+        return kernel_env(home, self.input_path, self.work_path, self.isolated)
 
     def _launch(self) -> None:
         assert self._runtime is not None
         self._launches += 1
         ipc = self._runtime / f"ipc{self._launches}"
         ipc.mkdir(mode=0o700)
-        conn = ipc / "kernel.json"
-        info = {
-            "transport": "ipc",
-            "ip": str(ipc / "k"),
-            "key": uuid.uuid4().hex,
-            "signature_scheme": "hmac-sha256",
-            "kernel_name": "",
-            **{f"{name}_port": n for n, name in enumerate(CHANNELS, start=1)},
-        }
-        conn.write_text(json.dumps(info))
-        conn.chmod(0o600)
-        if self.uid is not None:
-            os.chown(ipc, self.uid, self.uid)
-            os.chown(conn, self.uid, self.uid)
+        conn, info = write_connection_file(ipc, self.uid)
         home = isolation.HOME_DIR if self.isolated else str(self._runtime / "home")
         if not self.isolated:
             (self._runtime / "tmp").mkdir(exist_ok=True)
@@ -469,7 +380,9 @@ class Sandbox:
         try:
             try:
                 if self.isolated:
-                    prefix, info_r, fds = self._bwrap_prefix(ipc)
+                    prefix, info_r, fds = bwrap_prefix(
+                        self._runtime, ipc, self.uid, self.inputs, self.workspace, self.config.memory_mb
+                    )
                     argv, cwd, group = [*prefix, *launcher, *first], "/", False
                 else:
                     argv, cwd, group = [*launcher, *kernel], str(self.workspace), True
@@ -496,7 +409,9 @@ class Sandbox:
                     os.close(fd)
             self._holder.update(proc=self._proc, group=group)
             if info_r is not None:
-                self._reaper_pid = self._read_info(info_r, deadline)
+                self._reaper_pid = read_sandbox_pid(info_r, deadline, self._proc)
+                if self._reaper_pid is None and self._proc.poll() is not None:
+                    raise SandboxError(f"the sandbox did not start: {self._death_reason()}")
             if self.forks:
                 self._fork_kernel(spec, kernel_args, deadline, home)
         finally:
@@ -518,101 +433,15 @@ class Sandbox:
     def _fork_kernel(self, spec: dict[str, Any], kernel_args: list[str], deadline: float, home: str) -> None:
         """Once the placeholder runs inside the finished sandbox, have the fork server fork the kernel into it."""
         assert self._log is not None and self.uid is not None
-        placeholder = self._placeholder_pid = self._wait_placeholder(deadline)
-        namespaces: dict[str, int] = {}
-        try:
-            for name in NAMESPACES:
-                namespaces[name] = os.open(f"/proc/{placeholder}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
-            if processes.children(self._reaper_pid or -1) != [placeholder]:
-                raise SandboxError(
-                    "the sandbox's placeholder process changed while its namespaces were opened"
-                )
-            program = isolation.seccomp_program()
-            request = {
-                "spec": spec,
-                "seccomp": program.hex() if program is not None else None,
-                "env": self._env(home),
-                "argv": kernel_args,
-            }
-            server = KernelForkServer.shared(
-                self.config.preload, self._env(home), KERNEL_BOOT, self.config.nice
-            )
-            self._forked = server.fork(request, self._log.write_fd, namespaces)
-            if self._group is not None:
-                # Before the kernel has run anything of the agent's: it starts nothing until asked.
-                self._group.join(self._forked.pid)
-        finally:
-            for fd in namespaces.values():
-                os.close(fd)
-
-    def _wait_placeholder(self, deadline: float) -> int:
-        """The placeholder's pid once it runs as the sandbox's uid with the sandbox's root: bubblewrap has finished
-        the mounts and the launcher its limits, so its namespaces are the sandbox's, complete."""
-        workspace = os.stat(self.workspace)
-        while True:
-            self._check_starting(deadline)
-            kids = processes.children(self._reaper_pid) if self._reaper_pid else []
-            if len(kids) == 1 and processes.uid_of(kids[0]) == self.uid:
-                with contextlib.suppress(OSError):
-                    seen = os.stat(f"/proc/{kids[0]}/root{isolation.WORK_DIR}")
-                    if (seen.st_dev, seen.st_ino) == (workspace.st_dev, workspace.st_ino):
-                        return kids[0]
-            time.sleep(0.002)
-
-    def _bwrap_prefix(self, ipc: Path) -> tuple[list[str], int, list[int]]:
-        assert self._runtime is not None
-        etc = self._runtime / "etc"
-        etc.mkdir(exist_ok=True)
-        for name, text in isolation.etc_files(self.uid if self.uid is not None else os.getuid()).items():
-            (etc / name).write_text(text)
-        fds: list[int] = []
-        program = isolation.seccomp_program()
-        seccomp_fd = None
-        if program is not None:
-            path = self._runtime / "seccomp.bpf"
-            path.write_bytes(program)
-            seccomp_fd = os.open(path, os.O_RDONLY)
-            fds.append(seccomp_fd)
-        info_r, info_w = os.pipe()
-        fds.append(info_w)
-        bwrap = isolation.probe().bwrap
-        assert bwrap is not None
-        prefix = isolation.command(
-            bwrap=bwrap,
-            inputs=self.inputs,
-            workspace=self.workspace,
-            ipc_dir=ipc,
-            etc_dir=etc,
-            tmp_bytes=self.config.memory_mb * 1024 * 1024 // 4,
-            seccomp_fd=seccomp_fd,
-            info_fd=info_w,
+        placeholder = self._placeholder_pid = wait_placeholder(
+            self._reaper_pid, self.uid, self.workspace, lambda: self._check_starting(deadline)
         )
-        # Hand bwrap its arguments through a file (--args): the host paths stay out of the sandbox's `ps`.
-        args_path = self._runtime / "bwrap.args"
-        args_path.write_bytes(b"".join(arg.encode() + b"\0" for arg in prefix[1:-1]))
-        args_fd = os.open(args_path, os.O_RDONLY)
-        fds.append(args_fd)
-        return [prefix[0], "--args", str(args_fd), "--"], info_r, fds
-
-    def _read_info(self, fd: int, deadline: float) -> int | None:
-        """bwrap writes the sandbox's first process id (its pid 1, as seen from the host) to --info-fd."""
-        import select
-
-        data = b""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.05)
-            if ready:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                data += chunk
-                with contextlib.suppress(ValueError):
-                    return int(json.loads(data)["child-pid"])
-            elif self._proc.poll() is not None:
-                break
-        if self._proc.poll() is not None:
-            raise SandboxError(f"the sandbox did not start: {self._death_reason()}")
-        return None
+        self._forked = fork_kernel(
+            placeholder, self._reaper_pid, spec, kernel_args, self._env(home), self.config, self._log.write_fd
+        )
+        if self._group is not None:
+            # Before the kernel has run anything of the agent's: it starts nothing until asked.
+            self._group.join(self._forked.pid)
 
     def _connect(self, ipc: Path, info: dict[str, Any], deadline: float) -> None:
         # Connect only once the kernel has bound its sockets: zmq would otherwise retry every 100 ms.
@@ -699,62 +528,12 @@ class Sandbox:
             return [p for p in inside if p not in (self._kernel_pid, self._placeholder_pid)]
         return processes.descendants(self._proc.pid)
 
-    def _pause_strays(self) -> int | None:
-        """Stop (SIGSTOP) the processes besides the kernel that an execution left running (a background job, a
-        `Popen` never waited for, joblib's worker pool): how many, or None if they kept coming. Paused, not
-        killed: a worker pool the code keeps must find its workers at the next execution (joblib raises
-        TerminatedWorkerError otherwise), and a paused process uses no CPU while the agent thinks."""
-        paused: set[int] = set()
-        for _ in range(STRAY_ROUNDS):
-            running = [pid for pid in self._strays() if processes.state(pid) not in ("T", "t")]
-            if not running:
-                return len(paused)
-            for pid in running:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGSTOP)
-            paused.update(running)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while time.monotonic() < deadline and any(
-                processes.state(p) not in ("T", "t", "Z", "X") for p in running
-            ):
-                time.sleep(0.002)
-        return None
-
-    def _resume_strays(self) -> None:
-        for pid in self._strays():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGCONT)
-
-    def _why_not_interrupted(self, outcome: str, reading: Reading) -> str:
-        if outcome == "died":
-            return "the kernel died when interrupted"
-        if outcome == "broke":
-            return reading.broke or "the kernel broke the protocol"
-        if self._stopped():
-            return f"{STOPPED} and could not be interrupted"
-        return "did not stop when interrupted"
-
-    def _stopped(self) -> bool:
-        return self._kernel_pid is not None and processes.state(self._kernel_pid) in ("T", "t")
-
     def _death_reason(self, with_log: bool = True) -> str:
         code = self._exit_code()
         if code is None:
             return "the kernel stopped answering"
-        signo = -code if code < 0 else code - 128 if 128 < code <= 128 + signal.SIGRTMAX else 0
-        if signo == signal.SIGKILL and self._group is not None and self._group.oom_kills() > self._oom_kills:
-            why = (
-                f"the sandbox's processes together reached its memory limit ({self.config.memory_mb} MB, "
-                "setting sandbox.memory_mb)"
-            )
-        elif signo == signal.SIGXCPU:
-            why = f"the CPU time limit ({self.config.cpu_seconds} s) was reached"
-        elif signo == signal.SIGKILL:
-            why = f"killed by SIGKILL (out of memory, the CPU hard limit, or a kill; limit {self.config.memory_mb} MB)"
-        elif signo:
-            why = f"ended by {processes.signal_name(signo)}"
-        else:
-            why = f"exited with status {code}"
+        oom_killed = self._group is not None and self._group.oom_kills() > self._oom_kills
+        why = exit_reason(code, self.config, oom_killed)
         tail = self._log_tail() if with_log else ""
         return f"{why}; log: {tail}" if tail else why
 

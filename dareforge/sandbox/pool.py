@@ -35,7 +35,8 @@ from pathlib import Path
 
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import isolation
-from dareforge.sandbox.kernel import Sandbox, bounds_workspaces
+from dareforge.sandbox.host_folders import bounds_workspaces
+from dareforge.sandbox.kernel import Sandbox
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)

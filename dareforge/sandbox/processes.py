@@ -14,6 +14,9 @@ from typing import Any
 
 from dareforge.scratch import detach_mount
 
+STOP_TIMEOUT_S = 10.0
+"""How long the host waits for a process in a sandbox that it signalled to stop or to end, before it goes on."""
+
 
 class Spawner:
     """Starts every kernel process from one long-lived thread.

@@ -6,7 +6,7 @@ the filters, printing the rows left after each; build the features and the pipel
 `predictions.csv` and check it; answer. The code cells are the reference script's own sections
 (`if_reference_sections`), in order, with only printing in between, so the predictions are the reference's.
 
-`GoldClient` hands these replies to the real agent loop (`dareforge.agents.runner.run_attempts`, attempt kind
+`GoldClient` hands these replies to the real agent loop (`dareforge.agents.attempts.run_attempts`, attempt kind
 "gold"), so every observation is a true output of the sandboxed kernel, and the episode is graded like any
 other: a gold trajectory is **verified** when every prediction matches the reference run (score 1.0). An
 unverified one points at a bug (the reference code changed since certification, or the sandbox's stack differs
@@ -33,23 +33,23 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from dareforge.agents.grading import output_file
-from dareforge.agents.loop import SandboxFactory, run_agent
-from dareforge.agents.protocol import protocol_for, task_prompt
-from dareforge.agents.runner import (
+from dareforge.agents.attempts import (
     AttemptSettings,
     Materializer,
     attempts_for,
     default_sandbox_factory,
     run_attempts,
 )
+from dareforge.agents.grading import output_file
+from dareforge.agents.loop import SandboxFactory, run_agent
+from dareforge.agents.protocol import protocol_for, task_prompt
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.families.registry import family_of
 from dareforge.generators.questions.scripts import ANSWER_FILE, HEADER, Reference, compute_code
 from dareforge.llm import ChatResult
 from dareforge.queries import partition_name
-from dareforge.reference_solutions.pipeline import PREDICTIONS, Section, if_reference_sections, literal
+from dareforge.reference_solutions.reference_code import PREDICTIONS, Section, if_reference_sections, literal
 from dareforge.reference_solutions.spec import IFSpec, RangeFilter
 from dareforge.schema import Task, Trajectory
 from dareforge.scratch import temp_root

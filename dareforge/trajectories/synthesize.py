@@ -2,8 +2,8 @@
 
 `synthesize` plays every task of a release split (`synthesize.split`, train by default, so training data stays
 off the benchmark's test tasks) `synthesize.samples` times per endpoint at `synthesize.temperature`, through
-the same engine as evaluation (`dareforge.agents.runner`), with attempt kind "sample" so the ids differ from an
-evaluation of the same endpoint. Each endpoint's trajectories go to partition `sampled--<endpoint>--<release>`
+the same engine as evaluation (`dareforge.agents.attempts`), with attempt kind "sample" so the ids differ from
+an evaluation of the same endpoint. Each endpoint's trajectories go to partition `sampled--<endpoint>--<release>`
 of the `trajectories` table; a re-run plays only what is missing.
 
 A trajectory is **valid** when it is verified by execution: an IF attempt whose predictions all match the
@@ -23,10 +23,7 @@ from typing import Any
 
 from rich.table import Table
 
-from dareforge.agents.evaluate import OUTCOMES, split_tasks
-from dareforge.agents.grading import passed
-from dareforge.agents.loop import SandboxFactory
-from dareforge.agents.runner import (
+from dareforge.agents.attempts import (
     AttemptSettings,
     Materializer,
     attempts_for,
@@ -36,6 +33,9 @@ from dareforge.agents.runner import (
     run_attempts,
     store_task_files,
 )
+from dareforge.agents.evaluate import OUTCOMES, split_tasks
+from dareforge.agents.grading import passed
+from dareforge.agents.loop import SandboxFactory
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError

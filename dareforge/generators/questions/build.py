@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from dareforge.context import RunContext
-from dareforge.generators.questions.programs import PROGRAMS, QUESTIONS_VERSION, Question
+from dareforge.generators.questions.programs import PROGRAMS, QUESTIONS_VERSION
+from dareforge.generators.questions.question import Question
 from dareforge.generators.questions.scripts import (
     ANSWER_FILE,
     Reference,

@@ -16,7 +16,8 @@ import pandas as pd
 from dareforge.context import RunContext
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.questions.build import Posed, fill_question
-from dareforge.generators.questions.programs import PROGRAMS, Question, Table
+from dareforge.generators.questions.programs import PROGRAMS
+from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.taskio import Draft, Runners, TaskWriter
 from dareforge.schema import PreparedSource, Task
 

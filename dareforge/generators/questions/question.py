@@ -1,0 +1,186 @@
+"""What every question program works with: the `Table` it reads (the frame and its usable columns), the
+`Question` it proposes, the `Program` base it implements, and the helpers that draw values from a table and write
+them into a question's text and code (Python literals, never pasted text)."""
+
+from __future__ import annotations
+
+import math
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dareforge.schema import AnswerType, ColumnKind, PreparedSource
+
+MAX_GROUPS = 30
+MAX_LABEL_CHARS = 40
+MIN_NUMERIC_DISTINCT = 5
+MIN_GROUP_ROWS = 3
+ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as question programs see it: the frame (read as pandas reads the file) and its usable columns."""
+
+    frame: pd.DataFrame
+    numeric: list[str]
+    categorical: list[str]
+    dates: list[str] = field(default_factory=list)
+    years: list[str] = field(default_factory=list)
+    id_column: str | None = None
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, prepared: PreparedSource | None = None) -> Table:
+        """Usable columns of `frame`: never the id or a framing's excluded column; numbers with enough distinct
+        values; categories with 2..30 short values; ISO dates; integer year columns."""
+        kinds = {c.name: c.kind for c in prepared.columns} if prepared else {}
+        skip = {prepared.id_column, *prepared.excluded_columns} if prepared else set()
+        numeric, categorical, dates, years = [], [], [], []
+        for column in frame.columns:
+            values = frame[column]
+            if column in skip or values.notna().sum() < 2 * MIN_GROUP_ROWS:
+                continue
+            present = values.dropna()
+            distinct = present.nunique()
+            is_number = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+            if is_number and _is_year(column, present):
+                years.append(column)
+            if is_number and distinct >= MIN_NUMERIC_DISTINCT:
+                numeric.append(column)
+            text = is_text(values)
+            dated = kinds.get(column) == ColumnKind.DATETIME or text
+            if dated and present.astype(str).str.match(ISO_DATE).all():
+                dates.append(column)
+                continue
+            integral = is_number and bool((present == present.round()).all())
+            short = present.astype(str).str.len().max() <= MAX_LABEL_CHARS
+            if 2 <= distinct <= MAX_GROUPS and short and (text or integral):
+                categorical.append(column)
+        return cls(
+            frame,
+            numeric,
+            categorical,
+            dates,
+            years,
+            prepared.id_column if prepared and prepared.id_column in frame.columns else None,
+        )
+
+
+def is_text(values: pd.Series) -> bool:
+    """A column of texts, whichever string dtype pandas gave it (object, or pandas 3's `str`)."""
+    return values.dtype == object or pd.api.types.is_string_dtype(values)
+
+
+def _is_year(column: str, present: pd.Series) -> bool:
+    if not (present == present.round()).all() or present.nunique() < 3:
+        return False
+    return "year" in column.lower() and bool(present.between(1000, 2200).all())
+
+
+@dataclass(frozen=True)
+class Question:
+    """One candidate question: what it asks, how its answer is typed and formatted, and the code answering it."""
+
+    program: str
+    params: dict[str, Any]
+    text: str
+    answer_type: AnswerType
+    body: str
+    columns: tuple[str, ...]
+    decimals: int | None = None
+    unit: str | None = None
+    order: str | None = None
+    answer_in_data: bool = False
+    """The answer is a value read off the data (a name, a maximum), not a computed one: it may appear in the
+    data files, where a computed answer never should."""
+
+    @property
+    def format_note(self) -> str:
+        """The answer's type and format, as the question states it."""
+        if self.answer_type == "boolean":
+            return "true or false (a JSON boolean)"
+        if self.answer_type in ("list_exact", "list_approximate"):
+            return f"a JSON list of the values as they appear in the data, {self.order}"
+        if self.answer_type in ("string_exact", "string_approximate"):
+            return "a JSON string: the value exactly as it appears in the data"
+        if self.unit == "%":
+            return f"a JSON number in percent (12.5 means 12.5%), rounded to {self.decimals} decimal places"
+        if self.decimals is not None:
+            return f"a JSON number rounded to {self.decimals} decimal places"
+        if self.answer_in_data:
+            return "a JSON number: the value as it appears in the data"
+        return "a JSON integer"
+
+
+Checks = dict[str, float]
+
+
+class Program(ABC):
+    """A kind of question. Subclasses set `name` and implement `propose`; `problem` judges the run's `checks`."""
+
+    name = ""
+
+    @abstractmethod
+    def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
+        """One candidate question on `table` from `rng`'s choices, or None when the table has nothing for it."""
+
+    def problem(self, checks: Checks) -> str | None:
+        """Why the answered candidate is degenerate in this program's terms, or None."""
+        return None
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def lit(value: Any) -> str:
+    """A Python literal of a value from a frame (numpy scalars made native)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
+
+
+def shown(value: Any) -> str:
+    """How a value is written in a question: texts quoted, numbers plain."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}" if abs(value) < 1e15 else repr(value)
+    return f'"{value}"' if isinstance(value, str) else f"{value}"
+
+
+def col(name: str) -> str:
+    return f"df[{name!r}]"
+
+
+def nice_threshold(values: pd.Series, rng: np.random.Generator) -> float | int:
+    """A round number between the 20th and 80th percentile of `values` (two significant digits)."""
+    quantile = float(values.quantile(rng.uniform(0.2, 0.8)))
+    if quantile == 0:
+        return 0
+    digits = 1 - math.floor(math.log10(abs(quantile)))
+    rounded = round(quantile, digits)
+    return int(rounded) if float(rounded).is_integer() else float(rounded)
+
+
+def pick(rng: np.random.Generator, items: list[Any]) -> Any:
+    return items[int(rng.integers(len(items)))]
+
+
+def groups_of(table: Table, column: str) -> pd.Series:
+    """Row counts of each value of a categorical column, most frequent first (ties by value text)."""
+    counts = table.frame[column].dropna().value_counts()
+    return counts.iloc[np.lexsort((counts.index.astype(str), -counts.to_numpy()))]
+
+
+def frequent_value(table: Table, column: str, rng: np.random.Generator) -> Any | None:
+    counts = groups_of(table, column)
+    usable = [v for v, n in counts.items() if n >= MIN_GROUP_ROWS]
+    return pick(rng, usable) if usable else None
+
+
+def equals(column: str, value: Any) -> str:
+    return f"({col(column)} == {lit(value)})"
