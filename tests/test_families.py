@@ -8,13 +8,20 @@ from datetime import date
 
 import pytest
 
+from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
+from dareforge.exports.base import ExportJob, TrainingExport, load_export
+from dareforge.exports.registry import FORMATS, export_format
 from dareforge.families.base import Grading
 from dareforge.families.registry import REGISTERED, UnknownFamilyError, families, family_named, pass_bars
 from dareforge.publish.release import build_release
 from dareforge.schema import Task, Verdict
+from dareforge.trajectories.corpus import build_corpus
+from dareforge.trajectories.synthesize import synthesize
 from dareforge.validators.validate import validate
+from tests.llm_server import LLMServer
 from tests.stores import generate_tasks, prediction_only, store_config
+from tests.test_trajectories import ANSWER_AT_ONCE, make_ctx, needs_sandbox, reply
 
 DAY = date(2026, 1, 15)
 
@@ -121,6 +128,11 @@ def test_a_pass_bar_for_an_unknown_family_is_a_config_error():
 
 
 def test_a_new_family_is_generated_validated_and_released(few_rows, tmp_path):
+    released(few_rows, tmp_path)
+
+
+def released(few_rows, tmp_path):
+    """The iris store with the family's task generated, accepted by the gate and released (asserted)."""
     cfg = prediction_only(store_config(tmp_path, ["sklearn-iris"]))
     ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
     tasks = [t for t in ctx.store.read_records(Task) if t.family == few_rows.name]
@@ -139,3 +151,40 @@ def test_a_new_family_is_generated_validated_and_released(few_rows, tmp_path):
     assert few.id in {row["id"] for row in release.private_rows()}
     card = ctx.store.read_bytes(f"{release.prefix}/README.md").decode()
     assert f"| {few_rows.name} | {few_rows.words.asks} |" in card
+    return ctx, release, few
+
+
+@needs_sandbox
+def test_a_new_family_goes_through_every_export(few_rows, tmp_path):
+    """The family's task is played by an agent in the sandbox (a scripted model that runs the task's strong
+    reference), kept by the corpus, and written by every registered format that has a place for it; a format
+    without one (a peer's layout) names the task and why."""
+    ctx, release, few = released(few_rows, tmp_path)
+    strong = ctx.store.read_bytes(f"tasks/{few.id}/private/strong_reference.py").decode()
+    with LLMServer() as server:
+        server.script(
+            lambda request: (
+                ANSWER_AT_ONCE if any(m["role"] == "assistant" for m in request.messages) else reply(strong)
+            )
+        )
+        endpoint = EndpointConfig(name="alpha", model="good-model", base_url=server.url, backoff_s=0.01)
+        ctx = make_ctx(ctx.config, llm={"endpoints": [endpoint]}, synthesize={"split": "all", "samples": 1})
+        sampled = synthesize(ctx, release="bench", task_ids=[few.id])
+    assert sampled.ran == 1
+
+    corpus = build_corpus(ctx, "bench", today=DAY)
+    training = [name for name in FORMATS if isinstance(export_format(name), TrainingExport)]
+    assert sorted(corpus.exports) == sorted(training)
+    for name, written in corpus.exports.items():
+        rows = load_export(ctx, written.name).rows()
+        assert few.id in {r.get("task_id") or r.get("id") for r in rows}, name
+
+    for name in FORMATS:
+        chosen = export_format(name)
+        if isinstance(chosen, TrainingExport):
+            continue
+        job = ExportJob(ctx, release, release.tasks(), dest=tmp_path / name, today=DAY)
+        report = chosen.export(job)
+        written = {p.read_text(errors="ignore") for p in (tmp_path / name).rglob("*") if p.is_file()}
+        placed = any(few.id in text for text in written)
+        assert placed or few.id in report.skipped, f"{name} neither exports {few.id} nor says why"

@@ -79,7 +79,14 @@ class KramaBenchLayout(FolderLayout):
         sides = release.splits
         report = KramaBenchReport(release, Path(job.dest))
         entries = []
-        questions = (t for t in release.tasks() if family_of(t).asks_question)
+        questions = []
+        for task in release.tasks():
+            if family_of(task).asks_question:
+                questions.append(task)
+            else:
+                report.skipped[task.id] = (
+                    f"a {task.family} task asks for predictions; KramaBench grades one answer"
+                )
         for task in sorted(questions, key=lambda t: (t.family, t.id)):
             sources = []
             for f in task.public_files:
