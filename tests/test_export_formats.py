@@ -25,7 +25,7 @@ from dareforge.exports.base import (
     split_tables,
     verify_export,
 )
-from dareforge.exports.registry import FORMATS, Registered, export_format
+from dareforge.exports.formats import FORMATS, Registered, export_format
 from dareforge.hashing import content_fingerprint
 from dareforge.trajectories.corpus import build_corpus
 from tests.test_exports import built  # noqa: F401  (the iris store and its release)

@@ -31,7 +31,7 @@ from dareforge.exports.base import (
     verify_export,
 )
 from dareforge.exports.chat import NoPlainForm, chat_form, check_chat
-from dareforge.exports.registry import export_format
+from dareforge.exports.formats import export_format
 from dareforge.exports.reward import RewardSpec, reward, reward_spec, trajectory_reward
 from dareforge.exports.sft import chat_messages
 from dareforge.families.generate import generate

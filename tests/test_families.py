@@ -11,8 +11,8 @@ import pytest
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.exports.base import ExportJob, TrainingExport, load_export
-from dareforge.exports.registry import FORMATS, export_format
-from dareforge.families.base import Grading
+from dareforge.exports.formats import FORMATS, export_format
+from dareforge.families.family import Grading
 from dareforge.families.registry import REGISTERED, UnknownFamilyError, families, family_named, pass_bars
 from dareforge.publish.release import build_release
 from dareforge.schema import Task, Verdict
@@ -29,7 +29,7 @@ FEW_ROWS = textwrap.dedent(
     '''
     """Class-Few: classify from a few labelled rows (a throwaway family of the tests)."""
 
-    from dareforge.families.base import Build, Family, Grading, Words, predicts
+    from dareforge.families.family import Build, Family, Grading, Words, predicts
     from dareforge.families.tabular import cap_rows, copy_prepared, goal_task_fields
     from dareforge.reference_solutions.reference_code import StrongSpec
     from dareforge.reference_solutions.spec import usable_features

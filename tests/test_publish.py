@@ -19,7 +19,7 @@ import pytest
 
 from dareforge.context import RunContext
 from dareforge.exports.base import ExportJob
-from dareforge.exports.registry import export_format
+from dareforge.exports.formats import export_format
 from dareforge.generators.taskio import GENERATOR_VERSION
 from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release
 from dareforge.publish.source_split import assign_splits, count_test_sources

@@ -20,7 +20,7 @@ from dareforge.agents.protocol import ANSWER_SCHEMAS, protocol_for, task_prompt,
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.exports.base import ExportJob
-from dareforge.exports.registry import export_format
+from dareforge.exports.formats import export_format
 from dareforge.exports.reward import reward, reward_spec
 from dareforge.families.generate import generate
 from dareforge.families.registry import family_of

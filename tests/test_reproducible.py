@@ -21,7 +21,7 @@ import pytest
 
 from dareforge.context import RunContext
 from dareforge.exports.base import ExportJob
-from dareforge.exports.registry import export_format
+from dareforge.exports.formats import export_format
 from dareforge.publish.release import build_release
 from dareforge.publish.targets import LocalTarget
 from dareforge.publish.versions import BUILDS

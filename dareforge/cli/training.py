@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from dareforge.cli.app import ReleaseOption, command, context, out, show
-from dareforge.exports.registry import FORMATS, export_format
+from dareforge.exports.formats import FORMATS, export_format
 from dareforge.pipeline import Run, stage
 
 EndpointsOption = Annotated[

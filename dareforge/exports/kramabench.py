@@ -26,8 +26,8 @@ from typing import Any
 
 from dareforge.exports.base import ExportJob, FolderLayout, LayoutReport
 from dareforge.families.registry import family_of
-from dareforge.generators.questions.qa import ANSWER_NOTE
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
+from dareforge.generators.questions.table_questions import ANSWER_NOTE
 from dareforge.publish.release import ReleaseError
 from dareforge.schema import MetricSpec, Task
 

@@ -1,1 +1,1 @@
-"""Task families: one module per family declaring it whole (see `base.py`), found through `registry.py`."""
+"""Task families: one module per family declaring it whole (see `family.py`), found through `registry.py`."""

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 from dareforge.context import RunContext
 from dareforge.errors import machine_at_fault
-from dareforge.families.base import Build
+from dareforge.families.family import Build
 from dareforge.families.registry import families
 from dareforge.generators.prepare import load_prepared, prepare_failure
-from dareforge.generators.questions.lake import DistractorPool
+from dareforge.generators.questions.folder_questions import DistractorPool
 from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter
 from dareforge.queries import framed_source_ids
 from dareforge.schema import PreparedSource, Task

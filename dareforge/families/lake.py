@@ -2,8 +2,8 @@
 sources' files), with sub-tasks, KramaBench-style; its answer is certified on the clean files and again on the
 public ones behind the cleaning step."""
 
-from dareforge.families.base import ANSWER_PASS_BAR, Build, Family, Grading, Words, any_framing
-from dareforge.generators.questions.lake import lake_tasks
+from dareforge.families.family import ANSWER_PASS_BAR, Build, Family, Grading, Words, any_framing
+from dareforge.generators.questions.folder_questions import lake_tasks
 from dareforge.schema import ANSWER_METRIC, Task
 
 

@@ -3,7 +3,7 @@ program twice; graded as KramaBench grades its answer type."""
 
 import json
 
-from dareforge.families.base import (
+from dareforge.families.family import (
     ANSWER_PASS_BAR,
     Build,
     Family,
@@ -12,8 +12,8 @@ from dareforge.families.base import (
     Words,
     any_framing,
 )
-from dareforge.generators.questions.qa import qa_questions, qa_task, qa_tasks
 from dareforge.generators.questions.question import Table
+from dareforge.generators.questions.table_questions import qa_questions, qa_task, qa_tasks
 from dareforge.schema import ANSWER_METRIC, Task
 
 

@@ -1,7 +1,7 @@
 """Reg-IF: build exactly the stated scikit-learn workflow for a number; graded by agreement with the reference
 run's predictions within the configured tolerance (DARE-bench's instruction following)."""
 
-from dareforge.families.base import DareBenchSlot, Family, Grading, Words, predicts
+from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.tabular import if_tasks, if_variant
 from dareforge.schema import TaskType
 

@@ -1,7 +1,7 @@
 """Reg-MM: predict a number with any model; graded by R² clipped at 0 on the held-out answers (DARE-bench's
 ML modelling)."""
 
-from dareforge.families.base import DareBenchSlot, Family, Grading, Words, predicts
+from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.tabular import mm_tasks, mm_variant
 from dareforge.schema import TaskType
 

@@ -1,6 +1,6 @@
 """The registered task families, in the order cards, reports and the generate stage take them.
 
-Adding a family: write its module (one `Family` object, see `base.py`) and add one line to `REGISTERED`.
+Adding a family: write its module (one `Family` object, see `family.py`) and add one line to `REGISTERED`.
 Everything else (generate, validate, grading, probes, release cards, exports) finds it here.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from dareforge.errors import ConfigError, DareforgeError
 from dareforge.families import class_if, class_mm, lake, qa, reg_if, reg_mm, ts_cf, ts_xf
-from dareforge.families.base import Family, Grading
+from dareforge.families.family import Family, Grading
 from dareforge.schema import Task
 
 REGISTERED: dict[str, Family] = {

@@ -7,7 +7,7 @@ import shutil
 
 import pandas as pd
 
-from dareforge.families.base import Build
+from dareforge.families.family import Build
 from dareforge.generators.instructions import render_if, render_mm
 from dareforge.generators.noise import add_noise
 from dareforge.generators.prepare import prepared_file

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dareforge.families.base import Build
+from dareforge.families.family import Build
 from dareforge.families.tabular import copy_prepared, goal_task_fields
 from dareforge.generators.taskio import Draft
 from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts

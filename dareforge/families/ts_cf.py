@@ -1,7 +1,7 @@
 """TS-CF: forecast a series from its timestamps (and series keys) alone; graded by skill over the best
 model-free forecast (DARE-bench's Time-CF). Only where the understand stage found time alone forecasts it."""
 
-from dareforge.families.base import DareBenchSlot, Family, Grading, Words, predicts
+from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.timeseries import cf_tasks, cf_variant, forecasts_from_time
 from dareforge.schema import PreparedSource, TaskType
 

@@ -1,7 +1,7 @@
 """TS-XF: forecast a series whose future rows come with every exogenous feature; graded by skill over the best
 model-free forecast (DARE-bench's Time-XF)."""
 
-from dareforge.families.base import DareBenchSlot, Family, Grading, Words, predicts
+from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.timeseries import xf_tasks, xf_variant
 from dareforge.schema import TaskType
 

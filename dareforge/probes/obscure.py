@@ -40,7 +40,7 @@ from dareforge.config import ObscureConfig
 from dareforge.context import RunContext
 from dareforge.describe import describe_file
 from dareforge.errors import DareforgeError
-from dareforge.families.base import Build
+from dareforge.families.family import Build
 from dareforge.families.registry import family_of
 from dareforge.generators.prepare import load_prepared
 from dareforge.generators.taskio import Draft, GenerateReport, Runners, TaskWriter, originals, read_frames

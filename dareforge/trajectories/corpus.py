@@ -4,7 +4,7 @@ Reads the `gold--<release>` and `sampled--<endpoint>--<release>` trajectory part
 the release's tasks on the `synthesize.split` side (train by default, so no benchmark test task leaks into
 training data), applies `select` with `synthesize.strategy` and the `judge:` thresholds (with the judgements
 of `judge.endpoint`, when one is set) and writes `<release>-<format>` in every registered training format
-(`dareforge.exports.registry`): `<release>-sft` holds the chosen trajectories as chat messages, `<release>-rl`
+(`dareforge.exports.formats`): `<release>-sft` holds the chosen trajectories as chat messages, `<release>-rl`
 the same tasks as prompts with DARE-bench's reward. Each is versioned like a release: the same selection gives
 the same version, and nothing new is written. Trajectories are selected only when a format reads them.
 """
@@ -21,7 +21,7 @@ from typing import Any
 from dareforge.context import RunContext
 from dareforge.exports import ExportError
 from dareforge.exports.base import ChosenTrajectories, ExportJob, ExportResult, TrainingExport
-from dareforge.exports.registry import FORMATS, export_format
+from dareforge.exports.formats import FORMATS, export_format
 from dareforge.families.registry import pass_bars
 from dareforge.judge.judge import judgement_partition, trajectory_partitions
 from dareforge.publish.release import Release, load_release

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from dareforge.config import Config
-from dareforge.families.base import Family
+from dareforge.families.family import Family
 from dareforge.families.registry import family_of
 from dareforge.schema import PreparedSource, Task
 

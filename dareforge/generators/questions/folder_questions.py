@@ -31,9 +31,9 @@ from dareforge.context import RunContext
 from dareforge.generators.prepare import load_prepared, prepared_file
 from dareforge.generators.questions.build import Posed, answer_metric, fill_question
 from dareforge.generators.questions.programs import PROGRAMS
-from dareforge.generators.questions.qa import answer_lines, program_order, seeded
 from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.scripts import Step
+from dareforge.generators.questions.table_questions import answer_lines, program_order, seeded
 from dareforge.generators.taskio import Draft, Runners, TaskWriter
 from dareforge.schema import PreparedSource, SubTask, Task
 
