@@ -25,7 +25,7 @@ from dareforge.exports.reward import reward, reward_spec
 from dareforge.families.generate import generate
 from dareforge.families.registry import family_of
 from dareforge.generators.prepare import load_prepared
-from dareforge.generators.questions import lake as lake_module
+from dareforge.generators.questions import folder_questions as lake_module
 from dareforge.generators.questions.build import (
     CLEANING,
     REFERENCE,

@@ -3,14 +3,27 @@ sources' files), with sub-tasks, KramaBench-style; its answer is certified on th
 public ones behind the cleaning step."""
 
 from dareforge.families.family import ANSWER_PASS_BAR, Build, Family, Grading, Words, any_framing
-from dareforge.generators.questions.folder_questions import lake_tasks
+from dareforge.generators.questions.build import fill_question
+from dareforge.generators.questions.folder_questions import lake_questions
 from dareforge.schema import ANSWER_METRIC, Task
 
 
-def _build(build: Build) -> list[Task]:
-    return lake_tasks(
-        build.family.name, build.ctx, build.prepared, build.others, build.writer, build.runners, build.title
-    )
+def lake_tasks(build: Build) -> list[Task]:
+    """Up to `generate.lakes_per_source` lakes on the framing (see `lake_questions`); degenerate candidates are
+    stored as rejected tasks with their reason."""
+    ctx = build.ctx
+    cap = ctx.config.generate.lakes_per_source
+    tasks: dict[str, Task] = {}
+    accepted = 0
+    for posed, stage in lake_questions(ctx, build.prepared, build.others, build.title):
+        if accepted >= cap:
+            break
+        fill = fill_question(ctx, build.runners, posed, stage)
+        task = build.writer.build(build.family.name, ctx.config.generate.seed, posed.spec_key, fill)
+        if task is not None and task.id not in tasks:
+            tasks[task.id] = task
+            accepted += task.status == "candidate"
+    return list(tasks.values())
 
 
 FAMILY = Family(
@@ -23,7 +36,7 @@ FAMILY = Family(
         agent="finds the needed files among distractors, cleans and joins them, writes answer.json",
         hub_category="table-question-answering",
     ),
-    build=_build,
+    build=lake_tasks,
     applies=any_framing,
     per_framing=False,
     pass_bar=ANSWER_PASS_BAR,

@@ -1,7 +1,8 @@
-"""QA: a question about one table (the framing's training rows), with a typed answer certified by running its
-program twice; graded as KramaBench grades its answer type."""
+"""QA: a question about one table (the framing's training rows, published as `data.csv`), with a typed answer
+certified by running its program twice; graded as KramaBench grades its answer type."""
 
 import json
+from pathlib import Path
 
 from dareforge.families.family import (
     ANSWER_PASS_BAR,
@@ -12,21 +13,41 @@ from dareforge.families.family import (
     Words,
     any_framing,
 )
-from dareforge.generators.questions.question import Table
-from dareforge.generators.questions.table_questions import qa_questions, qa_task, qa_tasks
+from dareforge.generators.prepare import prepared_file
+from dareforge.generators.questions.build import fill_question
+from dareforge.generators.questions.question import Question, Table
+from dareforge.generators.questions.table_questions import DATA, qa_questions, table_posed
+from dareforge.generators.taskio import Draft
 from dareforge.schema import ANSWER_METRIC, Task
 
 
-def _build(build: Build) -> list[Task]:
-    return qa_tasks(
-        build.family.name,
-        build.ctx,
-        build.prepared,
-        build.frames[0],
-        build.writer,
-        build.runners,
-        build.title,
-    )
+def ask(build: Build, question: Question, title: str | None) -> Task | None:
+    """Pose `question` on the framing's training rows and certify its answer (`title` None: an obscured
+    variant, which names no dataset)."""
+    posed = table_posed(question, len(build.frames[0]), title)
+
+    def stage(draft: Draft) -> Path:
+        (draft.public / DATA).write_bytes(prepared_file(build.ctx, build.prepared, "train.csv").read_bytes())
+        return draft.public
+
+    fill = fill_question(build.ctx, build.runners, posed, stage)
+    return build.writer.build(build.family.name, build.ctx.config.generate.seed, posed.spec_key, fill)
+
+
+def qa_tasks(build: Build) -> list[Task]:
+    """Up to `generate.qa_per_source` questions on the framing's training rows (see `qa_questions`);
+    degenerate candidates are stored as rejected tasks with their reason."""
+    cap = build.ctx.config.generate.qa_per_source
+    tasks: dict[str, Task] = {}
+    accepted = 0
+    for question in qa_questions(build.ctx, build.prepared, Table.of(build.frames[0], build.prepared)):
+        if accepted >= cap:
+            break
+        task = ask(build, question, build.title)
+        if task is not None and task.id not in tasks:
+            tasks[task.id] = task
+            accepted += task.status == "candidate"
+    return list(tasks.values())
 
 
 def redraw(build: Build, original: Task) -> Task | None:
@@ -35,19 +56,9 @@ def redraw(build: Build, original: Task) -> Task | None:
     computed anew on the obscured data (then certified like any question). A draw whose program or columns
     differ from the original's mapped ones is not the same question: no variant, with the reason."""
     spec = json.loads(original.spec or "{}")
-    train = build.frames[0]
-    for question in qa_questions(build.ctx, build.prepared, Table.of(train, build.prepared)):
+    for question in qa_questions(build.ctx, build.prepared, Table.of(build.frames[0], build.prepared)):
         if question.program == spec.get("program") and build.maps(spec.get("params", {}), question.params):
-            return qa_task(
-                build.family.name,
-                build.ctx,
-                build.prepared,
-                question,
-                len(train),
-                None,
-                build.writer,
-                build.runners,
-            )
+            return ask(build, question, None)
     raise NoVariantError(
         f"no question drawn on the obscured table is the original's {spec.get('program')!r} question on its mapped "
         "columns (a column the program needs changed kind under the map, e.g. a year column renamed)"
@@ -64,7 +75,7 @@ FAMILY = Family(
         agent="computes one answer from `data.csv`, writes answer.json",
         hub_category="table-question-answering",
     ),
-    build=_build,
+    build=qa_tasks,
     applies=any_framing,
     per_framing=False,
     pass_bar=ANSWER_PASS_BAR,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -29,13 +29,13 @@ import pandas as pd
 
 from dareforge.context import RunContext
 from dareforge.generators.prepare import load_prepared, prepared_file
-from dareforge.generators.questions.build import Posed, answer_metric, fill_question
+from dareforge.generators.questions.build import Posed, answer_metric
 from dareforge.generators.questions.programs import PROGRAMS
 from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.scripts import Step
 from dareforge.generators.questions.table_questions import answer_lines, program_order, seeded
-from dareforge.generators.taskio import Draft, Runners, TaskWriter
-from dareforge.schema import PreparedSource, SubTask, Task
+from dareforge.generators.taskio import Draft
+from dareforge.schema import PreparedSource, SubTask
 
 MAX_LAKE_ROWS = 2000
 MAX_DISTRACTOR_ROWS = 200
@@ -121,16 +121,12 @@ class DistractorPool(Sequence[PreparedSource]):
         return load_prepared(self._ctx, source_id)[n]
 
 
-def lake_tasks(
-    family: str,
-    ctx: RunContext,
-    prepared: PreparedSource,
-    pool: Sequence[PreparedSource],
-    writer: TaskWriter,
-    runners: Runners,
-    title: str,
-) -> list[Task]:
-    """Up to `generate.lakes_per_source` Lake tasks on the framing's training rows."""
+def lake_questions(
+    ctx: RunContext, prepared: PreparedSource, pool: Sequence[PreparedSource], title: str
+) -> Iterator[tuple[Posed, Callable[[Draft], Path]]]:
+    """The candidate lakes on a framing's training rows, in the order a builder poses them: each a posed
+    question and the step that lays out its folder in a draft. Choices are seeded by the framing and the
+    attempt's number, so a re-run draws the same lakes."""
     cfg = ctx.config.generate
     text = _text_table(prepared_file(ctx, prepared, "train.csv"))
     base = seeded(cfg.seed, prepared.source_id, prepared.framing, "lake")
@@ -140,26 +136,17 @@ def lake_tasks(
     frame = _typed(text)
     table = Table.of(frame, prepared)
     order = program_order(base, LAKE_EXCLUDED_PROGRAMS)
-    tasks: dict[str, Task] = {}
-    accepted = 0
     for attempt in range(cfg.lakes_per_source * cfg.question_attempts):
-        if accepted >= cfg.lakes_per_source:
-            break
         rng = seeded(cfg.seed, prepared.source_id, prepared.framing, "lake", attempt)
         question = PROGRAMS[order[attempt % len(order)]].propose(table, rng)
         if question is None:
             continue
         plan = _plan(prepared, text, frame, question, pool, rng)
-        posed = _posed(plan, prepared, title)
 
         def stage(draft: Draft, plan: LakePlan = plan) -> Path:
             return _materialize(ctx, plan, text, draft)
 
-        task = writer.build(family, cfg.seed, posed.spec_key, fill_question(ctx, runners, posed, stage))
-        if task is not None and task.id not in tasks:
-            tasks[task.id] = task
-            accepted += task.status == "candidate"
-    return list(tasks.values())
+        yield _posed(plan, prepared, title), stage
 
 
 # --- planning ------------------------------------------------------------------------------------------

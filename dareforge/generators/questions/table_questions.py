@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from dareforge.context import RunContext
-from dareforge.generators.prepare import prepared_file
-from dareforge.generators.questions.build import Posed, fill_question
+from dareforge.generators.questions.build import Posed
 from dareforge.generators.questions.programs import PROGRAMS
 from dareforge.generators.questions.question import Question, Table
-from dareforge.generators.taskio import Draft, Runners, TaskWriter
-from dareforge.schema import PreparedSource, Task
+from dareforge.schema import PreparedSource
 
 DATA = "data.csv"
 ANSWER_NOTE = (
@@ -65,18 +61,9 @@ def qa_questions(ctx: RunContext, prepared: PreparedSource, table: Table) -> Ite
             yield question
 
 
-def qa_task(
-    family: str,
-    ctx: RunContext,
-    prepared: PreparedSource,
-    question: Question,
-    rows: int,
-    title: str | None,
-    writer: TaskWriter,
-    runners: Runners,
-) -> Task | None:
-    """Pose `question` on the framing's training rows (`data.csv`) and certify its answer."""
-    posed = Posed(
+def table_posed(question: Question, rows: int, title: str | None) -> Posed:
+    """`question` posed on a framing's training rows, published as `data.csv`."""
+    return Posed(
         question=question,
         load=f"df = pd.read_csv({DATA!r})",
         instruction=qa_instruction(question, rows, title),
@@ -88,35 +75,3 @@ def qa_task(
             "data": DATA,
         },
     )
-
-    def stage(draft: Draft) -> Path:
-        (draft.public / DATA).write_bytes(prepared_file(ctx, prepared, "train.csv").read_bytes())
-        return draft.public
-
-    return writer.build(
-        family, ctx.config.generate.seed, posed.spec_key, fill_question(ctx, runners, posed, stage)
-    )
-
-
-def qa_tasks(
-    family: str,
-    ctx: RunContext,
-    prepared: PreparedSource,
-    train: pd.DataFrame,
-    writer: TaskWriter,
-    runners: Runners,
-    title: str,
-) -> list[Task]:
-    """Up to `generate.qa_per_source` questions on the framing's training rows (see `qa_questions`);
-    degenerate candidates are stored as rejected tasks with their reason."""
-    cap = ctx.config.generate.qa_per_source
-    tasks: dict[str, Task] = {}
-    accepted = 0
-    for question in qa_questions(ctx, prepared, Table.of(train, prepared)):
-        if accepted >= cap:
-            break
-        task = qa_task(family, ctx, prepared, question, len(train), title, writer, runners)
-        if task is not None and task.id not in tasks:
-            tasks[task.id] = task
-            accepted += task.status == "candidate"
-    return list(tasks.values())
