@@ -57,9 +57,9 @@ def dare_refresh():
 
         with retry_only_transient("crawl"):
             report = run_stage("crawl").detail
-            if report.listing_errors:
+            if listing_failed := report.outcomes.get("listing failed"):
                 # The report keeps only messages; Kaggle's client already retried its own transient errors.
-                raise TransientError(f"listing failed: {report.listing_errors}")
+                raise TransientError(f"listing failed: {listing_failed}")
         return report.written
 
     @task

@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from dareforge.errors import DareforgeError
+from dareforge.report import SHOWN
 
 if TYPE_CHECKING:
     from dareforge.context import RunContext
     from dareforge.trajectories.models import RunModels
 
 FAMILIES = ("Class-IF", "Class-MM", "Reg-IF", "Reg-MM", "TS-XF", "TS-CF", "QA", "Lake")
-SHOWN = 5
-"""Rejections and failures a summary names (the rest are in the store, and `dareforge sql` finds them)."""
 
 
 @dataclass
@@ -101,6 +100,19 @@ class Stage:
         )
 
 
+def _own_lines(run: Run, report: Any) -> list[Any]:
+    """The lines of a stage that writes its own (`dareforge.report.StageReport`)."""
+    return report.lines
+
+
+def _own_counts(report: Any) -> tuple[int, int, dict[str, str]]:
+    return len(report.written), report.reused, report.failures
+
+
+def _own_left_nothing(run: Run, report: Any) -> str | None:
+    return report.nothing_left
+
+
 def cpu_seconds() -> float:
     """User and system CPU of this process and of the children it has reaped."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -114,67 +126,10 @@ def _crawl(run: Run, ids: list[str] | None) -> Any:
     return crawl(run.ctx)
 
 
-def crawl_line(report: Any) -> str:
-    parts = ", ".join(f"{n} {action}" for action, n in sorted(report.actions.items()))
-    return f"crawl: {report.seen} sources seen ({parts or 'none'}); {len(report.written)} records written"
-
-
 def _filter(run: Run, ids: list[str] | None) -> Any:
     from dareforge.crawlers.filter import filter_sources
 
     return filter_sources(run.ctx)
-
-
-def filter_line(report: Any) -> str:
-    return (
-        f"filter: {len(report.kept)} kept, {len(report.dropped)} dropped; "
-        f"{len(report.written)} decision files written"
-    )
-
-
-def top_drop_reasons(ctx: RunContext) -> list[tuple[str, int, str]]:
-    """(rule, sources it dropped, one of its reasons), commonest first, at most SHOWN."""
-    return (
-        ctx.store.connect()
-        .sql(
-            f"""select rule, count(*) as sources, any_value(reason) as example
-               from filter_decisions where not kept group by rule order by sources desc, rule limit {SHOWN}"""
-        )
-        .fetchall()
-    )
-
-
-def _filter_lines(run: Run, report: Any) -> list[Any]:
-    """The line, then the commonest drop reasons with an example each (a table)."""
-    from rich.table import Table
-
-    rows = top_drop_reasons(run.ctx)
-    if not rows:
-        return [filter_line(report)]
-    table = Table(title="top drop reasons", title_justify="left")
-    for column in ("rule", "sources", "example"):
-        table.add_column(column, overflow="fold")
-    for rule, sources, example in rows:
-        table.add_row(rule, str(sources), escape(example))
-    return [filter_line(report), table]
-
-
-def _filter_left_nothing(run: Run, report: Any) -> str | None:
-    if report.kept:
-        return None
-    if not report.dropped:
-        return (
-            "the crawl stored no source; name some under mirror.paths, kaggle (enabled, datasets) or builtin "
-            "in dareforge.yaml (see dareforge.example.yaml)"
-        )
-    reasons = "; ".join(
-        f"{rule} dropped {n} (e.g. {example})" for rule, n, example in top_drop_reasons(run.ctx)
-    )
-    return (
-        f"the filter dropped every source ({len(report.dropped)} in all): {reasons}. Fix what the reasons say "
-        "(most name a setting of dareforge.yaml) and run again; every drop: "
-        'dareforge sql "select source_id, rule, reason from filter_decisions where not kept"'
-    )
 
 
 def _understand(run: Run, ids: list[str] | None) -> Any:
@@ -398,11 +353,8 @@ STAGES: tuple[Stage, ...] = (
         reads=(),
         writes=("sources", "raw/"),
         call=_crawl,
-        lines=lambda run, report: (
-            [crawl_line(report)]
-            + [f"[red]{name}: listing failed:[/] {error}" for name, error in report.listing_errors.items()]
-        ),
-        counts=lambda r: (len(r.written), r.actions.get("unchanged", 0), dict(r.failures)),
+        lines=_own_lines,
+        counts=_own_counts,
         dag_task="crawl",
     ),
     Stage(
@@ -410,9 +362,9 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources",),
         writes=("filter_decisions",),
         call=_filter,
-        lines=_filter_lines,
-        counts=lambda r: (len(r.written), 0, {}),
-        left_nothing=_filter_left_nothing,
+        lines=_own_lines,
+        counts=_own_counts,
+        left_nothing=_own_left_nothing,
         dag_task="filter_sources",
     ),
     Stage(

@@ -15,7 +15,8 @@ from dareforge.pipeline import STAGES, Run, Stage, StageReport, run_pipeline
 PACKAGE = Path(dareforge.__file__).parent
 
 FLOORS: dict[str, int] = {
-    # 0: the ground floor: records, errors, config, the store and the helpers every stage shares
+    # 0: the ground floor: records, errors, config, the store, the report every stage returns and the helpers
+    # every stage shares
     **dict.fromkeys(
         [
             "errors",
@@ -30,6 +31,7 @@ FLOORS: dict[str, int] = {
             "context",
             "queries",
             "table_views",
+            "report",
         ],
         0,
     ),

@@ -43,7 +43,7 @@ def crawled(tmp_path_factory) -> Path:
     ctx = _ctx(root)
     ctx.config.builtin.include = BUILTINS
     crawl(ctx)
-    assert sorted(filter_sources(ctx).kept) == sorted([IRIS, CARS, STOCKS, DIABETES])
+    assert sorted(filter_sources(ctx).labels("kept")) == sorted([IRIS, CARS, STOCKS, DIABETES])
     understand(ctx)
     return root
 

@@ -376,7 +376,7 @@ def test_an_unreadable_workbook_is_refused_naming_the_file(tmp_path):
     ctx = _ctx(tmp_path)
     crawl(ctx)
     decisions = filter_sources(ctx)
-    assert not decisions.kept
+    assert not decisions.labels("kept")
     sources = {s.id: s for s in ctx.store.read_records(Source)}
     (book,) = sources["mirror.someone--broken-book"].files
     assert book.note.startswith("not read as a table: not a readable Excel workbook")

@@ -28,8 +28,7 @@ def crawl(
     """
     from dareforge.crawlers.crawl import crawl as crawl_stage
 
-    run = Run(context())
-    show(stage("crawl").lines(run, crawl_stage(run.ctx, origins=origin)))
+    show(crawl_stage(context(), origins=origin).lines)
 
 
 @command("filter", panel=PANEL)
