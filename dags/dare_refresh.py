@@ -82,10 +82,11 @@ def dare_refresh():
         from dareforge.orchestration import run_stage
 
         report = run_stage("understand", source_ids).detail
+        framed = report.labels("framed")
         for source_id in source_ids:
-            if source_id not in report.framed:
-                log.warning("understand %s: no task: %s", source_id, report.reasons.get(source_id))
-        return [s for s in source_ids if s in report.framed] or None
+            if source_id not in framed:
+                log.warning("understand %s: no task: %s", source_id, report.failures.get(source_id))
+        return [s for s in source_ids if s in framed] or None
 
     @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
     def prepare(source_ids: list[str]) -> list[str] | None:
@@ -94,7 +95,8 @@ def dare_refresh():
         from dareforge.orchestration import run_stage
 
         report = run_stage("prepare", source_ids).detail
-        done = {label.split("/")[0] for label in [*report.prepared, *report.skipped]}  # "<source>/<framing>"
+        # labelled "<source>/<framing>"
+        done = {label.split("/")[0] for label in [*report.labels("prepared"), *report.labels("unchanged")]}
         return [s for s in source_ids if s in done] or None
 
     @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)

@@ -138,43 +138,10 @@ def _understand(run: Run, ids: list[str] | None) -> Any:
     return understand(run.ctx, ids)
 
 
-def understand_lines(run: Run, report: Any) -> list[str]:
-    families = ", ".join(f"{n} {kind}" for kind, n in sorted(report.families.items())) or "none"
-    lines = [
-        f"understand: {len(report.framed)} sources framed ({families}), {len(report.unframed)} without a task; "
-        f"{len(report.reused)} unchanged"
-    ]
-    lines += [
-        f"  [yellow]no task[/] {escape(sid)}: {escape(why)}"
-        for sid, why in list(report.reasons.items())[:SHOWN]
-    ]
-    return lines
-
-
-def _understand_left_nothing(run: Run, report: Any) -> str | None:
-    if report.framed:
-        return None
-    return (
-        f"none of the {len(report.unframed)} kept sources holds a task (the reasons are above); name a target "
-        "under sources.SOURCE_ID.target in dareforge.yaml, and see why per source with "
-        "dareforge sources --why SOURCE_ID"
-    )
-
-
 def _prepare(run: Run, ids: list[str] | None) -> Any:
     from dareforge.generators.prepare import prepare
 
     return prepare(run.ctx, ids)
-
-
-def prepare_lines(run: Run, report: Any) -> list[str]:
-    lines = [
-        f"prepare: {len(report.prepared)} prepared, {len(report.skipped)} unchanged, {len(report.failed)} failed"
-    ]
-    for label in report.failed:
-        reason = report.reasons.get(label, "").removeprefix(f"{label.split('/')[0]}: ")
-        lines.append(f"  [red]failed[/] {escape(label)}: {escape(reason)}")
-    return lines
 
 
 def _generate(run: Run, ids: list[str] | None) -> Any:
@@ -372,9 +339,9 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources", "filter_decisions"),
         writes=("framings",),
         call=_understand,
-        lines=understand_lines,
-        counts=lambda r: (len(r.written), len(r.reused), dict(r.reasons)),
-        left_nothing=_understand_left_nothing,
+        lines=_own_lines,
+        counts=_own_counts,
+        left_nothing=_own_left_nothing,
         dag_task="understand",
         per_source=True,
     ),
@@ -383,8 +350,8 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources", "framings"),
         writes=("prepared_sources", "prepared/"),
         call=_prepare,
-        lines=prepare_lines,
-        counts=lambda r: (len(r.written), len(r.skipped), {s: r.reasons.get(s, "") for s in r.failed}),
+        lines=_own_lines,
+        counts=_own_counts,
         dag_task="prepare",
         per_source=True,
     ),

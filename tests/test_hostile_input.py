@@ -334,8 +334,8 @@ def test_binary_garbage_named_csv_is_not_a_text_table_at_filter_and_prepare(ctx,
     filter_sources(ctx)
     assert f"{sid}/readable-tables" in _why_dropped(ctx)
     report = understand(ctx, [sid])
-    assert report.unframed == [sid]
-    assert report.reasons[sid] == (
+    assert report.labels("unframed") == [sid]
+    assert report.failures[sid] == (
         f"source: {sid}: sources.{sid}.table names 'junk.csv', which is not a table of the source (tables: "
         "data.csv); junk.csv is not a text table (binary: 258 NUL bytes in its first 65,536 bytes, the first at "
         "offset 87)"
@@ -344,8 +344,8 @@ def test_binary_garbage_named_csv_is_not_a_text_table_at_filter_and_prepare(ctx,
     ctx.config.sources[sid] = SourceOverride(table="data.csv", target=["label"])
     filter_sources(ctx)
     assert f"{sid}/readable-tables" not in _why_dropped(ctx)
-    assert understand(ctx, [sid]).framed == [sid]
-    assert prepare(ctx, [sid]).prepared == [f"{sid}/classification-label"]
+    assert understand(ctx, [sid]).labels("framed") == [sid]
+    assert prepare(ctx, [sid]).labels("prepared") == [f"{sid}/classification-label"]
 
 
 def _one_line(fields: int) -> bytes:
