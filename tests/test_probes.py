@@ -247,8 +247,8 @@ def test_obscured_variants_hide_names_values_and_ids_and_certify(obscured):
     root, report = obscured
     ctx = make_ctx(root)
     tasks = originals(ctx)
-    variants = {v.variant_of: v for v in report.variants}
-    assert (len(variants), report.rejected, report.failures) == (2, {}, {})
+    variants = variants_of(ctx)
+    assert (len(report.labels("variants")), report.outcomes.get("rejected"), report.failures) == (2, None, {})
     assert set(variants) == {t.id for t in tasks.values()}
 
     store = Path(ctx.config.store.root)
@@ -314,7 +314,7 @@ def test_a_variant_whose_workflow_differs_from_the_original_is_rejected(obscured
     root, report = obscured
     ctx = make_ctx(root)
     original = originals(ctx)["Class-IF"]
-    (variant,) = [v for v in report.variants if v.variant_of == original.id]
+    variant = variants_of(ctx)[original.id]
     writer = VariantWriter(ctx, None, report, original, load_map(ctx, variant), settings_key(ctx))
     assert writer.task_id("Class-IF", 0, "any") == variant.id
     assert writer.mismatch({"metric": variant.metric, "spec": variant.spec}) is None
@@ -333,11 +333,11 @@ def test_variants_are_never_released_nor_rebuilt(obscured):
     selection = select_tasks(ctx)
     assert {t.id for t in selection.tasks} == {t.id for t in originals(ctx).values()}
     assert selection.excluded["obscured variant (for the memorization probe, never released)"] == 2
-    assert {v.id for v in variants_of(ctx).values()} == {v.id for v in report.variants}
+    assert {v.id for v in variants_of(ctx).values()} == set(report.labels("variants"))
     assert ctx.store.exists("tables/tasks/obscured--builtin.sklearn-iris.parquet")
 
     again = obscure_tasks(ctx)
-    assert (again.written, again.reused, len(again.variants)) == ([], 2, 2)
+    assert (again.written, again.reused, len(again.labels("variants"))) == ([], 2, 2)
 
 
 # -- memorization probe -----------------------------------------------------------------------------------------
@@ -359,10 +359,10 @@ def centroid_code(task: Task) -> str:
 
 
 def test_the_memorization_probe_finds_a_model_that_recalls_answers(obscured, server):
-    root, report = obscured
+    root, _ = obscured
     ctx = make_ctx(root, server, ("recalls", "pipeline"))
     original = originals(ctx)["Class-MM"]
-    (variant,) = [v for v in report.variants if v.variant_of == original.id]
+    variant = variants_of(ctx)[original.id]
     answers = literal_code(private(ctx, original, answers_file(original)))
     plans = {
         "recalls": {original.instruction.strip(): answers, variant.instruction.strip(): answers},

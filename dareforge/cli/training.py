@@ -272,10 +272,4 @@ def obscure(
     """
     from dareforge.probes import obscure_tasks
 
-    report = obscure_tasks(context(), task)
-    out.print(
-        f"obscure: {len(report.variants)} variants ({dict(report.families)}), {len(report.rejected)} rejected, "
-        f"{len(report.failures)} failed, {report.reused} reused, {len(report.skipped)} skipped"
-    )
-    for key, why in sorted({**report.rejected, **report.failures, **report.skipped}.items()):
-        out.print(f"  {key}: {why}")
+    show(obscure_tasks(context(), task).lines)

@@ -18,16 +18,21 @@ from dareforge.generators import tabular, timeseries
 from dareforge.generators.prepare import load_prepared, prepare_failure
 from dareforge.generators.questions.lake import DistractorPool, lake_tasks
 from dareforge.generators.questions.qa import qa_tasks
-from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter, read_frames
+from dareforge.generators.taskio import Runners, TaskWriter, read_frames
 from dareforge.queries import framed_source_ids
+from dareforge.report import StageReport
 from dareforge.schema import PreparedSource, Source, Task, TaskType
 
 log = logging.getLogger(__name__)
 
 
-def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateReport:
+def generate(ctx: RunContext, source_ids: list[str] | None = None) -> StageReport:
+    """Generate the tasks of the sources (default: every framed one). The report's counts: candidate tasks per
+    family; its outcomes: `rejected` (task -> why its builder rejected it); failures: per source, framing or
+    family and seed; reused: tasks found finished; seconds: its own wall time, `seconds_in["references"]` the
+    CPU seconds of the references it ran."""
     started = time.perf_counter()
-    report = GenerateReport()
+    report = StageReport("generate")
     every = framed_source_ids(ctx)
     ids = source_ids if source_ids is not None else every
     # Lake distractors come from the other sources of the whole store, whichever sources this run generates.
@@ -45,12 +50,18 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
                 progress.advance(bar)
     finally:
         runners.close()
-    report.wall_seconds = time.perf_counter() - started
+    report.seconds = time.perf_counter() - started
+    if not sum(report.counts.values()):
+        rejected = "select id, reject_reason from tasks where status = 'rejected'"
+        report.nothing_left = (
+            f"no task to validate: {len(report.labels('rejected'))} rejected, {len(report.failures)} failed "
+            f'(the reasons are above; every rejected one: dareforge sql "{rejected}")'
+        )
     return report
 
 
 def _generate_source(
-    ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport, lake_pool: DistractorPool
+    ctx: RunContext, source_id: str, runners: Runners, report: StageReport, lake_pool: DistractorPool
 ) -> None:
     framings = sorted(load_prepared(ctx, source_id), key=lambda p: p.framing)
     if not framings:
@@ -69,14 +80,14 @@ def _generate_source(
         report, f"{source_id}/questions", build_question_tasks, ctx, first, writer, runners, lake_pool
     )
     for task in tasks:
-        report.families[task.family] += task.status == "candidate"
+        report.counts[task.family] += task.status == "candidate"
         if task.status == "rejected":
-            report.rejected[task.id] = task.reject_reason or ""
+            report.add("rejected", task.id, task.reject_reason or "")
     if tasks and ctx.store.write_records(source_id, tasks):
         report.written.append(ctx.store.table_key(Task.table, source_id))
 
 
-def _guarded(report: GenerateReport, label: str, build, *args) -> list[Task]:
+def _guarded(report: StageReport, label: str, build, *args) -> list[Task]:
     """The tasks `build` makes, or none with the failure recorded: no table, however odd, stops the stage for
     the other sources (the traceback goes to the debug log)."""
     try:
