@@ -131,8 +131,7 @@ def dare_refresh():
         """Re-decide every task with the probe's findings (only the gate writes verdicts)."""
         from dareforge.orchestration import run_stage
 
-        verdicts, _ = run_stage("gate").detail
-        return sum(not v.accepted for v in verdicts)
+        return len(run_stage("gate").detail.labels("rejected"))
 
     @task(outlets=[Asset(RELEASES_ASSET)], trigger_rule="none_failed", **NETWORK_RETRIES)
     def publish(params=None, outlet_events=None) -> str:

@@ -172,19 +172,6 @@ def _validate(run: Run, ids: list[str] | None) -> Any:
     return validate(run.ctx, ids)
 
 
-def validate_lines(run: Run, report: Any) -> list[str]:
-    lines = [
-        f"validate: {len(report.accepted)} accepted, {len(report.rejected)} rejected "
-        f"({report.checked} tasks checked, {report.reused} unchanged) in {report.seconds:.1f}s"
-    ]
-    reasons = Counter(r.split(":", 1)[0] for v in report.rejected for r in v.reasons)
-    if reasons:
-        lines.append("  top reasons: " + ", ".join(f"{name} {n}" for name, n in reasons.most_common(SHOWN)))
-    if report.report_key:
-        lines.append(f"  report: {run.ctx.store.path(report.report_key)}")
-    return lines
-
-
 def _probe(run: Run, ids: list[str] | None) -> Any:
     models = run.models
     if models is None or not models.endpoints:
@@ -213,14 +200,6 @@ def _gate(run: Run, ids: list[str] | None) -> Any:
     from dareforge.validators.gate import gate
 
     return gate(run.ctx)
-
-
-def gate_lines(run: Run, report: Any) -> list[str]:
-    verdicts, written = report
-    accepted = sum(v.accepted for v in verdicts)
-    return [
-        f"gate: {accepted} accepted, {len(verdicts) - accepted} rejected; {len(written)} verdict files written"
-    ]
 
 
 def _release(run: Run, ids: list[str] | None) -> Any:
@@ -364,8 +343,8 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks",),
         writes=("validations", "verdicts"),
         call=_validate,
-        lines=validate_lines,
-        counts=lambda r: (len(r.written), r.reused, {}),
+        lines=_own_lines,
+        counts=_own_counts,
         dag_task="validate",
     ),
     Stage(
@@ -382,8 +361,8 @@ STAGES: tuple[Stage, ...] = (
         reads=("validations",),
         writes=("verdicts",),
         call=_gate,
-        lines=gate_lines,
-        counts=lambda r: (len(r[1]), 0, {}),
+        lines=_own_lines,
+        counts=_own_counts,
         dag_task="gate",
         needs_models=True,  # between the probe and the trajectories, which keep the models up
     ),

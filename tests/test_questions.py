@@ -46,7 +46,7 @@ from dareforge.reference_solutions.answers import score_answer
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.runner import ReferenceRunner
 from dareforge.sandbox import probe
-from dareforge.schema import Task, ToolCall, Trajectory
+from dareforge.schema import Task, ToolCall, Trajectory, Verdict
 from dareforge.trajectories.gold import (
     GOLD_ENDPOINT,
     GoldClient,
@@ -575,8 +575,8 @@ def test_question_tasks_pass_validation_and_degenerate_ones_fail_on_their_reason
     ctx, tasks = built
     config = ctx.config.model_copy(deep=True)
     config.validate_.data_docs = False
-    report = validate(RunContext(config=config, store=ctx.store, show_progress=False))
-    verdicts = {v.task_id: v for v in report.verdicts}
+    validate(RunContext(config=config, store=ctx.store, show_progress=False))
+    verdicts = {v.task_id: v for v in ctx.store.iter_records(Verdict)}
     for task in tasks:
         verdict = verdicts[task.id]
         if task.status == "candidate":

@@ -119,7 +119,7 @@ def audit(
         f"{len(report.missing)} missing, {len(report.moved)} check scores moved"
     )
     for task_id, reasons in sorted(report.now_rejected.items()):
-        out.print(f"  [red]{task_id}[/]: {'; '.join(reasons)}")
+        out.print(f"  [red]{task_id}[/]: {reasons}")
     out.print(f"  report: {context().store.path(report.report_key)}")
     if report.now_rejected or report.missing:
         raise typer.Exit(1)
