@@ -130,7 +130,7 @@ def measure_tokens(ctx: RunContext) -> dict[str, tuple[float, float]]:
         sampled = synthesize(ctx, "dareforge", samples=1, split="all", task_ids=chosen)
         server.script(VERDICT)
         judged = judge_trajectories(ctx)
-    counts = {"probe": probed.ran, "synthesize": sampled.ran, "judge": judged.judged}
+    counts = {"probe": probed.counts["played"], "synthesize": sampled.ran, "judge": judged.judged}
     units = {"probe": "probe attempt", "synthesize": "trajectory", "judge": "judgement"}
     tokens = {}
     for purpose, n in counts.items():

@@ -122,9 +122,9 @@ def dare_refresh():
 
         with retry_only_transient("probe"):
             report = run_stage("probe")
-        if report.detail is None:  # no model: the first line says why and how to get one
+        if "probed" not in report.detail.outcomes:  # no model: the first line says why and how to get one
             raise AirflowSkipException(Text.from_markup(report.lines[0]).plain)
-        return len(report.detail.flagged)
+        return len(report.detail.labels("flagged"))
 
     @task(trigger_rule="none_failed")
     def gate() -> int:

@@ -173,27 +173,9 @@ def _validate(run: Run, ids: list[str] | None) -> Any:
 
 
 def _probe(run: Run, ids: list[str] | None) -> Any:
-    models = run.models
-    if models is None or not models.endpoints:
-        return None
-    from dareforge.probes import probe_shortcuts
-    from dareforge.probes.shortcut import shortcut_candidates
+    from dareforge.trajectories.stages import probe_with
 
-    task_ids = models.limit(ids if ids is not None else [t.id for t in shortcut_candidates(run.ctx)])
-    return probe_shortcuts(run.ctx, task_ids=task_ids)
-
-
-def _probe_lines(run: Run, report: Any) -> list[str]:
-    models = run.models
-    if models is None or not models.endpoints:
-        why = models.why if models is not None else "no models opened"
-        return [
-            f"models: none ({why}); probe and sampling skipped. Add an endpoint under llm.endpoints in "
-            "dareforge.yaml (name, base_url, model, api_key_env; see dareforge.example.yaml), then run "
-            "[bold]dareforge probe[/], [bold]dareforge synthesize[/] or [bold]dareforge evaluate -e NAME[/]"
-        ]
-    limit = f", {models.tasks_per_stage} tasks per stage" if models.tasks_per_stage else ""
-    return [f"models: {', '.join(models.endpoints)} ({models.why}{limit})", f"probe: {report.summary()}"]
+    return probe_with(run.ctx, run.models, ids)
 
 
 def _gate(run: Run, ids: list[str] | None) -> Any:
@@ -352,7 +334,8 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks", "verdicts"),
         writes=("probes", "trajectories", "validations"),
         call=_probe,
-        lines=_probe_lines,
+        lines=_own_lines,
+        counts=_own_counts,
         dag_task="probe",
         needs_models=True,
     ),

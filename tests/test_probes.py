@@ -155,8 +155,8 @@ def test_the_probe_flags_a_task_a_model_knows_and_keeps_one_it_does_not(built, s
 
     report = probe_shortcuts(ctx)
 
-    assert (report.ran, report.reused, report.endpoints) == (2, 0, ["knows"])
-    assert report.flagged == [known.id]
+    assert (report.counts["played"], report.reused) == (2, 0) and "by knows:" in report.lines[0]
+    assert report.labels("flagged") == [known.id]
     findings = {f.task_id: f for f in ctx.store.iter_records(Validation) if f.check == "shortcut"}
     assert findings[known.id].score == 1.0 and findings[unknown.id].score == 0.0
     assert findings[known.id].reason == "1 of 1 models solved it without the data: knows"
@@ -192,8 +192,8 @@ def test_the_probe_flags_a_task_a_model_knows_and_keeps_one_it_does_not(built, s
     # a second run plays nothing and writes nothing new
     requests = server.count
     again = probe_shortcuts(ctx)
-    assert (again.ran, again.reused, server.count) == (0, 2, requests)
-    assert [f.score for f in again.findings] == [f.score for f in report.findings]
+    assert (again.counts["played"], again.reused, server.count) == (0, 2, requests)
+    assert again.outcomes["probed"] == report.outcomes["probed"]
     assert not [w for w in again.written if "probes" in w or "validations" in w]
 
     # a second model that does not know the task: half the models solve it, not more than 0.5 -> kept;
@@ -201,10 +201,9 @@ def test_the_probe_flags_a_task_a_model_knows_and_keeps_one_it_does_not(built, s
     ctx = make_ctx(root, server, ("knows", "guesses"))
     server.script(scripted(shortcut_plans(ctx, "knows", ("guesses",))))
     both = probe_shortcuts(ctx)
-    assert (both.ran, both.reused) == (2, 2)
-    findings = {f.task_id: f for f in both.findings}
-    assert findings[known.id].score == 0.5 and findings[known.id].reason.endswith(": knows")
-    assert both.flagged == []
+    assert (both.counts["played"], both.reused) == (2, 2)
+    assert both.outcomes["probed"][known.id] == "1 of 2 models solved it without the data: knows"
+    assert both.labels("flagged") == []
     gate(ctx)
     verdicts = {v.task_id: v for v in ctx.store.iter_records(Verdict)}
     assert verdicts[known.id].accepted and verdicts[unknown.id].accepted

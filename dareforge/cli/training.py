@@ -255,10 +255,9 @@ def probe(
                 )
             return
         report = probe_shortcuts(context(), endpoint, task, concurrency=concurrency)
-    out.print(report.summary())
-    for finding in report.findings:
-        if finding.task_id in report.flagged:
-            out.print(f"  {finding.task_id}: {finding.reason}")
+    show(report.lines)
+    for task_id, reason in report.outcomes["flagged"].items():
+        out.print(f"  {task_id}: {reason}")
     show(stage("gate").run(Run(context())).lines)
 
 
