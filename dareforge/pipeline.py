@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import resource
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -185,87 +184,21 @@ def _gate(run: Run, ids: list[str] | None) -> Any:
 
 
 def _release(run: Run, ids: list[str] | None) -> Any:
-    from dareforge.publish.release import build_release
+    from dareforge.publish.stage import cut_release
 
-    result = build_release(run.ctx, run.release)
-    copied = None
-    if run.copy_to is not None:
-        from dareforge.publish.targets import LocalTarget
-
-        copied = LocalTarget(run.copy_to).publish(result.release)
-    return result, copied
-
-
-def _release_lines(run: Run, report: Any) -> list[str]:
-    result, copied = report
-    state = "new version" if result.created else "unchanged"
-    splits = Counter(result.release.splits.values())
-    return [
-        f"release: {result.name}@{result.version} ({state}): {len(result.release.task_ids)} tasks, "
-        f"{splits.get('train', 0)} train / {splits.get('test', 0)} test"
-        + (f"; copied to {copied}" if copied else "")
-    ]
+    return cut_release(run.ctx, run.release, run.copy_to)
 
 
 def _trajectories(run: Run, ids: list[str] | None) -> Any:
-    from dareforge.publish.release import load_release
-    from dareforge.trajectories import gold_trajectories
-    from dareforge.trajectories import synthesize as synthesize_stage
-    from dareforge.trajectories.corpus import corpus_tasks
+    from dareforge.trajectories.stages import play_trajectories
 
-    ctx, models = run.ctx, run.models
-    golden = gold_trajectories(
-        ctx, run.release, split=ctx.config.synthesize.split, task_ids=run_gold_ids(ctx, run.release)
-    )
-    sampled = None
-    if models is not None and models.endpoints:
-        task_ids = models.limit([t.id for t in corpus_tasks(ctx, load_release(ctx, run.release))])
-        samples = 1 if models.local else None
-        sampled = synthesize_stage(
-            ctx, run.release, samples=samples, task_ids=task_ids, rerun_llm_errors=True
-        )
-    return golden, sampled
-
-
-def run_gold_ids(ctx: RunContext, release: str) -> list[str] | None:
-    """The tasks `dareforge run` plays gold for: every IF task of the split and the first
-    `synthesize.gold_questions_per_run` question tasks by id (a question's gold takes as long as an IF task's,
-    and there are many more of them); None for all."""
-    from dareforge.trajectories.synthesize import task_set
-
-    cap = ctx.config.synthesize.gold_questions_per_run
-    if cap is None:
-        return None
-    tasks = task_set(ctx, release, ctx.config.synthesize.split).tasks
-    questions = sorted(t.id for t in tasks if t.is_question)
-    return [t.id for t in tasks if not t.is_question] + questions[:cap]
-
-
-def _trajectories_lines(run: Run, report: Any) -> list[str]:
-    golden, sampled = report
-    return [golden.summary()] + ([sampled.summary()] if sampled is not None else [])
+    return play_trajectories(run.ctx, run.release, run.models)
 
 
 def _corpus(run: Run, ids: list[str] | None) -> Any:
-    from dareforge.trajectories.corpus import build_corpus
+    from dareforge.trajectories.corpus import export_corpus
 
-    corpus = build_corpus(run.ctx, run.release)
-    if run.copy_to is not None:
-        from dareforge.publish.targets import LocalTarget
-
-        for built in (corpus.sft, corpus.rl):
-            if built is not None:
-                LocalTarget(run.copy_to).publish(built.export)
-    return corpus
-
-
-def _corpus_lines(run: Run, corpus: Any) -> list[str]:
-    lines = [f"corpus: {note}" for note in corpus.notes]
-    for built in (corpus.sft, corpus.rl):
-        if built is not None:
-            state = "new version" if built.created else "unchanged"
-            lines.append(f"{built.export.kind}: {built.name}@{built.version} ({state})")
-    return lines
+    return export_corpus(run.ctx, run.release, run.copy_to)
 
 
 STAGES: tuple[Stage, ...] = (
@@ -354,8 +287,8 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks", "verdicts"),
         writes=("releases/",),
         call=_release,
-        lines=_release_lines,
-        counts=lambda r: (int(r[0].created), int(not r[0].created), {}),
+        lines=_own_lines,
+        counts=_own_counts,
         dag_task="publish",
         needs_models=True,  # between the probe and the trajectories, which keep the models up
     ),
@@ -364,7 +297,8 @@ STAGES: tuple[Stage, ...] = (
         reads=("releases/",),
         writes=("trajectories",),
         call=_trajectories,
-        lines=_trajectories_lines,
+        lines=_own_lines,
+        counts=_own_counts,
         needs_models=True,
     ),
     Stage(
@@ -372,7 +306,8 @@ STAGES: tuple[Stage, ...] = (
         reads=("trajectories", "releases/"),
         writes=("exports/",),
         call=_corpus,
-        lines=_corpus_lines,
+        lines=_own_lines,
+        counts=_own_counts,
     ),
 )
 """Every stage, in the order a run takes them."""

@@ -15,13 +15,16 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from dareforge.context import RunContext
 from dareforge.exports import ExportResult, build_rl_export, build_sft_export
 from dareforge.judge.judge import judgement_partition, trajectory_partitions
 from dareforge.publish.release import Release, load_release
+from dareforge.publish.targets import LocalTarget
 from dareforge.queries import partition_name
+from dareforge.report import StageReport
 from dareforge.schema import Judgement, Task, Trajectory
 from dareforge.trajectories.select import Selection, select
 from dareforge.trajectories.synthesize import is_valid
@@ -84,6 +87,26 @@ def build_corpus(
     if "sft" in formats:
         _sft(ctx, rel, tasks, result, strategy or ctx.config.synthesize.strategy, judge_endpoint, today)
     return result
+
+
+def export_corpus(ctx: RunContext, release: str, copy_to: Path | None = None) -> StageReport:
+    """The corpus stage of `dareforge run`: `build_corpus` of the latest version of `release`, each export copied
+    to `copy_to` when given. The report: written, the prefixes of new export versions; reused, the exports
+    whose content was there already."""
+    corpus = build_corpus(ctx, release)
+    report = StageReport("corpus", lines=[f"corpus: {note}" for note in corpus.notes])
+    for built in (corpus.sft, corpus.rl):
+        if built is None:
+            continue
+        if copy_to is not None:
+            LocalTarget(copy_to).publish(built.export)
+        if built.created:
+            report.written.append(built.export.prefix)
+        else:
+            report.reused += 1
+        state = "new version" if built.created else "unchanged"
+        report.lines.append(f"{built.export.kind}: {built.name}@{built.version} ({state})")
+    return report
 
 
 def _sft(
