@@ -33,7 +33,7 @@ def dare_release():
     def gate() -> list[str]:
         from dareforge.orchestration import run_stage
 
-        return run_stage("gate").detail.written
+        return run_stage("gate").written
 
     @task(outlets=[Asset(RELEASES_ASSET)], **NETWORK_RETRIES)
     def publish(params=None, outlet_events=None) -> str:

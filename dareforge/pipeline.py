@@ -6,12 +6,9 @@ in the list's order and mapped per source where `per_source` says so (`tests/tes
 DAG and the list disagree).
 
 A stage is the stage module's own function (`dareforge.<stage>...`) plus what the spine needs to know about it:
-what it reads and writes (store tables), whether it runs per source, whether it needs the run's models, and
-how its report reads as summary lines. Adding a stage: write its module, add one `Stage` here, test it.
-
-Stage functions keep their own report types (each says what its stage did in its own words); `StageReport`
-wraps one in the shape every caller can use: the summary lines, how many records were written and reused, the
-failures with their reasons, the wall time.
+what it reads and writes (store tables), whether it runs per source, whether it needs the run's models. Every
+stage function returns a `StageReport` (`dareforge.report`) with its summary lines in its own words; the spine
+adds the seconds. Adding a stage: write its module, add one `Stage` here, test it.
 """
 
 from __future__ import annotations
@@ -20,14 +17,14 @@ import resource
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from dareforge.errors import DareforgeError
-from dareforge.report import SHOWN
+from dareforge.report import SHOWN, StageReport
 
 if TYPE_CHECKING:
     from dareforge.context import RunContext
@@ -47,69 +44,25 @@ class Run:
     copy_to: Path | None = None
 
 
-@dataclass
-class StageReport:
-    """What one stage did, in one shape: its summary lines (rich markup), records written and reused, failures
-    (label -> reason), wall seconds, CPU seconds (this process and the children it reaped: reference workers,
-    sandboxes), and the stage function's own report (`detail`)."""
-
-    stage: str
-    lines: list[Any]
-    written: int = 0
-    reused: int = 0
-    failures: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    detail: Any = None
-    cpu_seconds: float = 0.0
-
-
 @dataclass(frozen=True)
 class Stage:
     name: str
     reads: tuple[str, ...]
     writes: tuple[str, ...]
-    call: Callable[[Run, list[str] | None], Any]
+    call: Callable[[Run, list[str] | None], StageReport]
     """Runs the stage function on `ids` (None: everything the stage's inputs hold) and returns its report."""
-    lines: Callable[[Run, Any], list[Any]]
-    """The summary of its report: lines with rich markup (or rich renderables such as a table)."""
-    counts: Callable[[Any], tuple[int, int, dict[str, str]]] = lambda report: (0, 0, {})
-    """(written, reused, failures) of the stage's own report."""
     dag_task: str | None = None
     """The task of `dare_refresh` that runs this stage; None when the refresh does not."""
     per_source: bool = False
     """The refresh maps the stage over the accepted sources, one task instance each."""
     needs_models: bool = False
-    left_nothing: Callable[[Run, Any], str | None] = lambda run, report: None
-    """Why the stages after this one have nothing to work on (a run stops there and says so), or None."""
 
     def run(self, run: Run, ids: list[str] | None = None) -> StageReport:
         run.ctx.remove_dead_scratch()
         started, cpu = time.perf_counter(), cpu_seconds()
-        detail = self.call(run, ids)
-        written, reused, failures = self.counts(detail)
-        return StageReport(
-            self.name,
-            self.lines(run, detail),
-            written,
-            reused,
-            failures,
-            time.perf_counter() - started,
-            detail,
-            cpu_seconds() - cpu,
-        )
-
-
-def _own_lines(run: Run, report: Any) -> list[Any]:
-    """The lines of a stage that writes its own (`dareforge.report.StageReport`)."""
-    return report.lines
-
-
-def _own_counts(report: Any) -> tuple[int, int, dict[str, str]]:
-    return len(report.written), report.reused, report.failures
-
-
-def _own_left_nothing(run: Run, report: Any) -> str | None:
-    return report.nothing_left
+        report = self.call(run, ids)
+        report.seconds, report.cpu_seconds = time.perf_counter() - started, cpu_seconds() - cpu
+        return report
 
 
 def cpu_seconds() -> float:
@@ -119,31 +72,31 @@ def cpu_seconds() -> float:
 
 
 # -- the stages, each calling its module's function ------------------------------------------------------------
-def _crawl(run: Run, ids: list[str] | None) -> Any:
+def _crawl(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.crawlers.crawl import crawl
 
     return crawl(run.ctx)
 
 
-def _filter(run: Run, ids: list[str] | None) -> Any:
+def _filter(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.crawlers.filter import filter_sources
 
     return filter_sources(run.ctx)
 
 
-def _understand(run: Run, ids: list[str] | None) -> Any:
+def _understand(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.understand.stage import understand
 
     return understand(run.ctx, ids)
 
 
-def _prepare(run: Run, ids: list[str] | None) -> Any:
+def _prepare(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.generators.prepare import prepare
 
     return prepare(run.ctx, ids)
 
 
-def _generate(run: Run, ids: list[str] | None) -> Any:
+def _generate(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.generators.generate import generate
 
     report = generate(run.ctx, ids)
@@ -152,7 +105,7 @@ def _generate(run: Run, ids: list[str] | None) -> Any:
     return report
 
 
-def generate_lines(report: Any) -> list[str]:
+def generate_lines(report: StageReport) -> list[str]:
     counts = ", ".join(f"{family} {report.counts.get(family, 0)}" for family in FAMILIES)
     rejected = report.outcomes.get("rejected", {})
     lines = [
@@ -165,37 +118,37 @@ def generate_lines(report: Any) -> list[str]:
     return lines
 
 
-def _validate(run: Run, ids: list[str] | None) -> Any:
+def _validate(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.validators.validate import validate
 
     return validate(run.ctx, ids)
 
 
-def _probe(run: Run, ids: list[str] | None) -> Any:
+def _probe(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.trajectories.stages import probe_with
 
     return probe_with(run.ctx, run.models, ids)
 
 
-def _gate(run: Run, ids: list[str] | None) -> Any:
+def _gate(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.validators.gate import gate
 
     return gate(run.ctx)
 
 
-def _release(run: Run, ids: list[str] | None) -> Any:
+def _release(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.publish.stage import cut_release
 
     return cut_release(run.ctx, run.release, run.copy_to)
 
 
-def _trajectories(run: Run, ids: list[str] | None) -> Any:
+def _trajectories(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.trajectories.stages import play_trajectories
 
     return play_trajectories(run.ctx, run.release, run.models)
 
 
-def _corpus(run: Run, ids: list[str] | None) -> Any:
+def _corpus(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.trajectories.corpus import export_corpus
 
     return export_corpus(run.ctx, run.release, run.copy_to)
@@ -207,8 +160,6 @@ STAGES: tuple[Stage, ...] = (
         reads=(),
         writes=("sources", "raw/"),
         call=_crawl,
-        lines=_own_lines,
-        counts=_own_counts,
         dag_task="crawl",
     ),
     Stage(
@@ -216,9 +167,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources",),
         writes=("filter_decisions",),
         call=_filter,
-        lines=_own_lines,
-        counts=_own_counts,
-        left_nothing=_own_left_nothing,
         dag_task="filter_sources",
     ),
     Stage(
@@ -226,9 +174,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources", "filter_decisions"),
         writes=("framings",),
         call=_understand,
-        lines=_own_lines,
-        counts=_own_counts,
-        left_nothing=_own_left_nothing,
         dag_task="understand",
         per_source=True,
     ),
@@ -237,8 +182,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources", "framings"),
         writes=("prepared_sources", "prepared/"),
         call=_prepare,
-        lines=_own_lines,
-        counts=_own_counts,
         dag_task="prepare",
         per_source=True,
     ),
@@ -247,9 +190,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("prepared_sources",),
         writes=("tasks", "tasks/"),
         call=_generate,
-        lines=_own_lines,
-        counts=_own_counts,
-        left_nothing=_own_left_nothing,
         dag_task="generate",
         per_source=True,
     ),
@@ -258,8 +198,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks",),
         writes=("validations", "verdicts"),
         call=_validate,
-        lines=_own_lines,
-        counts=_own_counts,
         dag_task="validate",
     ),
     Stage(
@@ -267,8 +205,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks", "verdicts"),
         writes=("probes", "trajectories", "validations"),
         call=_probe,
-        lines=_own_lines,
-        counts=_own_counts,
         dag_task="probe",
         needs_models=True,
     ),
@@ -277,8 +213,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("validations",),
         writes=("verdicts",),
         call=_gate,
-        lines=_own_lines,
-        counts=_own_counts,
         dag_task="gate",
         needs_models=True,  # between the probe and the trajectories, which keep the models up
     ),
@@ -287,8 +221,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks", "verdicts"),
         writes=("releases/",),
         call=_release,
-        lines=_own_lines,
-        counts=_own_counts,
         dag_task="publish",
         needs_models=True,  # between the probe and the trajectories, which keep the models up
     ),
@@ -297,8 +229,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("releases/",),
         writes=("trajectories",),
         call=_trajectories,
-        lines=_own_lines,
-        counts=_own_counts,
         needs_models=True,
     ),
     Stage(
@@ -306,8 +236,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("trajectories", "releases/"),
         writes=("exports/",),
         call=_corpus,
-        lines=_own_lines,
-        counts=_own_counts,
     ),
 )
 """Every stage, in the order a run takes them."""
@@ -346,5 +274,5 @@ def run_pipeline(run: Run, stages: tuple[Stage, ...] = STAGES) -> Iterator[Stage
             except DareforgeError as exc:
                 raise RunStopped(f"the run stopped at {each.name}: {exc}") from exc
             yield report
-            if why := each.left_nothing(run, report.detail):
-                raise RunStopped(f"the run stopped after {each.name}: {why}")
+            if report.nothing_left:
+                raise RunStopped(f"the run stopped after {each.name}: {report.nothing_left}")
