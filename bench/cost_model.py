@@ -30,6 +30,7 @@ from bench.probe_throughput import _reply as probe_reply
 from bench.trajectory_throughput import MAJORITY_CODE
 from dareforge.config import Config, EndpointConfig
 from dareforge.context import RunContext
+from dareforge.families.registry import family_of
 from dareforge.judge import CRITERION_FIELDS
 from dareforge.plan import MAPPED, SERIAL, Measured, Shape, plan_lines, project
 from dareforge.queries import accepted_source_ids, framed_source_ids
@@ -117,7 +118,9 @@ def measure_tokens(ctx: RunContext) -> dict[str, tuple[float, float]]:
     from dareforge.trajectories import synthesize
 
     released = set(load_release(ctx, "dareforge").task_ids)
-    tasks = sorted(t.id for t in ctx.store.read_records(Task) if t.id in released and not t.is_question)
+    tasks = sorted(
+        t.id for t in ctx.store.read_records(Task) if t.id in released and not family_of(t).asks_question
+    )
     chosen = tasks[:TOKEN_TASKS]
     with LLMServer() as server:
         ctx.config.llm.endpoints = [EndpointConfig(name="bench", base_url=server.url, model="scripted")]
@@ -130,7 +133,7 @@ def measure_tokens(ctx: RunContext) -> dict[str, tuple[float, float]]:
         sampled = synthesize(ctx, "dareforge", samples=1, split="all", task_ids=chosen)
         server.script(VERDICT)
         judged = judge_trajectories(ctx)
-    counts = {"probe": probed.ran, "synthesize": sampled.ran, "judge": judged.judged}
+    counts = {"probe": probed.counts["played"], "synthesize": sampled.ran, "judge": judged.judged}
     units = {"probe": "probe attempt", "synthesize": "trajectory", "judge": "judgement"}
     tokens = {}
     for purpose, n in counts.items():

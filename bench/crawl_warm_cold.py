@@ -38,11 +38,11 @@ def _in_process() -> tuple[float, float, int]:
             ctx = RunContext.from_config(cfg, show_progress=False)
             cold, first = _timed(lambda ctx=ctx: crawl(ctx))
             warm, second = _timed(lambda ctx=ctx: crawl(ctx))
-            if second.actions.get("downloaded") or second.written:
-                raise RuntimeError(f"warm crawl did work: {second.actions}, wrote {second.written}")
+            if second.counts.get("downloaded") or second.written:
+                raise RuntimeError(f"warm crawl did work: {second.counts}, wrote {second.written}")
             colds.append(cold)
             warms.append(warm)
-    return statistics.median(colds), statistics.median(warms), first.seen
+    return statistics.median(colds), statistics.median(warms), sum(first.counts.values())
 
 
 def _cli() -> tuple[float, float]:

@@ -31,11 +31,12 @@ def main() -> None:
         understand(ctx)
         prepare(ctx)
         report = generate(ctx)
-    built = sum(report.families.values()) + len(report.rejected)
-    overhead = report.wall_seconds / report.reference_seconds
+    built = sum(report.counts.values()) + len(report.labels("rejected"))
+    references = report.seconds_in["references"]
+    overhead = report.seconds / references
     print(
-        f"generate (builtin): {built} tasks in {report.wall_seconds:.1f}s = {60 * built / report.wall_seconds:.0f} "
-        f"tasks/min; {report.reference_seconds:.1f}s inside references"
+        f"generate (builtin): {built} tasks in {report.seconds:.1f}s = {60 * built / report.seconds:.0f} "
+        f"tasks/min; {references:.1f}s inside references"
     )
     print(
         f"  overhead ratio: {overhead:.2f} (target <= {TARGET_OVERHEAD}) "

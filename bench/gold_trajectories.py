@@ -15,9 +15,9 @@ import time
 
 from bench.common import bench_config, generated
 from dareforge.agents.attempts import AttemptSettings, attempts_for, run_attempts
-from dareforge.agents.grading import is_if
 from dareforge.agents.protocol import task_prompt
 from dareforge.context import RunContext
+from dareforge.families.registry import family_of
 from dareforge.publish.release import build_release
 from dareforge.reference_solutions.reference_code import if_reference_code
 from dareforge.trajectories.gold import (
@@ -64,7 +64,7 @@ def main(sources: tuple[str, ...] = SOURCES) -> None:
         ctx = generated(cfg)
         build_release(ctx, "bench")
         found = task_set(ctx, "bench", "all")
-        tasks = [t for t in found.tasks if is_if(t)]
+        tasks = [t for t in found.tasks if family_of(t).exact]
         _play_plain(ctx, tasks[:1], found.files, "bench-warmup", 1)  # page cache and bytecode, for both runs
         plain = _play_plain(ctx, tasks, found.files, "bench-plain", workers)
         report = gold_trajectories(ctx, release="bench", split="all", workers=workers)

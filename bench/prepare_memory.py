@@ -158,7 +158,7 @@ def _prepare(tmp: str, memory_limit: str | None) -> None:
     started = time.perf_counter()
     report = prepare(ctx)
     seconds = time.perf_counter() - started
-    if report.prepared != [f"{SOURCE_ID}/{FRAMING}"]:
+    if report.labels("prepared") != [f"{SOURCE_ID}/{FRAMING}"]:
         raise SystemExit(f"prepare did not prepare {SOURCE_ID}: {report}")
     record = load_prepared(ctx, SOURCE_ID)[0]
     out = {

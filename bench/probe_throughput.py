@@ -16,6 +16,8 @@ import time
 from bench.common import bench_config, cpu_bound_note, generated, machine_busy_seconds
 from dareforge.config import EndpointConfig
 from dareforge.probes import shortcut
+from dareforge.queries import partition_name
+from dareforge.schema import ProbeResult
 from tests.llm_server import LLMServer
 
 LATENCY_S = 1.0
@@ -53,14 +55,14 @@ def main() -> None:
         report = shortcut.probe_shortcuts(ctx, concurrency=CONCURRENCY)
         wall = time.perf_counter() - started
         busy = machine_busy_seconds() - busy
-    attempts = report.ran
+        outcomes: dict[str, int] = {}
+        for r in ctx.store.read_partition(ProbeResult, partition_name(shortcut.NO_DATA, "bench")):
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    attempts = report.counts["played"]
     ideal = attempts * CALLS_PER_ATTEMPT * LATENCY_S / CONCURRENCY
     ratio = ideal / wall
-    outcomes: dict[str, int] = {}
-    for r in report.results["bench"]:
-        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
     print(
-        f"probe: {attempts} no-data attempts on {len(report.findings)} tasks in {wall:.1f}s at concurrency "
+        f"probe: {attempts} no-data attempts on {len(report.labels('probed'))} tasks in {wall:.1f}s at concurrency "
         f"{CONCURRENCY}, {LATENCY_S:g}s per model call; ideal {ideal:.1f}s"
     )
     print(
@@ -68,7 +70,7 @@ def main() -> None:
         f"{'OK' if ratio >= TARGET else 'MISSED'}"
     )
     print(cpu_bound_note(busy, attempts, ideal, wall))
-    print(f"  outcomes: {outcomes}; solvable without their data: {len(report.flagged)}")
+    print(f"  outcomes: {outcomes}; solvable without their data: {len(report.labels('flagged'))}")
     outside = wall - sum(engine)
     print(
         f"  the probe's own work outside the agent engine: {outside:.2f}s ({outside / wall:.1%} of the run)"

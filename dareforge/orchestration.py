@@ -23,7 +23,7 @@ from dareforge.errors import TransientError
 
 if TYPE_CHECKING:
     from dareforge.context import RunContext
-    from dareforge.pipeline import StageReport
+    from dareforge.report import StageReport
 
 log = logging.getLogger(__name__)
 

@@ -6,35 +6,27 @@ in the list's order and mapped per source where `per_source` says so (`tests/tes
 DAG and the list disagree).
 
 A stage is the stage module's own function (`dareforge.<stage>...`) plus what the spine needs to know about it:
-what it reads and writes (store tables), whether it runs per source, whether it needs the run's models, and
-how its report reads as summary lines. Adding a stage: write its module, add one `Stage` here, test it.
-
-Stage functions keep their own report types (each says what its stage did in its own words); `StageReport`
-wraps one in the shape every caller can use: the summary lines, how many records were written and reused, the
-failures with their reasons, the wall time.
+what it reads and writes (store tables), whether it runs per source, whether it needs the run's models. Every
+stage function returns a `StageReport` (`dareforge.report`) with its summary lines in its own words; the spine
+adds the seconds. Adding a stage: write its module, add one `Stage` here, test it.
 """
 
 from __future__ import annotations
 
 import resource
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from rich.markup import escape
+from typing import TYPE_CHECKING
 
 from dareforge.errors import DareforgeError
+from dareforge.report import StageReport
 
 if TYPE_CHECKING:
     from dareforge.context import RunContext
     from dareforge.trajectories.models import RunModels
-
-SHOWN = 5
-"""Rejections and failures a summary names (the rest are in the store, and `dareforge sql` finds them)."""
 
 
 @dataclass
@@ -48,56 +40,25 @@ class Run:
     copy_to: Path | None = None
 
 
-@dataclass
-class StageReport:
-    """What one stage did, in one shape: its summary lines (rich markup), records written and reused, failures
-    (label -> reason), wall seconds, CPU seconds (this process and the children it reaped: reference workers,
-    sandboxes), and the stage function's own report (`detail`)."""
-
-    stage: str
-    lines: list[Any]
-    written: int = 0
-    reused: int = 0
-    failures: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    detail: Any = None
-    cpu_seconds: float = 0.0
-
-
 @dataclass(frozen=True)
 class Stage:
     name: str
     reads: tuple[str, ...]
     writes: tuple[str, ...]
-    call: Callable[[Run, list[str] | None], Any]
+    call: Callable[[Run, list[str] | None], StageReport]
     """Runs the stage function on `ids` (None: everything the stage's inputs hold) and returns its report."""
-    lines: Callable[[Run, Any], list[Any]]
-    """The summary of its report: lines with rich markup (or rich renderables such as a table)."""
-    counts: Callable[[Any], tuple[int, int, dict[str, str]]] = lambda report: (0, 0, {})
-    """(written, reused, failures) of the stage's own report."""
     dag_task: str | None = None
     """The task of `dare_refresh` that runs this stage; None when the refresh does not."""
     per_source: bool = False
     """The refresh maps the stage over the accepted sources, one task instance each."""
     needs_models: bool = False
-    left_nothing: Callable[[Run, Any], str | None] = lambda run, report: None
-    """Why the stages after this one have nothing to work on (a run stops there and says so), or None."""
 
     def run(self, run: Run, ids: list[str] | None = None) -> StageReport:
         run.ctx.remove_dead_scratch()
         started, cpu = time.perf_counter(), cpu_seconds()
-        detail = self.call(run, ids)
-        written, reused, failures = self.counts(detail)
-        return StageReport(
-            self.name,
-            self.lines(run, detail),
-            written,
-            reused,
-            failures,
-            time.perf_counter() - started,
-            detail,
-            cpu_seconds() - cpu,
-        )
+        report = self.call(run, ids)
+        report.seconds, report.cpu_seconds = time.perf_counter() - started, cpu_seconds() - cpu
+        return report
 
 
 def cpu_seconds() -> float:
@@ -107,289 +68,70 @@ def cpu_seconds() -> float:
 
 
 # -- the stages, each calling its module's function ------------------------------------------------------------
-def _crawl(run: Run, ids: list[str] | None) -> Any:
+def _crawl(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.crawlers.crawl import crawl
 
     return crawl(run.ctx)
 
 
-def crawl_line(report: Any) -> str:
-    parts = ", ".join(f"{n} {action}" for action, n in sorted(report.actions.items()))
-    return f"crawl: {report.seen} sources seen ({parts or 'none'}); {len(report.written)} records written"
-
-
-def _filter(run: Run, ids: list[str] | None) -> Any:
+def _filter(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.crawlers.filter import filter_sources
 
     return filter_sources(run.ctx)
 
 
-def filter_line(report: Any) -> str:
-    return (
-        f"filter: {len(report.kept)} kept, {len(report.dropped)} dropped; "
-        f"{len(report.written)} decision files written"
-    )
-
-
-def top_drop_reasons(ctx: RunContext) -> list[tuple[str, int, str]]:
-    """(rule, sources it dropped, one of its reasons), commonest first, at most SHOWN."""
-    return (
-        ctx.store.connect()
-        .sql(
-            f"""select rule, count(*) as sources, any_value(reason) as example
-               from filter_decisions where not kept group by rule order by sources desc, rule limit {SHOWN}"""
-        )
-        .fetchall()
-    )
-
-
-def _filter_lines(run: Run, report: Any) -> list[Any]:
-    """The line, then the commonest drop reasons with an example each (a table)."""
-    from rich.table import Table
-
-    rows = top_drop_reasons(run.ctx)
-    if not rows:
-        return [filter_line(report)]
-    table = Table(title="top drop reasons", title_justify="left")
-    for column in ("rule", "sources", "example"):
-        table.add_column(column, overflow="fold")
-    for rule, sources, example in rows:
-        table.add_row(rule, str(sources), escape(example))
-    return [filter_line(report), table]
-
-
-def _filter_left_nothing(run: Run, report: Any) -> str | None:
-    if report.kept:
-        return None
-    if not report.dropped:
-        return (
-            "the crawl stored no source; name some under mirror.paths, kaggle (enabled, datasets) or builtin "
-            "in dareforge.yaml (see dareforge.example.yaml)"
-        )
-    reasons = "; ".join(
-        f"{rule} dropped {n} (e.g. {example})" for rule, n, example in top_drop_reasons(run.ctx)
-    )
-    return (
-        f"the filter dropped every source ({len(report.dropped)} in all): {reasons}. Fix what the reasons say "
-        "(most name a setting of dareforge.yaml) and run again; every drop: "
-        'dareforge sql "select source_id, rule, reason from filter_decisions where not kept"'
-    )
-
-
-def _understand(run: Run, ids: list[str] | None) -> Any:
+def _understand(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.understand.stage import understand
 
     return understand(run.ctx, ids)
 
 
-def understand_lines(run: Run, report: Any) -> list[str]:
-    families = ", ".join(f"{n} {kind}" for kind, n in sorted(report.families.items())) or "none"
-    lines = [
-        f"understand: {len(report.framed)} sources framed ({families}), {len(report.unframed)} without a task; "
-        f"{len(report.reused)} unchanged"
-    ]
-    lines += [
-        f"  [yellow]no task[/] {escape(sid)}: {escape(why)}"
-        for sid, why in list(report.reasons.items())[:SHOWN]
-    ]
-    return lines
-
-
-def _understand_left_nothing(run: Run, report: Any) -> str | None:
-    if report.framed:
-        return None
-    return (
-        f"none of the {len(report.unframed)} kept sources holds a task (the reasons are above); name a target "
-        "under sources.SOURCE_ID.target in dareforge.yaml, and see why per source with "
-        "dareforge sources --why SOURCE_ID"
-    )
-
-
-def _prepare(run: Run, ids: list[str] | None) -> Any:
+def _prepare(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.generators.prepare import prepare
 
     return prepare(run.ctx, ids)
 
 
-def prepare_lines(run: Run, report: Any) -> list[str]:
-    lines = [
-        f"prepare: {len(report.prepared)} prepared, {len(report.skipped)} unchanged, {len(report.failed)} failed"
-    ]
-    for label in report.failed:
-        reason = report.reasons.get(label, "").removeprefix(f"{label.split('/')[0]}: ")
-        lines.append(f"  [red]failed[/] {escape(label)}: {escape(reason)}")
-    return lines
-
-
-def _generate(run: Run, ids: list[str] | None) -> Any:
+def _generate(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.families.generate import generate
 
     return generate(run.ctx, ids)
 
 
-def generate_lines(run: Run, report: Any) -> list[str]:
-    from dareforge.families.registry import families
-
-    counts = ", ".join(f"{f.name} {report.families.get(f.name, 0)}" for f in families())
-    lines = [
-        f"generate: {counts}; {len(report.rejected)} rejected, {len(report.failures)} failed, "
-        f"{report.reused} reused; {report.wall_seconds:.1f}s ({report.reference_seconds:.1f}s in references)"
-    ]
-    lines += [
-        f"  [yellow]rejected[/] {escape(k)}: {escape(r)}" for k, r in list(report.rejected.items())[:SHOWN]
-    ]
-    lines += [f"  [red]failed[/] {escape(k)}: {escape(r)}" for k, r in list(report.failures.items())[:SHOWN]]
-    return lines
-
-
-def _generate_left_nothing(run: Run, report: Any) -> str | None:
-    if sum(report.families.values()):
-        return None
-    rejected = "select id, reject_reason from tasks where status = 'rejected'"
-    return (
-        f"no task to validate: {len(report.rejected)} rejected, {len(report.failures)} failed (the reasons "
-        f'are above; every rejected one: dareforge sql "{rejected}")'
-    )
-
-
-def _validate(run: Run, ids: list[str] | None) -> Any:
+def _validate(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.validators.validate import validate
 
     return validate(run.ctx, ids)
 
 
-def validate_lines(run: Run, report: Any) -> list[str]:
-    lines = [
-        f"validate: {len(report.accepted)} accepted, {len(report.rejected)} rejected "
-        f"({report.checked} tasks checked, {report.reused} unchanged) in {report.seconds:.1f}s"
-    ]
-    reasons = Counter(r.split(":", 1)[0] for v in report.rejected for r in v.reasons)
-    if reasons:
-        lines.append("  top reasons: " + ", ".join(f"{name} {n}" for name, n in reasons.most_common(SHOWN)))
-    if report.report_key:
-        lines.append(f"  report: {run.ctx.store.path(report.report_key)}")
-    return lines
+def _probe(run: Run, ids: list[str] | None) -> StageReport:
+    from dareforge.trajectories.stages import probe_with
+
+    return probe_with(run.ctx, run.models, ids)
 
 
-def _probe(run: Run, ids: list[str] | None) -> Any:
-    models = run.models
-    if models is None or not models.endpoints:
-        return None
-    from dareforge.probes import probe_shortcuts
-    from dareforge.probes.shortcut import shortcut_candidates
-
-    task_ids = models.limit(ids if ids is not None else [t.id for t in shortcut_candidates(run.ctx)])
-    return probe_shortcuts(run.ctx, task_ids=task_ids)
-
-
-def _probe_lines(run: Run, report: Any) -> list[str]:
-    models = run.models
-    if models is None or not models.endpoints:
-        why = models.why if models is not None else "no models opened"
-        return [
-            f"models: none ({why}); probe and sampling skipped. Add an endpoint under llm.endpoints in "
-            "dareforge.yaml (name, base_url, model, api_key_env; see dareforge.example.yaml), then run "
-            "[bold]dareforge probe[/], [bold]dareforge synthesize[/] or [bold]dareforge evaluate -e NAME[/]"
-        ]
-    limit = f", {models.tasks_per_stage} tasks per stage" if models.tasks_per_stage else ""
-    return [f"models: {', '.join(models.endpoints)} ({models.why}{limit})", f"probe: {report.summary()}"]
-
-
-def _gate(run: Run, ids: list[str] | None) -> Any:
+def _gate(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.validators.gate import gate
 
     return gate(run.ctx)
 
 
-def gate_lines(run: Run, report: Any) -> list[str]:
-    verdicts, written = report
-    accepted = sum(v.accepted for v in verdicts)
-    return [
-        f"gate: {accepted} accepted, {len(verdicts) - accepted} rejected; {len(written)} verdict files written"
-    ]
+def _release(run: Run, ids: list[str] | None) -> StageReport:
+    from dareforge.publish.stage import cut_release
+
+    return cut_release(run.ctx, run.release, run.copy_to)
 
 
-def _release(run: Run, ids: list[str] | None) -> Any:
-    from dareforge.publish.release import build_release
+def _trajectories(run: Run, ids: list[str] | None) -> StageReport:
+    from dareforge.trajectories.stages import play_trajectories
 
-    result = build_release(run.ctx, run.release)
-    copied = None
-    if run.copy_to is not None:
-        from dareforge.publish.targets import LocalTarget
-
-        copied = LocalTarget(run.copy_to).publish(result.release)
-    return result, copied
+    return play_trajectories(run.ctx, run.release, run.models)
 
 
-def _release_lines(run: Run, report: Any) -> list[str]:
-    result, copied = report
-    state = "new version" if result.created else "unchanged"
-    splits = Counter(result.release.splits.values())
-    return [
-        f"release: {result.name}@{result.version} ({state}): {len(result.release.task_ids)} tasks, "
-        f"{splits.get('train', 0)} train / {splits.get('test', 0)} test"
-        + (f"; copied to {copied}" if copied else "")
-    ]
+def _corpus(run: Run, ids: list[str] | None) -> StageReport:
+    from dareforge.trajectories.corpus import export_corpus
 
-
-def _trajectories(run: Run, ids: list[str] | None) -> Any:
-    from dareforge.publish.release import load_release
-    from dareforge.trajectories import gold_trajectories
-    from dareforge.trajectories import synthesize as synthesize_stage
-    from dareforge.trajectories.corpus import corpus_tasks
-
-    ctx, models = run.ctx, run.models
-    golden = gold_trajectories(
-        ctx, run.release, split=ctx.config.synthesize.split, task_ids=run_gold_ids(ctx, run.release)
-    )
-    sampled = None
-    if models is not None and models.endpoints:
-        task_ids = models.limit([t.id for t in corpus_tasks(ctx, load_release(ctx, run.release))])
-        samples = 1 if models.local else None
-        sampled = synthesize_stage(
-            ctx, run.release, samples=samples, task_ids=task_ids, rerun_llm_errors=True
-        )
-    return golden, sampled
-
-
-def run_gold_ids(ctx: RunContext, release: str) -> list[str] | None:
-    """The tasks `dareforge run` plays gold for: every IF task of the split and the first
-    `synthesize.gold_questions_per_run` question tasks by id (a question's gold takes as long as an IF task's,
-    and there are many more of them); None for all."""
-    from dareforge.families.registry import family_of
-    from dareforge.trajectories.synthesize import task_set
-
-    cap = ctx.config.synthesize.gold_questions_per_run
-    if cap is None:
-        return None
-    tasks = task_set(ctx, release, ctx.config.synthesize.split).tasks
-    questions = sorted(t.id for t in tasks if family_of(t).asks_question)
-    return [t.id for t in tasks if not family_of(t).asks_question] + questions[:cap]
-
-
-def _trajectories_lines(run: Run, report: Any) -> list[str]:
-    golden, sampled = report
-    return [golden.summary()] + ([sampled.summary()] if sampled is not None else [])
-
-
-def _corpus(run: Run, ids: list[str] | None) -> Any:
-    from dareforge.trajectories.corpus import build_corpus
-
-    corpus = build_corpus(run.ctx, run.release)
-    if run.copy_to is not None:
-        from dareforge.publish.targets import LocalTarget
-
-        for built in corpus.exports.values():
-            LocalTarget(run.copy_to).publish(built.export)
-    return corpus
-
-
-def _corpus_lines(run: Run, corpus: Any) -> list[str]:
-    lines = [f"corpus: {note}" for note in corpus.notes]
-    for built in corpus.exports.values():
-        state = "new version" if built.created else "unchanged"
-        lines.append(f"{built.export.kind}: {built.name}@{built.version} ({state})")
-    return lines
+    return export_corpus(run.ctx, run.release, run.copy_to)
 
 
 STAGES: tuple[Stage, ...] = (
@@ -398,11 +140,6 @@ STAGES: tuple[Stage, ...] = (
         reads=(),
         writes=("sources", "raw/"),
         call=_crawl,
-        lines=lambda run, report: (
-            [crawl_line(report)]
-            + [f"[red]{name}: listing failed:[/] {error}" for name, error in report.listing_errors.items()]
-        ),
-        counts=lambda r: (len(r.written), r.actions.get("unchanged", 0), dict(r.failures)),
         dag_task="crawl",
     ),
     Stage(
@@ -410,9 +147,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources",),
         writes=("filter_decisions",),
         call=_filter,
-        lines=_filter_lines,
-        counts=lambda r: (len(r.written), 0, {}),
-        left_nothing=_filter_left_nothing,
         dag_task="filter_sources",
     ),
     Stage(
@@ -420,9 +154,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources", "filter_decisions"),
         writes=("framings",),
         call=_understand,
-        lines=understand_lines,
-        counts=lambda r: (len(r.written), len(r.reused), dict(r.reasons)),
-        left_nothing=_understand_left_nothing,
         dag_task="understand",
         per_source=True,
     ),
@@ -431,8 +162,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("sources", "framings"),
         writes=("prepared_sources", "prepared/"),
         call=_prepare,
-        lines=prepare_lines,
-        counts=lambda r: (len(r.written), len(r.skipped), {s: r.reasons.get(s, "") for s in r.failed}),
         dag_task="prepare",
         per_source=True,
     ),
@@ -441,9 +170,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("prepared_sources",),
         writes=("tasks", "tasks/"),
         call=_generate,
-        lines=generate_lines,
-        counts=lambda r: (len(r.written), r.reused, dict(r.failures)),
-        left_nothing=_generate_left_nothing,
         dag_task="generate",
         per_source=True,
     ),
@@ -452,8 +178,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks",),
         writes=("validations", "verdicts"),
         call=_validate,
-        lines=validate_lines,
-        counts=lambda r: (len(r.written), r.reused, {}),
         dag_task="validate",
     ),
     Stage(
@@ -461,7 +185,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks", "verdicts"),
         writes=("probes", "trajectories", "validations"),
         call=_probe,
-        lines=_probe_lines,
         dag_task="probe",
         needs_models=True,
     ),
@@ -470,8 +193,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("validations",),
         writes=("verdicts",),
         call=_gate,
-        lines=gate_lines,
-        counts=lambda r: (len(r[1]), 0, {}),
         dag_task="gate",
         needs_models=True,  # between the probe and the trajectories, which keep the models up
     ),
@@ -480,8 +201,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("tasks", "verdicts"),
         writes=("releases/",),
         call=_release,
-        lines=_release_lines,
-        counts=lambda r: (int(r[0].created), int(not r[0].created), {}),
         dag_task="publish",
         needs_models=True,  # between the probe and the trajectories, which keep the models up
     ),
@@ -490,7 +209,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("releases/",),
         writes=("trajectories",),
         call=_trajectories,
-        lines=_trajectories_lines,
         needs_models=True,
     ),
     Stage(
@@ -498,7 +216,6 @@ STAGES: tuple[Stage, ...] = (
         reads=("trajectories", "releases/"),
         writes=("exports/",),
         call=_corpus,
-        lines=_corpus_lines,
     ),
 )
 """Every stage, in the order a run takes them."""
@@ -537,5 +254,5 @@ def run_pipeline(run: Run, stages: tuple[Stage, ...] = STAGES) -> Iterator[Stage
             except DareforgeError as exc:
                 raise RunStopped(f"the run stopped at {each.name}: {exc}") from exc
             yield report
-            if why := each.left_nothing(run, report.detail):
-                raise RunStopped(f"the run stopped after {each.name}: {why}")
+            if report.nothing_left:
+                raise RunStopped(f"the run stopped after {each.name}: {report.nothing_left}")

@@ -35,12 +35,12 @@ def _records(ctx) -> dict[str, Source]:
 def test_builtin_recrawl_downloads_and_rewrites_nothing(ctx):
     ctx.config.builtin.include = ["sklearn-iris", "vega-cars", "statsmodels-co2"]
     first = crawl(ctx)
-    assert first.actions == {"downloaded": 3}
+    assert first.counts == {"downloaded": 3}
     filter_sources(ctx)
     before = _snapshot(ctx.store.root)
     again = crawl(ctx)
     refilter = filter_sources(ctx)
-    assert again.actions == {"unchanged": 3}
+    assert again.counts == {"unchanged": 3}
     assert again.written == [] and refilter.written == []
     assert _snapshot(ctx.store.root) == before
     cars = _records(ctx)["builtin.vega-cars"]
@@ -114,7 +114,7 @@ def mirror(tmp_path, ctx):
 
 def test_mirror_crawl_records_every_failure_and_goes_on(ctx, mirror):
     report = crawl(ctx)
-    assert report.actions == {"downloaded": 2, "failed": 3}
+    assert report.counts == {"downloaded": 2, "failed": 3}
     records = _records(ctx)
     comp = records["mirror.mirror-comp"]
     assert comp.kind == "competition" and comp.status == SourceStatus.OK
@@ -141,7 +141,7 @@ def test_mirror_crawl_records_every_failure_and_goes_on(ctx, mirror):
     ctx.config.sources["mirror.someone--latin-prices"] = SourceOverride(encoding="latin-1", target=["price"])
     crawl(ctx)
     report = filter_sources(ctx)
-    assert "mirror.someone--latin-prices" in report.kept
+    assert "mirror.someone--latin-prices" in report.labels("kept")
 
 
 def test_a_failed_refresh_keeps_the_stored_version(ctx, mirror):
@@ -172,7 +172,7 @@ def test_a_crawl_killed_midway_leaves_no_half_version_and_resumes(ctx, mirror, m
     assert not ctx.store.exists("raw/mirror.mirror-comp/_CURRENT.json")
     monkeypatch.setattr(Store, "put_file", real_put)
     report = crawl(ctx)
-    assert report.actions["downloaded"] == 2
+    assert report.counts["downloaded"] == 2
     comp = _records(ctx)["mirror.mirror-comp"]
     assert ctx.store.verify(f"raw/{comp.id}/{comp.version}") == []
 
@@ -188,7 +188,7 @@ def test_a_missing_mirror_path_is_a_listing_error(ctx, tmp_path):
     ctx.config.builtin.enabled = False
     ctx.config.mirror.paths = [str(tmp_path / "nowhere")]
     report = crawl(ctx)
-    assert "is not a folder; fix mirror.paths" in report.listing_errors["mirror"]
+    assert "is not a folder; fix mirror.paths" in report.outcomes["listing failed"]["mirror"]
 
 
 def test_a_relative_mirror_path_crawls(ctx, mirror, monkeypatch):

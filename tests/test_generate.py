@@ -77,7 +77,7 @@ def test_every_family_is_generated_and_certified(built):
     assert [t.id for t in tasks if t.status != "candidate" and not family_of(t).asks_question] == []
     # Two IF variants per tabular framing: iris and seattle-weather classify; diabetes, cars and, beside its
     # forecast, stocks (price on symbol and date) regress.
-    assert report.families["Class-IF"] == 4 and report.families["Reg-IF"] == 6
+    assert report.counts["Class-IF"] == 4 and report.counts["Reg-IF"] == 6
     for task in tasks:
         assert task.limits.turns == 5 and task.limits.seconds_per_execution == 200
         assert any(p.startswith("scikit-learn==") for p in task.package_versions)

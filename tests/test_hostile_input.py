@@ -110,7 +110,7 @@ def test_a_link_in_a_mirror_folder_fails_the_source_and_copies_nothing(
     plant(folder, outside)
     _dataset(mirror_root / "fine", "fine", {"data.csv": TRAIN.encode()})
     report = crawl(ctx)
-    assert report.actions == {"downloaded": 1, "failed": 1}
+    assert report.counts == {"downloaded": 1, "failed": 1}
     (failed,) = [s for s in _records(ctx).values() if s.status == SourceStatus.FAILED]
     assert failed.id == sid and failed.files == [] and failed.raw_version is None
     assert f"{link} -> {outside.parent}" in failed.status_detail and target in failed.status_detail
@@ -177,7 +177,7 @@ def test_a_link_in_a_download_is_refused_at_unpack(ctx, outside):
 
     ctx.config.crawl.max_failure_share = 1.0
     report = crawl(ctx, crawlers=[LinkingCrawler()])
-    assert report.actions == {"failed": 1}
+    assert report.counts == {"failed": 1}
     assert f"train.csv -> {outside / 'answers.csv'}" in report.failures["linking.one"]
     assert not ctx.store.exists("raw/linking.one")
 
@@ -244,7 +244,7 @@ def test_folders_that_sanitise_to_one_id_are_refused_by_name_not_overwritten(ctx
     _competition(mirror_root / "unnamed", TRAIN)
     _competition(mirror_root / "Unnamed!", TRAIN.replace(",a\n", ",c\n"))
     report = crawl(ctx)
-    assert report.seen == len(_records(ctx)) == 1
+    assert sum(report.counts.values()) == len(_records(ctx)) == 1
     (source,) = _records(ctx).values()
     assert source.id == "mirror.unnamed" and source.status == SourceStatus.FAILED
     assert source.status_detail == (
@@ -334,8 +334,8 @@ def test_binary_garbage_named_csv_is_not_a_text_table_at_filter_and_prepare(ctx,
     filter_sources(ctx)
     assert f"{sid}/readable-tables" in _why_dropped(ctx)
     report = understand(ctx, [sid])
-    assert report.unframed == [sid]
-    assert report.reasons[sid] == (
+    assert report.labels("unframed") == [sid]
+    assert report.failures[sid] == (
         f"source: {sid}: sources.{sid}.table names 'junk.csv', which is not a table of the source (tables: "
         "data.csv); junk.csv is not a text table (binary: 258 NUL bytes in its first 65,536 bytes, the first at "
         "offset 87)"
@@ -344,8 +344,8 @@ def test_binary_garbage_named_csv_is_not_a_text_table_at_filter_and_prepare(ctx,
     ctx.config.sources[sid] = SourceOverride(table="data.csv", target=["label"])
     filter_sources(ctx)
     assert f"{sid}/readable-tables" not in _why_dropped(ctx)
-    assert understand(ctx, [sid]).framed == [sid]
-    assert prepare(ctx, [sid]).prepared == [f"{sid}/classification-label"]
+    assert understand(ctx, [sid]).labels("framed") == [sid]
+    assert prepare(ctx, [sid]).labels("prepared") == [f"{sid}/classification-label"]
 
 
 def _one_line(fields: int) -> bytes:
@@ -395,7 +395,7 @@ def test_a_sparse_file_named_csv_is_described_as_binary_and_not_stored(ctx, mirr
     folder = _dataset(mirror_root / "sparse", "sparse", {"labels.csv": TRAIN.encode()})
     _sparse_file(folder / "data.csv")
     sid = "mirror.someone--sparse"
-    assert crawl(ctx).actions == {"downloaded": 1}
+    assert crawl(ctx).counts == {"downloaded": 1}
     source = _records(ctx)[sid]
     data = next(f for f in source.files if f.name == "data.csv")
     assert data.size == SPARSE_BYTES and data.encoding.startswith("binary: 65,536 NUL bytes")
@@ -406,7 +406,7 @@ def test_a_sparse_file_named_csv_is_described_as_binary_and_not_stored(ctx, mirr
     assert not os.path.exists(ctx.config.store.work_dir) or _disk_bytes(ctx.config.store.work_dir) == 0
 
     # A re-crawl finds it unchanged and still lists the file, so the filter can say what is wrong with it.
-    assert crawl(ctx).actions == {"unchanged": 1}
+    assert crawl(ctx).counts == {"unchanged": 1}
     assert _records(ctx)[sid].files == source.files
     filter_sources(ctx)
     assert _why_dropped(ctx)[f"{sid}/readable-tables"].startswith(

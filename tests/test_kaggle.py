@@ -77,7 +77,7 @@ def test_lists_every_page_and_records_all_fields(kaggle_ctx, server):
 
 def test_crawl_downloads_checksums_and_records_rules_gate(kaggle_ctx, server):
     report = crawl(kaggle_ctx)
-    assert report.actions == {"downloaded": 4, "needs-rules": 1}
+    assert report.counts == {"downloaded": 4, "needs-rules": 1}
     records = {s.id: s for s in kaggle_ctx.store.read_records(Source)}
     gated = records["kaggle-competition.gated-comp"]
     assert gated.status == SourceStatus.NEEDS_RULES
@@ -97,7 +97,7 @@ def test_crawl_downloads_checksums_and_records_rules_gate(kaggle_ctx, server):
     assert listed["why"] == "https://www.kaggle.com/competitions/gated-comp/rules"
 
     filtered = filter_sources(kaggle_ctx)
-    assert sorted(filtered.kept) == [
+    assert sorted(filtered.labels("kept")) == [
         "kaggle-competition.tabular-one",
         "kaggle-competition.tabular-two",
         "kaggle-dataset.someone--house-prices",
@@ -119,7 +119,7 @@ def test_recrawl_downloads_nothing_unless_kaggle_changed(kaggle_ctx, server):
     crawl(kaggle_ctx)
     downloads = sum(n for path, n in server.kaggle.calls.items() if path.startswith("/blobs/"))
     again = crawl(kaggle_ctx)
-    assert again.actions == {"unchanged": 4, "needs-rules": 1}
+    assert again.counts == {"unchanged": 4, "needs-rules": 1}
     assert again.written == []
     assert sum(n for path, n in server.kaggle.calls.items() if path.startswith("/blobs/")) == downloads
 
@@ -127,7 +127,7 @@ def test_recrawl_downloads_nothing_unless_kaggle_changed(kaggle_ctx, server):
     server.kaggle.competitions["gated-comp"]["rules_accepted"] = True
     server.kaggle.add_dataset("someone/house-prices", {"houses.csv": "sqft,price\n900,200000\n"}, version=2)
     third = crawl(kaggle_ctx)
-    assert third.actions == {"unchanged": 3, "downloaded": 2}
+    assert third.counts == {"unchanged": 3, "downloaded": 2}
     record = {s.id: s for s in kaggle_ctx.store.read_records(Source)}["kaggle-dataset.someone--house-prices"]
     assert record.files[0].columns == ["sqft", "price"]
     # The superseded version is gone from the store; only the current one remains.
@@ -147,7 +147,7 @@ def test_interrupted_download_resumes_with_a_range_request(kaggle_ctx, server):
     blob = server.kaggle.blobs["big-comp.zip"]
     server.kaggle.cut_after["big-comp.zip"] = len(blob) - 1000
     report = crawl(kaggle_ctx)
-    assert report.actions["downloaded"] == 5
+    assert report.counts["downloaded"] == 5
     (resumed,) = server.kaggle.ranges
     assert 0 < int(resumed.removeprefix("bytes=").rstrip("-")) < len(blob)
     big = {s.id: s for s in kaggle_ctx.store.read_records(Source)}["kaggle-competition.big-comp"]
@@ -168,20 +168,20 @@ def test_transient_errors_are_retried_and_others_are_not(kaggle_ctx, server):
     files = "/v1/competitions.CompetitionApiService/ListDataFiles"
     server.kaggle.faults[files] = [(400, "application/json", '{"code": 400, "message": "Bad request"}')]
     report = crawl(kaggle_ctx)
-    assert report.listing_errors == {}
+    assert "listing failed" not in report.outcomes
     assert report.failures == {
         "kaggle-competition.gated-comp": "list files of gated-comp: HTTP 400 Bad request"
     }
-    assert report.actions["downloaded"] == 4
+    assert report.counts["downloaded"] == 4
 
 
 def test_html_error_page_fails_the_source_and_the_crawl_goes_on(kaggle_ctx, server):
     server.kaggle.faults["/blobs/tabular-one.zip"] = [(200, "text/html", "<html>Kaggle is down</html>")]
     report = crawl(kaggle_ctx)
-    assert report.actions["downloaded"] == 3
+    assert report.counts["downloaded"] == 3
     assert "not a valid zip archive" in report.failures["kaggle-competition.tabular-one"]
     # The next crawl retries it.
-    assert crawl(kaggle_ctx).actions["downloaded"] == 1
+    assert crawl(kaggle_ctx).counts["downloaded"] == 1
 
 
 def test_missing_credentials_say_how_to_fix(monkeypatch, tmp_path):
@@ -200,4 +200,4 @@ def test_missing_credentials_are_a_listing_error_not_a_crash(ctx, monkeypatch, t
     monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path))
     ctx.config.kaggle.enabled = True
     report = crawl(ctx, origins=["kaggle"])
-    assert "Kaggle credentials not found" in report.listing_errors["kaggle"]
+    assert "Kaggle credentials not found" in report.outcomes["listing failed"]["kaggle"]

@@ -11,12 +11,14 @@ import pytest
 
 import dareforge
 from dareforge import pipeline
-from dareforge.pipeline import STAGES, Run, Stage, StageReport, run_pipeline
+from dareforge.pipeline import STAGES, Run, Stage, run_pipeline
+from dareforge.report import StageReport
 
 PACKAGE = Path(dareforge.__file__).parent
 
 FLOORS: dict[str, int] = {
-    # 0: the ground floor: records, errors, config, the store and the helpers every stage shares
+    # 0: the ground floor: records, errors, config, the store, the report every stage returns and the helpers
+    # every stage shares
     **dict.fromkeys(
         [
             "errors",
@@ -32,6 +34,7 @@ FLOORS: dict[str, int] = {
             "context",
             "queries",
             "table_views",
+            "report",
         ],
         0,
     ),
@@ -295,8 +298,8 @@ def test_the_refresh_dag_runs_the_list_s_stages_in_its_order(tmp_path, monkeypat
 
 
 def test_dareforge_run_walks_the_stage_list_and_a_new_stage_joins_with_one_entry(tmp_path):
-    """A stage added to a copy of the list runs in its place, with the models up when it asks for them, and its
-    lines are what the run prints: nothing else needs to know about it."""
+    """A stage added to a copy of the list runs in its place, with the models up when it asks for them, and the
+    lines of its report are what the run prints: nothing else needs to know about it."""
     from dareforge.config import Config
     from dareforge.context import RunContext
 
@@ -306,11 +309,11 @@ def test_dareforge_run_walks_the_stage_list_and_a_new_stage_joins_with_one_entry
     seen: list[str] = []
 
     def stub(name: str, needs_models: bool = False) -> Stage:
-        def call(run: Run, ids):
+        def call(run: Run, ids) -> StageReport:
             seen.append(f"{name}:{'models' if run.models is not None else 'none'}")
-            return name
+            return StageReport(name, lines=[f"{name} ran"])
 
-        return Stage(name, (), (), call, lambda run, r: [f"{r} ran"], needs_models=needs_models)
+        return Stage(name, (), (), call, needs_models=needs_models)
 
     stages = (stub("first"), stub("new", needs_models=True), stub("last"))
     reports = list(run_pipeline(Run(ctx), stages))

@@ -43,7 +43,7 @@ def crawled(tmp_path_factory) -> Path:
     ctx = _ctx(root)
     ctx.config.builtin.include = BUILTINS
     crawl(ctx)
-    assert sorted(filter_sources(ctx).kept) == sorted([IRIS, CARS, STOCKS, DIABETES])
+    assert sorted(filter_sources(ctx).labels("kept")) == sorted([IRIS, CARS, STOCKS, DIABETES])
     understand(ctx)
     return root
 
@@ -88,9 +88,9 @@ def _tree(ctx) -> dict[str, str]:
 
 def test_prepares_every_accepted_source_with_the_right_task(prepared):
     ctx, report = prepared
-    assert _sources(report.prepared) == sorted([IRIS, CARS, STOCKS, DIABETES])
-    assert report.failed == [] and report.skipped == []
-    records = {sid: _main(ctx, sid) for sid in _sources(report.prepared)}
+    assert _sources(report.labels("prepared")) == sorted([IRIS, CARS, STOCKS, DIABETES])
+    assert report.failures == {} and report.labels("unchanged") == []
+    records = {sid: _main(ctx, sid) for sid in _sources(report.labels("prepared"))}
     assert records[IRIS].task_type == TaskType.CLASSIFICATION and records[IRIS].split == "stratified"
     assert records[CARS].task_type == TaskType.REGRESSION and records[CARS].split == "random"
     assert records[DIABETES].task_type == TaskType.REGRESSION
@@ -105,7 +105,7 @@ def test_prepares_every_accepted_source_with_the_right_task(prepared):
 
 def test_files_split_cleanly_without_leaks(prepared):
     ctx, report = prepared
-    for sid, framing in (label.split("/") for label in report.prepared):
+    for sid, framing in (label.split("/") for label in report.labels("prepared")):
         (record,) = load_prepared(ctx, sid, framing)
         train, test, answers = (_rows(ctx, record, n) for n in ("train", "test.csv", "answers"))
         key = record.id_column
@@ -170,7 +170,8 @@ def test_second_prepare_writes_nothing_and_threads_do_not_change_bytes(prepared,
     ctx, first = prepared
     before = _tree(ctx)
     again = prepare(ctx)
-    assert again.written == [] and sorted(again.skipped) == sorted(first.prepared) and again.prepared == []
+    assert again.written == [] and sorted(again.labels("unchanged")) == sorted(first.labels("prepared"))
+    assert again.labels("prepared") == []
     assert _tree(ctx) == before
     # A fresh store prepared with other DuckDB settings gives the same versions and the same bytes.
     shutil.copytree(crawled / "store", tmp_path / "store")
@@ -183,7 +184,7 @@ def test_a_new_seed_gives_a_new_split(prepared, fresh):
     ctx, _ = prepared
     reseeded = _ctx(fresh, seed=ctx.config.prepare.seed + 1)
     report = prepare(reseeded, [IRIS])
-    assert _sources(report.prepared) == [IRIS]
+    assert _sources(report.labels("prepared")) == [IRIS]
     old, new = _main(ctx, IRIS), _main(reseeded, IRIS)
     assert new.version != old.version and new.seed == old.seed + 1
     ids = [{r["row_id"] for r in _rows(c, rec, "test")} for c, rec in ((ctx, old), (reseeded, new))]
@@ -241,16 +242,16 @@ def test_latin1_file_with_an_encoding_override(mirror_ctx):
     ctx, sid = mirror_ctx, "mirror.someone--latin"
     ctx.config.sources[sid] = SourceOverride(target=["price"])
     understood = understand(ctx, [sid])
-    assert understood.unframed == [sid]
-    assert f"set sources.{sid}.encoding (e.g. latin-1)" in understood.reasons[sid]
+    assert understood.labels("unframed") == [sid]
+    assert f"set sources.{sid}.encoding (e.g. latin-1)" in understood.failures[sid]
     report = prepare(ctx, [sid, "mirror.not-crawled"])
-    assert report.failed == [sid, "mirror.not-crawled"]
-    assert prepare_failure(ctx, sid).reason == report.reasons[sid]  # kept for generate to report
+    assert list(report.failures) == [sid, "mirror.not-crawled"]
+    assert prepare_failure(ctx, sid).reason == report.failures[sid]  # kept for generate to report
     assert prepare_failure(ctx, "mirror.not-crawled") is None  # an id that names no source is not kept
     ctx.config.sources[sid] = SourceOverride(encoding="latin-1", target=["price"])
-    assert understand(ctx, [sid]).framed == [sid]
+    assert understand(ctx, [sid]).labels("framed") == [sid]
     report = prepare(ctx, [sid])
-    assert report.prepared == [f"{sid}/classification-price"], report.reasons
+    assert report.labels("prepared") == [f"{sid}/classification-price"], report.failures
     assert prepare_failure(ctx, sid) is None  # prepared now: the old failure is gone
     record = _main(ctx, sid)
     assert record.task_type == TaskType.CLASSIFICATION  # seven distinct values
@@ -264,17 +265,19 @@ def test_id_detection_grouped_split_and_failures(mirror_ctx):
     grouped, unlabelled = "mirror.someone--grouped", "mirror.someone--unlabelled"
     ctx.config.sources[grouped] = SourceOverride(group_column="family", target=["label"])
     understood = understand(ctx, [unlabelled, grouped, "mirror.not-crawled"])
-    assert understood.framed == [grouped] and understood.unframed == [unlabelled, "mirror.not-crawled"]
+    assert understood.labels("framed") == [grouped]
+    assert understood.labels("unframed") == [unlabelled, "mirror.not-crawled"]
     (chosen,) = [f for f in ctx.store.read_partition(Framing, grouped) if f.status == "chosen"]
     assert chosen.framing == "classification-label" and "config" in chosen.proposers
     assert any(
         "kept because dareforge.yaml names it as the target" in c for c in chosen.checks
     )  # parity: unlearnable
-    assert "no column can be a target" in understood.reasons[unlabelled]
-    assert "crawl it first" in understood.reasons["mirror.not-crawled"]
+    assert "no column can be a target" in understood.failures[unlabelled]
+    assert "crawl it first" in understood.failures["mirror.not-crawled"]
     report = prepare(ctx, [unlabelled, grouped])
-    assert report.prepared == [f"{grouped}/classification-label"] and report.failed == [unlabelled]
-    assert f"dareforge sources --why {unlabelled}" in report.reasons[unlabelled]
+    assert report.labels("prepared") == [f"{grouped}/classification-label"]
+    assert list(report.failures) == [unlabelled]
+    assert f"dareforge sources --why {unlabelled}" in report.failures[unlabelled]
     record = _main(ctx, grouped)
     assert record.id_column == "PassengerId" and record.split == "grouped" and record.group_column == "family"
     assert record.files[0].columns == ["PassengerId", "family", "v", "k", "m", "label"]
@@ -316,14 +319,14 @@ def test_ragged_rows_are_named_by_line_not_as_a_missing_target(tmp_path):
     for sid in ids:
         ctx.config.sources[sid] = SourceOverride(target=["y"])
     report = understand(ctx, ids)
-    assert report.unframed == ids
+    assert report.labels("unframed") == ids
     for sid, (_, line, fields) in zip(ids, RAGGED.values(), strict=True):
-        reason = report.reasons[sid]
+        reason = report.failures[sid]
         assert f"train.csv line {line} has {fields} fields but its header (line 1) has 3 (a, b, y)" in reason
         assert "repair or remove the ragged rows" in reason and "is not a column" not in reason
     # a one-field title line above the header is DuckDB's to skip, as before
     titled_id = "mirror.someone--titled"
     ctx.config.sources[titled_id] = SourceOverride(table="data.csv", target=["y"])
-    assert understand(ctx, [titled_id]).framed == [titled_id]
-    assert _sources(prepare(ctx, [titled_id]).prepared) == [titled_id]
+    assert understand(ctx, [titled_id]).labels("framed") == [titled_id]
+    assert _sources(prepare(ctx, [titled_id]).labels("prepared")) == [titled_id]
     assert _main(ctx, titled_id).n_rows == 200

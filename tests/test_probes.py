@@ -155,8 +155,8 @@ def test_the_probe_flags_a_task_a_model_knows_and_keeps_one_it_does_not(built, s
 
     report = probe_shortcuts(ctx)
 
-    assert (report.ran, report.reused, report.endpoints) == (2, 0, ["knows"])
-    assert report.flagged == [known.id]
+    assert (report.counts["played"], report.reused) == (2, 0) and "by knows:" in report.lines[0]
+    assert report.labels("flagged") == [known.id]
     findings = {f.task_id: f for f in ctx.store.iter_records(Validation) if f.check == "shortcut"}
     assert findings[known.id].score == 1.0 and findings[unknown.id].score == 0.0
     assert findings[known.id].reason == "1 of 1 models solved it without the data: knows"
@@ -192,8 +192,8 @@ def test_the_probe_flags_a_task_a_model_knows_and_keeps_one_it_does_not(built, s
     # a second run plays nothing and writes nothing new
     requests = server.count
     again = probe_shortcuts(ctx)
-    assert (again.ran, again.reused, server.count) == (0, 2, requests)
-    assert [f.score for f in again.findings] == [f.score for f in report.findings]
+    assert (again.counts["played"], again.reused, server.count) == (0, 2, requests)
+    assert again.outcomes["probed"] == report.outcomes["probed"]
     assert not [w for w in again.written if "probes" in w or "validations" in w]
 
     # a second model that does not know the task: half the models solve it, not more than 0.5 -> kept;
@@ -201,10 +201,9 @@ def test_the_probe_flags_a_task_a_model_knows_and_keeps_one_it_does_not(built, s
     ctx = make_ctx(root, server, ("knows", "guesses"))
     server.script(scripted(shortcut_plans(ctx, "knows", ("guesses",))))
     both = probe_shortcuts(ctx)
-    assert (both.ran, both.reused) == (2, 2)
-    findings = {f.task_id: f for f in both.findings}
-    assert findings[known.id].score == 0.5 and findings[known.id].reason.endswith(": knows")
-    assert both.flagged == []
+    assert (both.counts["played"], both.reused) == (2, 2)
+    assert both.outcomes["probed"][known.id] == "1 of 2 models solved it without the data: knows"
+    assert both.labels("flagged") == []
     gate(ctx)
     verdicts = {v.task_id: v for v in ctx.store.iter_records(Verdict)}
     assert verdicts[known.id].accepted and verdicts[unknown.id].accepted
@@ -247,8 +246,8 @@ def test_obscured_variants_hide_names_values_and_ids_and_certify(obscured):
     root, report = obscured
     ctx = make_ctx(root)
     tasks = originals(ctx)
-    variants = {v.variant_of: v for v in report.variants}
-    assert (len(variants), report.rejected, report.failures) == (2, {}, {})
+    variants = variants_of(ctx)
+    assert (len(report.labels("variants")), report.outcomes.get("rejected"), report.failures) == (2, None, {})
     assert set(variants) == {t.id for t in tasks.values()}
 
     store = Path(ctx.config.store.root)
@@ -314,7 +313,7 @@ def test_a_variant_whose_workflow_differs_from_the_original_is_rejected(obscured
     root, report = obscured
     ctx = make_ctx(root)
     original = originals(ctx)["Class-IF"]
-    (variant,) = [v for v in report.variants if v.variant_of == original.id]
+    variant = variants_of(ctx)[original.id]
     writer = VariantWriter(ctx, None, report, original, load_map(ctx, variant), settings_key(ctx))
     assert writer.task_id("Class-IF", 0, "any") == variant.id
     assert writer.mismatch({"metric": variant.metric, "spec": variant.spec}) is None
@@ -333,11 +332,11 @@ def test_variants_are_never_released_nor_rebuilt(obscured):
     selection = select_tasks(ctx)
     assert {t.id for t in selection.tasks} == {t.id for t in originals(ctx).values()}
     assert selection.excluded["obscured variant (for the memorization probe, never released)"] == 2
-    assert {v.id for v in variants_of(ctx).values()} == {v.id for v in report.variants}
+    assert {v.id for v in variants_of(ctx).values()} == set(report.labels("variants"))
     assert ctx.store.exists("tables/tasks/obscured--builtin.sklearn-iris.parquet")
 
     again = obscure_tasks(ctx)
-    assert (again.written, again.reused, len(again.variants)) == ([], 2, 2)
+    assert (again.written, again.reused, len(again.labels("variants"))) == ([], 2, 2)
 
 
 # -- memorization probe -----------------------------------------------------------------------------------------
@@ -359,10 +358,10 @@ def centroid_code(task: Task) -> str:
 
 
 def test_the_memorization_probe_finds_a_model_that_recalls_answers(obscured, server):
-    root, report = obscured
+    root, _ = obscured
     ctx = make_ctx(root, server, ("recalls", "pipeline"))
     original = originals(ctx)["Class-MM"]
-    (variant,) = [v for v in report.variants if v.variant_of == original.id]
+    variant = variants_of(ctx)[original.id]
     answers = literal_code(private(ctx, original, answers_file(original)))
     plans = {
         "recalls": {original.instruction.strip(): answers, variant.instruction.strip(): answers},

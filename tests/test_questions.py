@@ -40,7 +40,7 @@ from dareforge.generators.questions.programs import PROGRAMS
 from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
 from dareforge.llm import ChatResult
-from dareforge.probes.obscure import obscure_tasks
+from dareforge.probes.obscure import obscure_tasks, variants_of
 from dareforge.probes.shortcut import no_data_task
 from dareforge.publish.release import build_release, load_release
 from dareforge.publish.release_report import write_release_report
@@ -49,7 +49,7 @@ from dareforge.reference_solutions.answers import score_answer
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.sandbox import probe
-from dareforge.schema import Task, ToolCall, Trajectory
+from dareforge.schema import Task, ToolCall, Trajectory, Verdict
 from dareforge.trajectories.gold import (
     GOLD_ENDPOINT,
     GoldClient,
@@ -208,7 +208,7 @@ def test_generating_again_reuses_every_question_task(built):
     ctx, tasks = built
     report = generate(ctx)
     assert report.failures == {}
-    assert report.families["QA"] == len(_candidates(tasks, "QA"))
+    assert report.counts["QA"] == len(_candidates(tasks, "QA"))
     assert report.written == []
 
 
@@ -580,8 +580,8 @@ def test_question_tasks_pass_validation_and_degenerate_ones_fail_on_their_reason
     ctx, tasks = built
     config = ctx.config.model_copy(deep=True)
     config.validate_.data_docs = False
-    report = validate(RunContext(config=config, store=ctx.store, show_progress=False))
-    verdicts = {v.task_id: v for v in report.verdicts}
+    validate(RunContext(config=config, store=ctx.store, show_progress=False))
+    verdicts = {v.task_id: v for v in ctx.store.iter_records(Verdict)}
     for task in tasks:
         verdict = verdicts[task.id]
         if task.status == "candidate":
@@ -600,14 +600,15 @@ def obscured(built):
 
 def test_qa_variants_ask_the_same_question_on_obscured_data_with_a_recomputed_answer(obscured):
     ctx, qa, lake, report = obscured
-    assert "several sources" in report.skipped[lake.id]
-    variants = {v.variant_of: v for v in report.variants if v.status == "candidate"}
-    assert len(variants) >= len(qa) // 2, (report.failures, report.rejected)
+    assert "several sources" in report.outcomes["skipped"][lake.id]
+    variants = variants_of(ctx)
+    assert len(variants) >= len(qa) // 2, (report.failures, report.outcomes.get("rejected"))
     recomputed = 0
     for original in qa:
         variant = variants.get(original.id)
         if variant is None:
-            assert original.id in report.failures or any(original.id in r for r in report.rejected.values())
+            rejected = report.outcomes.get("rejected", {}).values()
+            assert original.id in report.failures or any(original.id in r for r in rejected)
             continue
         mine, theirs = json.loads(original.spec), json.loads(variant.spec)
         assert theirs["program"] == mine["program"] and variant.family == "QA"
@@ -635,8 +636,8 @@ def test_qa_variants_ask_the_same_question_on_obscured_data_with_a_recomputed_an
 
 @needs_sandbox
 def test_gold_trajectories_of_qa_variants_score_1(obscured):
-    ctx, _, _, report = obscured
-    variants = [v for v in report.variants if v.status == "candidate"][:3]
+    ctx = obscured[0]
+    variants = list(variants_of(ctx).values())[:3]
     factory, close = default_sandbox_factory(ctx, 1)
     try:
         for variant in variants:  # variants are never released: played straight from the store

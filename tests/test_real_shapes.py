@@ -287,10 +287,10 @@ def test_a_wide_table_prepares_at_the_default_memory_limit_and_a_10000_column_on
     report = understand(ctx)
     assert (
         "huge.csv has 10,001 columns, more than prepare.max_columns=2,000"
-        in report.reasons["mirror.someone--huge"]
+        in report.failures["mirror.someone--huge"]
     )
     prepared = prepare(ctx, ["mirror.someone--wide"])
-    assert prepared.prepared and not prepared.failed, prepared.reasons
+    assert prepared.labels("prepared") and not prepared.failures, prepared.failures
 
 
 def test_a_table_that_runs_duckdb_out_of_memory_is_read_again_with_more(tmp_path):
@@ -304,7 +304,7 @@ def test_a_table_that_runs_duckdb_out_of_memory_is_read_again_with_more(tmp_path
     filter_sources(ctx)
     understand(ctx)
     report = prepare(ctx)
-    assert report.prepared and not report.failed, report.reasons
+    assert report.labels("prepared") and not report.failures, report.failures
 
 
 def test_missing_cells_as_pandas_reads_them_and_a_target_that_is_no_number(tmp_path):
@@ -335,7 +335,7 @@ def test_messy_lake_tables_never_stop_a_stage_and_every_source_has_tasks_or_a_re
     report = generate(ctx)
     tasks = {t.source_id for t in ctx.store.read_records(Task)}
     for source_id in shapes:
-        reason = understood.reasons.get(source_id) or report.failures.get(source_id)
+        reason = understood.failures.get(source_id) or report.failures.get(source_id)
         assert source_id in tasks or reason, f"{source_id} ({shapes[source_id]}): no task and no reason"
     # Nothing but an id, prose and a label: no prediction task, but the table still poses questions.
     (text_only,) = [
@@ -365,7 +365,7 @@ def test_a_title_blank_lines_and_group_labels_above_the_header_are_skipped(tmp_p
     assert source.files[0].columns == ["State", "Category", "Reports", "Share"]
     filter_sources(ctx)
     understand(ctx)
-    assert prepare(ctx).prepared
+    assert prepare(ctx).labels("prepared")
     for prepared in load_prepared(ctx, "mirror.someone--titled"):
         assert {"State", "Category", "Reports", "Share"} <= {c.name for c in prepared.columns}
 
@@ -376,7 +376,7 @@ def test_an_unreadable_workbook_is_refused_naming_the_file(tmp_path):
     ctx = _ctx(tmp_path)
     crawl(ctx)
     decisions = filter_sources(ctx)
-    assert not decisions.kept
+    assert not decisions.labels("kept")
     sources = {s.id: s for s in ctx.store.read_records(Source)}
     (book,) = sources["mirror.someone--broken-book"].files
     assert book.note.startswith("not read as a table: not a readable Excel workbook")

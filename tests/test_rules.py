@@ -383,12 +383,12 @@ def test_filter_sources_stores_every_decision_once(ctx) -> None:
         ctx.store.write_records(source.id, [source])
 
     report = filter_sources(ctx)
-    assert report.kept == ["kaggle-competition.good", "kaggle-dataset.good"]
-    assert report.dropped == ["kaggle-competition.json-no-target", "kaggle-competition.old"]
+    assert report.labels("kept") == ["kaggle-competition.good", "kaggle-dataset.good"]
+    assert report.labels("dropped") == ["kaggle-competition.json-no-target", "kaggle-competition.old"]
     # A missing target is no filter's business any more: the understand stage decides it from the data.
-    assert report.drop_reasons == Counter({"submission-csv": 1, "recent-enough": 1})
+    assert report.counts == Counter({"submission-csv": 1, "recent-enough": 1})
     assert report.written == sorted(ctx.store.table_key("filter_decisions", s.id) for s in sources)
-    assert accepted_source_ids(ctx) == report.kept
+    assert accepted_source_ids(ctx) == report.labels("kept")
 
     assert filter_sources(ctx).written == []
     rows = (

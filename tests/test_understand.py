@@ -275,7 +275,7 @@ def understood(tmp_path_factory):
 
 def test_the_described_label_wins_and_its_copy_is_left_out(understood):
     ctx, report, customers, _ = understood
-    assert customers in report.framed
+    assert customers in report.labels("framed")
     chosen = _chosen(ctx, customers)
     framing = chosen["classification-churned"]
     assert framing.task_type == TaskType.CLASSIFICATION
@@ -295,7 +295,7 @@ def test_a_panel_series_with_dotted_dates_is_found_prepared_and_split_in_time(un
     assert framing.time_axis.kind == "text" and framing.time_axis.format == "%d.%m.%Y"
     assert framing.time_axis.frequency == "daily" and "promo" in framing.known_columns
     report = prepare(ctx, [panel])
-    assert f"{panel}/ts-sales" in report.prepared, report.reasons
+    assert f"{panel}/ts-sales" in report.labels("prepared"), report.failures
     (prepared,) = load_prepared(ctx, panel, "ts-sales")
     assert prepared.split == "chronological" and prepared.entity_column == "store"
     train = pd.read_csv(prepared_file(ctx, prepared, "train"))
@@ -308,7 +308,8 @@ def test_a_rerun_keeps_the_same_framings_and_writes_nothing(understood):
     ctx, report, customers, panel = understood
     before = {sid: ctx.store.read_partition(Framing, sid) for sid in (customers, panel)}
     again = understand(ctx)
-    assert again.written == [] and sorted(again.reused) == sorted(report.framed + report.unframed)
+    assert again.written == []
+    assert sorted(again.labels("unchanged")) == sorted(report.labels("framed") + report.labels("unframed"))
     assert {sid: ctx.store.read_partition(Framing, sid) for sid in (customers, panel)} == before
 
 
@@ -345,7 +346,7 @@ def test_a_described_target_no_table_has_is_recorded_and_another_is_framed(tmp_p
     sid = _mirror(mirror, "customers", _customers(), description)
     ctx = _ctx(tmp_path, mirror)
     crawl(ctx)
-    assert understand(ctx, [sid]).framed == [sid]
+    assert understand(ctx, [sid]).labels("framed") == [sid]
     note = (
         "the description names target 'churn_flag', but no table has a column 'churn_flag' (closest: churned"
     )
@@ -367,8 +368,8 @@ def test_the_config_override_wins_and_a_missing_column_names_the_fix(tmp_path):
     assert list(chosen) == ["regression-spend"] and "config" in chosen["regression-spend"].proposers
     ctx.config.sources[sid] = SourceOverride(target=["no_such_column"])
     report = understand(ctx, [sid])
-    assert report.unframed == [sid]
-    assert f"sources.{sid}.target names 'no_such_column', which is not a column" in report.reasons[sid]
+    assert report.labels("unframed") == [sid]
+    assert f"sources.{sid}.target names 'no_such_column', which is not a column" in report.failures[sid]
 
 
 @pytest.mark.parametrize(
@@ -398,7 +399,7 @@ def test_a_model_reply_is_evidence_and_a_bad_one_is_recorded_and_ignored(
     ctx.config.llm.endpoints = [EndpointConfig(name="scripted", base_url=server.url, model="scripted-model")]
     crawl(ctx)
     report = understand(ctx, [sid])
-    assert report.framed == [sid]  # the evidence and the data decide without the model
+    assert report.labels("framed") == [sid]  # the evidence and the data decide without the model
     framings = ctx.store.read_partition(Framing, sid)
     notes = [e for f in framings for e in f.evidence if e.startswith("model scripted")]
     assert notes, "the model's part is recorded with every framing"

@@ -12,7 +12,7 @@ from dareforge.config import Config, SourceOverride
 from dareforge.context import RunContext
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators.gate import gate
-from dareforge.validators.validate import validate
+from dareforge.validators.validate import REPORT_DIR, validate
 from tests.stores import generate_tasks, prediction_only
 
 ROWS = 400
@@ -84,7 +84,7 @@ def _reasons(verdicts: list[Verdict]) -> str:
 def test_clean_tasks_pass_and_planted_defects_are_caught(validated):
     ctx, report = validated
     verdicts = _verdicts(ctx)
-    assert len(report.verdicts) == 8  # 4 sources x (IF + MM)
+    assert len(report.labels("accepted") + report.labels("rejected")) == 8  # 4 sources x (IF + MM)
     assert all(v.accepted for v in verdicts["clean"]), _reasons(verdicts["clean"])
     assert not any(v.accepted for v in verdicts["clean-copy"])
     assert "duplicate-source" in _reasons(verdicts["clean-copy"]) and "clean" in _reasons(
@@ -101,8 +101,8 @@ def test_rethresholding_needs_no_rerun(validated):
     findings_before = ctx.store.read_records(Validation)
     ctx.config.validate_.min_learnable_margin = -1.0
     try:
-        verdicts, _ = gate(ctx)
-        random_mm = next(v for v in verdicts if v.source_id.endswith("random") and v.family == "Class-MM")
+        gate(ctx)
+        random_mm = next(v for v in _verdicts(ctx)["random"] if v.family == "Class-MM")
         assert random_mm.accepted
         assert ctx.store.read_records(Validation) == findings_before
     finally:
@@ -131,7 +131,7 @@ def test_nan_in_reference_predictions_and_id_overlap_are_flagged(validated):
         tampered.loc[0, "row_id"] = train_id
         tampered.to_csv(test, index=False)
         report = validate(ctx, [if_task.id, mm_task.id], force=True)
-        reasons = {v.task_id: " | ".join(v.reasons) for v in report.verdicts}
+        reasons = report.outcomes["rejected"]
         assert "gx-reference" in reasons[if_task.id] and "reference-runs" in reasons[if_task.id]
         assert "gx-prepared" in reasons[mm_task.id]
     finally:
@@ -143,6 +143,6 @@ def test_nan_in_reference_predictions_and_id_overlap_are_flagged(validated):
 def test_a_second_validate_checks_nothing_and_the_report_exists(validated):
     ctx, _ = validated
     again = validate(ctx)
-    assert again.checked == 0 and again.reused == 8
-    html = ctx.store.read_bytes(again.report_key).decode()
+    assert again.labels("checked") == [] and again.reused == 8
+    html = ctx.store.read_bytes(f"{REPORT_DIR}/index.html").decode()
     assert "Rejected tasks" in html and "duplicate-source" in html

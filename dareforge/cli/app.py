@@ -105,7 +105,7 @@ _COMMANDS: list[tuple[str, str | None, typer.Typer, Callable[..., Any]]] = []
 
 
 def show(lines: list[Any]) -> None:
-    """Print a stage's summary lines (see `dareforge.pipeline`)."""
+    """Print a stage's summary lines (`StageReport.lines`, see `dareforge.report`)."""
     for line in lines:
         out.print(line)
 

@@ -28,8 +28,7 @@ def crawl(
     """
     from dareforge.crawlers.crawl import crawl as crawl_stage
 
-    run = Run(context())
-    show(stage("crawl").lines(run, crawl_stage(run.ctx, origins=origin)))
+    show(crawl_stage(context(), origins=origin).lines)
 
 
 @command("filter", panel=PANEL)
@@ -120,7 +119,7 @@ def audit(
         f"{len(report.missing)} missing, {len(report.moved)} check scores moved"
     )
     for task_id, reasons in sorted(report.now_rejected.items()):
-        out.print(f"  [red]{task_id}[/]: {'; '.join(reasons)}")
+        out.print(f"  [red]{task_id}[/]: {reasons}")
     out.print(f"  report: {context().store.path(report.report_key)}")
     if report.now_rejected or report.missing:
         raise typer.Exit(1)

@@ -233,10 +233,9 @@ def probe(
                 )
             return
         report = probe_shortcuts(context(), endpoint, task, concurrency=concurrency)
-    out.print(report.summary())
-    for finding in report.findings:
-        if finding.task_id in report.flagged:
-            out.print(f"  {finding.task_id}: {finding.reason}")
+    show(report.lines)
+    for task_id, reason in report.outcomes["flagged"].items():
+        out.print(f"  {task_id}: {reason}")
     show(stage("gate").run(Run(context())).lines)
 
 
@@ -250,10 +249,4 @@ def obscure(
     """
     from dareforge.probes import obscure_tasks
 
-    report = obscure_tasks(context(), task)
-    out.print(
-        f"obscure: {len(report.variants)} variants ({dict(report.families)}), {len(report.rejected)} rejected, "
-        f"{len(report.failures)} failed, {report.reused} reused, {len(report.skipped)} skipped"
-    )
-    for key, why in sorted({**report.rejected, **report.failures, **report.skipped}.items()):
-        out.print(f"  {key}: {why}")
+    show(obscure_tasks(context(), task).lines)

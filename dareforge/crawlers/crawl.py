@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from dareforge.context import RunContext
@@ -21,24 +19,13 @@ from dareforge.crawlers.inspect import identify_target
 from dareforge.crawlers.unpack import copy_plain_file, plain_files, unpack_zip
 from dareforge.describe import describe_file, is_binary
 from dareforge.errors import DareforgeError, NeedsRulesError, SourceError, machine_at_fault
+from dareforge.report import StageReport
 from dareforge.schema import Source, SourceFile, SourceStatus
 
 log = logging.getLogger(__name__)
 CURRENT = "_CURRENT.json"
 NOT_STORED = "not_stored"  # manifest entry: files described but kept out of the store (binary tables)
 MAX_NESTED_ARCHIVES = 2
-
-
-@dataclass
-class CrawlReport:
-    actions: Counter = field(default_factory=Counter)
-    failures: dict[str, str] = field(default_factory=dict)
-    listing_errors: dict[str, str] = field(default_factory=dict)
-    written: list[str] = field(default_factory=list)
-
-    @property
-    def seen(self) -> int:
-        return sum(self.actions.values())
 
 
 def build_crawlers(ctx: RunContext, origins: list[str] | None = None) -> list[Crawler]:
@@ -76,33 +63,43 @@ def build_crawlers(ctx: RunContext, origins: list[str] | None = None) -> list[Cr
 
 def crawl(
     ctx: RunContext, crawlers: list[Crawler] | None = None, origins: list[str] | None = None
-) -> CrawlReport:
+) -> StageReport:
+    """Bring every listed source up to date. The report counts the sources per action (downloaded, unchanged,
+    failed, needs-rules) and keeps each failed source's reason; outcome `listing failed`: crawler -> the error
+    (none of its sources was seen)."""
     crawlers = crawlers if crawlers is not None else build_crawlers(ctx, origins)
-    report = CrawlReport()
+    report = StageReport("crawl")
     for crawler in crawlers:
         try:
             listing = sorted(crawler.list_sources(), key=lambda s: s.id)
         except DareforgeError as exc:
             log.error("%s: listing failed: %s", crawler.name, exc)
-            report.listing_errors[crawler.name] = str(exc)
+            report.add("listing failed", crawler.name, str(exc))
             continue
         with ctx.progress() as progress:
             bar = progress.add_task(f"crawl {crawler.name}", total=len(listing), item="")
             for source in listing:
                 progress.update(bar, item=source.id)
                 action = crawl_source(ctx, crawler, source, report)
-                report.actions[action] += 1
+                report.counts[action] += 1
                 progress.advance(bar)
-    failed = len(report.failures)
-    if report.seen and failed / report.seen > ctx.config.crawl.max_failure_share:
+    seen, failed = sum(report.counts.values()), len(report.failures)
+    if seen and failed / seen > ctx.config.crawl.max_failure_share:
         raise DareforgeError(
-            f"{failed} of {report.seen} sources failed, over crawl.max_failure_share="
+            f"{failed} of {seen} sources failed, over crawl.max_failure_share="
             f"{ctx.config.crawl.max_failure_share}; see `dareforge sources --status failed`"
         )
+    report.reused = report.counts["unchanged"]
+    parts = ", ".join(f"{n} {action}" for action, n in sorted(report.counts.items()))
+    listing_failed = report.outcomes.get("listing failed", {})
+    report.lines = [
+        f"crawl: {seen} sources seen ({parts or 'none'}); {len(report.written)} records written",
+        *(f"[red]{name}: listing failed:[/] {error}" for name, error in listing_failed.items()),
+    ]
     return report
 
 
-def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: CrawlReport) -> str:
+def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: StageReport) -> str:
     """Bring one source up to date; returns what happened: unchanged, downloaded, failed or needs-rules."""
     # The download folder is shared across runs (a killed download resumes), so one process at a time per
     # source: a second one waits, then finds the version stored and reports it unchanged.
@@ -110,7 +107,7 @@ def crawl_source(ctx: RunContext, crawler: Crawler, source: Source, report: Craw
         return _crawl_locked(ctx, crawler, source, report)
 
 
-def _crawl_locked(ctx: RunContext, crawler: Crawler, source: Source, report: CrawlReport) -> str:
+def _crawl_locked(ctx: RunContext, crawler: Crawler, source: Source, report: StageReport) -> str:
     store = ctx.store
     current = _current_version(ctx, source.id)
     if source.status != SourceStatus.OK:
@@ -170,7 +167,7 @@ def _record_failure(
     current: str | None,
     status: SourceStatus,
     detail: str,
-    report: CrawlReport,
+    report: StageReport,
     rules_url: str | None = None,
 ) -> str:
     log.warning("%s: %s: %s", source.id, status.value, detail)
@@ -186,7 +183,7 @@ def _write_record(
     listed: Source,
     updates: dict,
     files: list[SourceFile],
-    report: CrawlReport,
+    report: StageReport,
     raw_version: str | None = None,
 ) -> None:
     """Store the listing's record, completed with what the files and the download revealed."""

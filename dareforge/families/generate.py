@@ -13,22 +13,29 @@ import logging
 import time
 from collections.abc import Sequence
 
+from rich.markup import escape
+
 from dareforge.context import RunContext
 from dareforge.errors import machine_at_fault
 from dareforge.families.family import Build
 from dareforge.families.registry import families
 from dareforge.generators.prepare import load_prepared, prepare_failure
 from dareforge.generators.questions.folder_questions import DistractorPool
-from dareforge.generators.taskio import GenerateReport, Runners, TaskWriter
+from dareforge.generators.taskio import Runners, TaskWriter
 from dareforge.queries import framed_source_ids
+from dareforge.report import SHOWN, StageReport
 from dareforge.schema import PreparedSource, Task
 
 log = logging.getLogger(__name__)
 
 
-def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateReport:
+def generate(ctx: RunContext, source_ids: list[str] | None = None) -> StageReport:
+    """Generate the tasks of the sources (default: every framed one). The report's counts: candidate tasks per
+    family; its outcomes: `rejected` (task -> why its builder rejected it); failures: per source, framing or
+    family and seed; reused: tasks found finished; seconds: its own wall time, `seconds_in["references"]` the
+    CPU seconds of the references it ran."""
     started = time.perf_counter()
-    report = GenerateReport()
+    report = StageReport("generate")
     every = framed_source_ids(ctx)
     ids = source_ids if source_ids is not None else every
     # Lake distractors come from the other sources of the whole store, whichever sources this run generates.
@@ -46,20 +53,39 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> GenerateRe
                 progress.advance(bar)
     finally:
         runners.close()
-    report.wall_seconds = time.perf_counter() - started
+    report.seconds = time.perf_counter() - started
+    report.lines = summary_lines(report)
+    if not sum(report.counts.values()):
+        rejected = "select id, reject_reason from tasks where status = 'rejected'"
+        report.nothing_left = (
+            f"no task to validate: {len(report.labels('rejected'))} rejected, {len(report.failures)} failed "
+            f'(the reasons are above; every rejected one: dareforge sql "{rejected}")'
+        )
     return report
 
 
+def summary_lines(report: StageReport) -> list[str]:
+    counts = ", ".join(f"{f.name} {report.counts.get(f.name, 0)}" for f in families())
+    rejected = report.outcomes.get("rejected", {})
+    lines = [
+        f"generate: {counts}; {len(rejected)} rejected, {len(report.failures)} failed, "
+        f"{report.reused} reused; {report.seconds:.1f}s "
+        f"({report.seconds_in.get('references', 0.0):.1f}s in references)"
+    ]
+    lines += [f"  [yellow]rejected[/] {escape(k)}: {escape(r)}" for k, r in list(rejected.items())[:SHOWN]]
+    lines += [f"  [red]failed[/] {escape(k)}: {escape(r)}" for k, r in list(report.failures.items())[:SHOWN]]
+    return lines
+
+
 def _generate_source(
-    ctx: RunContext, source_id: str, runners: Runners, report: GenerateReport, others: DistractorPool
+    ctx: RunContext, source_id: str, runners: Runners, report: StageReport, others: DistractorPool
 ) -> None:
     framings = sorted(load_prepared(ctx, source_id), key=lambda p: p.framing)
     if not framings:
         report.failures[source_id] = _not_prepared(ctx, source_id)
         return
-    first_read: dict[
-        str, object
-    ] = {}  # the frames and title, read once for every family of the first framing
+    # The first framing's frames and title, read once for its own families and the first-framing ones.
+    first_read: dict[str, object] = {}
 
     def builds(prepared: PreparedSource, per_framing: bool, read: dict[str, object]) -> list[Build]:
         writer = TaskWriter(ctx, prepared, report)
@@ -76,14 +102,14 @@ def _generate_source(
     # split another way.
     tasks += _guarded(report, f"{source_id}/questions", build_tasks, builds(framings[0], False, first_read))
     for task in tasks:
-        report.families[task.family] += task.status == "candidate"
+        report.counts[task.family] += task.status == "candidate"
         if task.status == "rejected":
-            report.rejected[task.id] = task.reject_reason or ""
+            report.add("rejected", task.id, task.reject_reason or "")
     if tasks and ctx.store.write_records(source_id, tasks):
         report.written.append(ctx.store.table_key(Task.table, source_id))
 
 
-def _guarded(report: GenerateReport, label: str, build, *args) -> list[Task]:
+def _guarded(report: StageReport, label: str, build, *args) -> list[Task]:
     """The tasks `build` makes, or none with the failure recorded: no table, however odd, stops the stage for
     the other sources (the traceback goes to the debug log)."""
     try:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from rich.markup import escape
 
 from dareforge.config import SourceOverride
 from dareforge.context import RunContext
@@ -34,6 +35,7 @@ from dareforge.generators.sql import (
 from dareforge.generators.table_split import FILES
 from dareforge.hashing import fingerprint, sha256_file
 from dareforge.queries import framed_source_ids, why_none
+from dareforge.report import StageReport
 from dareforge.schema import (
     Framing,
     PreparedSource,
@@ -55,21 +57,12 @@ class PreparedIntegrityError(StoreError):
     """Stored prepared files no longer match their manifest."""
 
 
-@dataclass
-class PrepareReport:
-    prepared: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    reasons: dict[str, str] = field(default_factory=dict, repr=False)
-    """Why each failed source failed, with the fix."""
-    written: list[str] = field(default_factory=list)
-
-
-def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareReport:
-    """Prepare each chosen framing of each source (default: every source the understand stage framed);
-    returns what happened to each, labelled `source_id/framing`."""
+def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> StageReport:
+    """Prepare each chosen framing of each source (default: every source the understand stage framed). The
+    report labels each framing `source_id/framing`: outcomes `prepared` and `unchanged` (finished before, only
+    verified); failures: each failed framing (or source, when it has none) with why and the fix."""
     ids = source_ids if source_ids is not None else framed_source_ids(ctx)
-    report = PrepareReport()
+    report = StageReport("prepare")
     with Engine(ctx) as engine, ctx.progress() as progress:
         bar = progress.add_task("prepare", total=len(ids), item="")
         for source_id in ids:
@@ -77,6 +70,14 @@ def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> PrepareRepo
             with ctx.source_lock(source_id):
                 _prepare_source(ctx, engine, source_id, report)
             progress.advance(bar)
+    report.reused = len(report.labels("unchanged"))
+    report.lines = [
+        f"prepare: {len(report.labels('prepared'))} prepared, {report.reused} unchanged, "
+        f"{len(report.failures)} failed"
+    ]
+    for label, reason in report.failures.items():
+        said_once = reason.removeprefix(f"{label.split('/')[0]}: ")
+        report.lines.append(f"  [red]failed[/] {escape(label)}: {escape(said_once)}")
     return report
 
 
@@ -86,7 +87,7 @@ def prepare_failure(ctx: RunContext, source_id: str) -> PrepareFailure | None:
     return rows[-1] if rows else None
 
 
-def _record_failure(ctx: RunContext, source_id: str, reason: str, report: PrepareReport) -> None:
+def _record_failure(ctx: RunContext, source_id: str, reason: str, report: StageReport) -> None:
     """Store the reason where `generate` (another process, maybe another machine) can tell the user; an id
     that names no stored source is a typo, not a source to remember."""
     sources = ctx.store.read_partition(Source, source_id)
@@ -97,7 +98,7 @@ def _record_failure(ctx: RunContext, source_id: str, reason: str, report: Prepar
         report.written.append(ctx.store.table_key(PrepareFailure.table, source_id))
 
 
-def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: PrepareReport) -> None:
+def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: StageReport) -> None:
     """Every chosen framing of one source; the caller holds the source's lock."""
     stored = ctx.store.read_partition(Framing, source_id)
     framings = [f for f in stored if f.status == "chosen"]
@@ -108,8 +109,7 @@ def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: Pre
         reason = (
             f"{source_id}: {found}; run `dareforge understand` (see `dareforge sources --why {source_id}`)"
         )
-        report.failed.append(source_id)
-        report.reasons[source_id] = reason
+        report.failures[source_id] = reason
     records: list[PreparedSource] = []
     for framing in framings:
         label = f"{source_id}/{framing.framing}"
@@ -123,16 +123,15 @@ def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: Pre
             reason = str(exc) if isinstance(exc, PrepareError) else failure_reason(ctx, source_id, exc)
             engine.recover()
             log.warning("prepare %s failed: %s", label, reason)
-            report.failed.append(label)
-            report.reasons[label] = reason
-    failed = [label for label in report.failed if label.split("/")[0] == source_id]
+            report.failures[label] = reason
+    failed = [reason for label, reason in report.failures.items() if label.split("/")[0] == source_id]
     if failed:
-        _record_failure(ctx, source_id, "; ".join(report.reasons[label] for label in failed), report)
+        _record_failure(ctx, source_id, "; ".join(failed), report)
     elif framings:
         ctx.store.remove_prefix(ctx.store.table_key(PrepareFailure.table, source_id))
     if records:
         _write_records(ctx, source_id, records, report)
-    if any(label.startswith(f"{source_id}/") for label in report.prepared):
+    if any(label.startswith(f"{source_id}/") for label in report.labels("prepared")):
         _remove_unused(ctx, source_id, records)
 
 
@@ -179,7 +178,7 @@ def _prefix(source_id: str, version: str) -> str:
 
 
 def _prepare_framing(
-    ctx: RunContext, engine: Engine, source_id: str, framing: Framing, report: PrepareReport, label: str
+    ctx: RunContext, engine: Engine, source_id: str, framing: Framing, report: StageReport, label: str
 ) -> PreparedSource:
     source = framed_source(_load_source(ctx, source_id), framing)
     override = _framing_override(ctx.config.sources.get(source_id), framing)
@@ -195,7 +194,7 @@ def _prepare_framing(
                 + f"\nsomething changed them after they were written; delete {ctx.store.path(prefix)} "
                 "and run `dareforge prepare` again to rebuild them"
             )
-        report.skipped.append(label)
+        report.add("unchanged", label)
         return PreparedSource.model_validate(manifest["record"])
     raw_prefix = f"raw/{source_id}/{source.raw_version}"
     if not source.raw_version or ctx.store.read_manifest(raw_prefix) is None:
@@ -223,13 +222,13 @@ def _prepare_framing(
         report.written.append(f"{prefix}/_MANIFEST.json")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    report.prepared.append(label)
+    report.add("prepared", label)
     log.info("%s: prepared %s (%d train, %d test)", label, version, record.n_train, record.n_test)
     return record
 
 
 def _write_records(
-    ctx: RunContext, source_id: str, records: list[PreparedSource], report: PrepareReport
+    ctx: RunContext, source_id: str, records: list[PreparedSource], report: StageReport
 ) -> None:
     """One partition per source, a row per framing."""
     if ctx.store.write_records(source_id, records):

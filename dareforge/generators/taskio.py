@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import prepared_file
 from dareforge.hashing import fingerprint
 from dareforge.reference_solutions.reference_runner import ReferenceRunner, package_versions
+from dareforge.report import StageReport
 from dareforge.schema import PreparedSource, Task, TaskLimits
 
 log = logging.getLogger(__name__)
@@ -53,17 +53,6 @@ def limits_of(ctx: RunContext) -> TaskLimits:
 
 
 @dataclass
-class GenerateReport:
-    families: Counter = field(default_factory=Counter)
-    rejected: dict[str, str] = field(default_factory=dict)
-    failures: dict[str, str] = field(default_factory=dict)
-    reused: int = 0
-    written: list[str] = field(default_factory=list)
-    reference_seconds: float = 0.0
-    wall_seconds: float = 0.0
-
-
-@dataclass
 class Draft:
     """A task being built in a local folder: `public/` and `private/` are filled by the family's builder."""
 
@@ -83,9 +72,10 @@ class Draft:
 
 
 class TaskWriter:
-    """Gives each draft its id and folder, skips finished tasks, and stores finished drafts atomically."""
+    """Gives each draft its id and folder, skips finished tasks, and stores finished drafts atomically; counts
+    what it reused, failed and wrote (with the references' CPU seconds) into its stage's report."""
 
-    def __init__(self, ctx: RunContext, prepared: PreparedSource, report: GenerateReport):
+    def __init__(self, ctx: RunContext, prepared: PreparedSource, report: StageReport):
         self.ctx, self.prepared, self.report = ctx, prepared, report
 
     def task_id(self, family: str, seed: int, spec_key: str) -> str:
@@ -142,7 +132,8 @@ class TaskWriter:
         )
         store.write_manifest(prefix, {"task": task.model_dump(mode="json")})
         self.report.written.append(prefix)
-        self.report.reference_seconds += task.scores.reference_seconds or 0.0
+        spent = self.report.seconds_in.get("references", 0.0)
+        self.report.seconds_in["references"] = spent + (task.scores.reference_seconds or 0.0)
         return task
 
 

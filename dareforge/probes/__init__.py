@@ -7,16 +7,14 @@ memo = probe_memorization(ctx)       # originals vs their variants, per model
 """
 
 from dareforge.probes.memorization import MemorizationReport, ModelMemorization, probe_memorization
-from dareforge.probes.obscure import ObscureMap, ObscureReport, load_map, obscure_spec, obscure_tasks
-from dareforge.probes.shortcut import PROBE_VERSION, ShortcutReport, probe_endpoints, probe_shortcuts
+from dareforge.probes.obscure import ObscureMap, load_map, obscure_spec, obscure_tasks
+from dareforge.probes.shortcut import PROBE_VERSION, probe_endpoints, probe_shortcuts
 
 __all__ = [
     "PROBE_VERSION",
     "MemorizationReport",
     "ModelMemorization",
     "ObscureMap",
-    "ObscureReport",
-    "ShortcutReport",
     "load_map",
     "obscure_spec",
     "obscure_tasks",

@@ -30,7 +30,6 @@ import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -43,9 +42,10 @@ from dareforge.errors import DareforgeError
 from dareforge.families.family import Build
 from dareforge.families.registry import family_of
 from dareforge.generators.prepare import load_prepared
-from dareforge.generators.taskio import Draft, GenerateReport, Runners, TaskWriter, originals, read_frames
+from dareforge.generators.taskio import Draft, Runners, TaskWriter, originals, read_frames
 from dareforge.hashing import fingerprint
 from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilter
+from dareforge.report import StageReport
 from dareforge.schema import ColumnKind, ColumnProfile, MetricSpec, PreparedSource, Task, TaskType
 
 log = logging.getLogger(__name__)
@@ -333,13 +333,6 @@ def obscure_source(
 
 
 # -- variants ---------------------------------------------------------------------------------------------------
-@dataclass
-class ObscureReport(GenerateReport):
-    variants: list[Task] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    """Original task id -> why no variant was built."""
-
-
 class VariantWriter(TaskWriter):
     """Writes the variant of one original task: its id, `variant_of`, the map, and the check that the builder
     made the same task (the same IF workflow, the same metric) on the obscured data."""
@@ -439,16 +432,22 @@ def load_map(ctx: RunContext, variant: Task) -> ObscureMap:
     return ObscureMap.model_validate(ctx.store.read_json(f"tasks/{variant.id}/private/{MAP_FILE}")["map"])
 
 
-def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> ObscureReport:
-    """Build the obscured variant of every candidate task (only `task_ids` when given); see the module doc."""
+def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> StageReport:
+    """Build the obscured variant of every candidate task (only `task_ids` when given); see the module doc.
+
+    The report's outcomes: `variants` (every variant built or found), `rejected` (variant -> why) and `skipped`
+    (original task -> why it has no variant); failures: original task -> why building its variant failed;
+    counts: candidate variants per family; reused: variants found finished."""
     started = time.perf_counter()
-    report = ObscureReport()
+    report = StageReport("obscure")
     key = settings_key(ctx)
     by_source: dict[str, list[Task]] = defaultdict(list)
     for task in originals(ctx, task_ids):
         family = family_of(task)
         if family.variant is None:
-            report.skipped[task.id] = f"{family.name} tasks have no obscured variant ({family.no_variant})"
+            report.add(
+                "skipped", task.id, f"{family.name} tasks have no obscured variant ({family.no_variant})"
+            )
             continue
         by_source[task.source_id].append(task)
     runners: Runners | None = None
@@ -476,7 +475,13 @@ def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> Obs
     finally:
         if runners is not None:
             runners.close()
-    report.wall_seconds = time.perf_counter() - started
+    report.seconds = time.perf_counter() - started
+    rejected, skipped = report.outcomes.get("rejected", {}), report.outcomes.get("skipped", {})
+    report.lines = [
+        f"obscure: {len(report.labels('variants'))} variants ({dict(report.counts)}), {len(rejected)} rejected, "
+        f"{len(report.failures)} failed, {report.reused} reused, {len(skipped)} skipped",
+        *(f"  {key}: {why}" for key, why in sorted({**rejected, **report.failures, **skipped}.items())),
+    ]
     return report
 
 
@@ -485,9 +490,11 @@ def _build_source(ctx, source_id, tasks, key, runners, report, progress, bar) ->
     built = []
     for task in tasks:
         if task.prepared_version not in versions:
-            report.skipped[task.id] = (
+            report.add(
+                "skipped",
+                task.id,
                 f"built from prepared version {task.prepared_version}, which is no longer the source's "
-                "prepared data; run `dareforge generate` for its current tasks"
+                "prepared data; run `dareforge generate` for its current tasks",
             )
             progress.advance(bar)
     for prepared in versions.values():
@@ -521,13 +528,13 @@ def _build_framing(ctx, prepared, current, key, runners, report, progress, bar) 
     return built
 
 
-def _record(ctx: RunContext, source_id: str, variants: list[Task], report: ObscureReport) -> None:
+def _record(ctx: RunContext, source_id: str, variants: list[Task], report: StageReport) -> None:
     for variant in variants:
-        report.variants.append(variant)
+        report.add("variants", variant.id)
         if variant.status == "rejected":
-            report.rejected[variant.id] = variant.reject_reason or ""
+            report.add("rejected", variant.id, variant.reject_reason or "")
         else:
-            report.families[variant.family] += 1
+            report.counts[variant.family] += 1
     if not variants:
         return
     partition = f"{PARTITION_PREFIX}{source_id}"

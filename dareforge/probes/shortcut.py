@@ -44,6 +44,7 @@ from dareforge.families.registry import family_of, pass_bars
 from dareforge.generators.taskio import originals
 from dareforge.llm.endpoints import endpoints_for
 from dareforge.queries import partition_name
+from dareforge.report import StageReport
 from dareforge.schema import ProbeResult, Record, SourceFile, Task, Validation, Verdict
 from dareforge.scratch import temp_root
 from dareforge.store import Store
@@ -212,25 +213,6 @@ def shortcut_candidates(ctx: RunContext, task_ids: Iterable[str] | None = None) 
     ]
 
 
-@dataclass
-class ShortcutReport(ProbeRun):
-    endpoints: list[str] = field(default_factory=list)
-    max_share: float = 0.5
-    findings: list[Validation] = field(default_factory=list)
-
-    @property
-    def flagged(self) -> list[str]:
-        """Tasks more than `validate.max_shortcut_share` of the probed models solved without the data."""
-        return [f.task_id for f in self.findings if f.score is not None and f.score > self.max_share]
-
-    def summary(self) -> str:
-        return (
-            f"{len(self.findings)} tasks probed without their data by {', '.join(self.endpoints)}: "
-            f"{len(self.flagged)} shortcut-solvable (share > validate.max_shortcut_share={self.max_share:g}); "
-            f"{self.ran} attempts played, {self.reused} reused"
-        )
-
-
 def probe_shortcuts(
     ctx: RunContext,
     endpoints: Iterable[str] | None = None,
@@ -238,19 +220,17 @@ def probe_shortcuts(
     client_factory: ClientFactory | None = None,
     sandbox_factory: SandboxFactory | None = None,
     concurrency: int | None = None,
-) -> ShortcutReport:
-    """Probe the tasks (see `shortcut_candidates`) with the endpoints; see the module doc."""
+) -> StageReport:
+    """Probe the tasks (see `shortcut_candidates`) with the endpoints; see the module doc and `_report`."""
     chosen = probe_endpoints(ctx, endpoints)
-    report = ShortcutReport(
-        endpoints=[e.name for e in chosen], max_share=ctx.config.validate_.max_shortcut_share
-    )
+    played = ProbeRun()
     tasks = shortcut_candidates(ctx, task_ids)
     if not tasks:
         log.warning("probe: no tasks to probe (none accepted by the gate, or none generated)")
-        return report
+        return _report(ctx, chosen, played, [])
     run_probe(
         ctx,
-        report,
+        played,
         chosen,
         no_data_attempts(ctx.store, tasks, ctx.config.probe.samples),
         NO_DATA,
@@ -260,23 +240,47 @@ def probe_shortcuts(
     )
     # Every configured probe model counts, not only the ones played now: probing one new model later must
     # not erase what the others showed.
-    counted = probe_endpoints(ctx, [*report.endpoints, *(e.name for e in _configured(ctx))])
-    report.findings = findings(ctx.store, tasks, counted)
+    counted = probe_endpoints(ctx, [*(e.name for e in chosen), *(e.name for e in _configured(ctx))])
+    found = findings(ctx.store, tasks, counted)
     by_source: dict[str, list[Validation]] = defaultdict(list)
-    for finding in report.findings:
+    for finding in found:
         by_source[finding.source_id].append(finding)
     for source_id, rows in sorted(by_source.items()):
         partition = f"{CHECK}--{source_id}"
         if replace_rows(ctx.store, partition, rows, {t.id for t in tasks}):
-            report.written.append(ctx.store.table_key(Validation.table, partition))
+            played.written.append(ctx.store.table_key(Validation.table, partition))
+    report = _report(ctx, chosen, played, found)
     log.info(
         "probe %s: %d tasks, %d played, %d reused, %d solvable without their data",
         NO_DATA,
         len(tasks),
-        report.ran,
-        report.reused,
-        len(report.flagged),
+        played.ran,
+        played.reused,
+        len(report.labels("flagged")),
     )
+    return report
+
+
+def _report(
+    ctx: RunContext, chosen: Sequence[EndpointConfig], played: ProbeRun, found: Sequence[Validation]
+) -> StageReport:
+    """The probe's report. Outcomes: `probed` (task -> its finding's reason) and `flagged` (those more than
+    `validate.max_shortcut_share` of the probed models solved without the data), both present once the probe
+    ran, empty or not; reused: attempts found played; counts: `played`, the attempts played now."""
+    max_share = ctx.config.validate_.max_shortcut_share
+    report = StageReport(
+        "probe", written=played.written, reused=played.reused, outcomes={"probed": {}, "flagged": {}}
+    )
+    report.counts["played"] = played.ran
+    for finding in found:
+        report.add("probed", finding.task_id, finding.reason)
+        if finding.score is not None and finding.score > max_share:
+            report.add("flagged", finding.task_id, finding.reason)
+    report.lines = [
+        f"probe: {len(found)} tasks probed without their data by {', '.join(e.name for e in chosen)}: "
+        f"{len(report.labels('flagged'))} shortcut-solvable (share > validate.max_shortcut_share={max_share:g}); "
+        f"{played.ran} attempts played, {played.reused} reused"
+    ]
     return report
 
 

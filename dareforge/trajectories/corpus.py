@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from dareforge.context import RunContext
@@ -25,7 +26,9 @@ from dareforge.exports.formats import FORMATS, export_format
 from dareforge.families.registry import pass_bars
 from dareforge.judge.judge import judgement_partition, trajectory_partitions
 from dareforge.publish.release import Release, load_release
+from dareforge.publish.targets import LocalTarget
 from dareforge.queries import partition_name
+from dareforge.report import StageReport
 from dareforge.schema import Judgement, Task, Trajectory
 from dareforge.trajectories.select import Selection, select
 from dareforge.trajectories.synthesize import is_valid
@@ -100,6 +103,24 @@ def build_corpus(
             continue  # the notes say why none were chosen
         result.exports[fmt.name] = fmt.export(job)
     return result
+
+
+def export_corpus(ctx: RunContext, release: str, copy_to: Path | None = None) -> StageReport:
+    """The corpus stage of `dareforge run`: `build_corpus` of the latest version of `release`, each export copied
+    to `copy_to` when given. The report: written, the prefixes of new export versions; reused, the exports
+    whose content was there already."""
+    corpus = build_corpus(ctx, release)
+    report = StageReport("corpus", lines=[f"corpus: {note}" for note in corpus.notes])
+    for built in corpus.exports.values():
+        if copy_to is not None:
+            LocalTarget(copy_to).publish(built.export)
+        if built.created:
+            report.written.append(built.export.prefix)
+        else:
+            report.reused += 1
+        state = "new version" if built.created else "unchanged"
+        report.lines.append(f"{built.export.kind}: {built.name}@{built.version} ({state})")
+    return report
 
 
 def _choose(

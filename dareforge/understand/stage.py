@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+
+from rich.markup import escape
 
 from dareforge.context import RunContext
 from dareforge.crawlers.base import slugify
@@ -22,6 +22,7 @@ from dareforge.generators.engine import Engine
 from dareforge.generators.rawtable import PrepareError, raw_table
 from dareforge.hashing import fingerprint
 from dareforge.queries import accepted_source_ids, why_none
+from dareforge.report import SHOWN, StageReport
 from dareforge.schema import Framing, Source, SourceFile, SourceStatus
 from dareforge.understand.columns import Sample
 from dareforge.understand.evidence import absent_target_notes, read_text
@@ -37,20 +38,12 @@ RUNNERS_UP = 2
 """Unchecked candidates stored per family below the chosen one (an auditor sees what else was in the running)."""
 
 
-@dataclass
-class UnderstandReport:
-    framed: list[str] = field(default_factory=list)
-    unframed: list[str] = field(default_factory=list)
-    reused: list[str] = field(default_factory=list)
-    reasons: dict[str, str] = field(default_factory=dict)
-    """Why each unframed source has no task."""
-    families: Counter = field(default_factory=Counter)
-    written: list[str] = field(default_factory=list)
-
-
-def understand(ctx: RunContext, source_ids: list[str] | None = None) -> UnderstandReport:
+def understand(ctx: RunContext, source_ids: list[str] | None = None) -> StageReport:
+    """Frame the sources (default: every accepted one). The report's outcomes: `framed` (source -> its chosen
+    framings), `unframed` and `unchanged` (understood before, under the same settings); its failures: why each
+    unframed source has no task; its counts: chosen framings per task type (`questions` for question-only)."""
     ids = source_ids if source_ids is not None else accepted_source_ids(ctx)
-    report = UnderstandReport()
+    report = StageReport("understand")
     with Engine(ctx) as engine, ctx.progress() as progress:
         bar = progress.add_task("understand", total=len(ids), item="")
         for source_id in ids:
@@ -61,16 +54,40 @@ def understand(ctx: RunContext, source_ids: list[str] | None = None) -> Understa
             except DareforgeError as exc:
                 framings = []
                 log.warning("understand %s failed: %s", source_id, exc)
-                report.reasons[source_id] = str(exc)
+                report.failures[source_id] = str(exc)
             chosen = [f for f in framings if f.status == "chosen"]
-            (report.framed if chosen else report.unframed).append(source_id)
-            if not chosen and framings:
-                report.reasons[source_id] = why_none(framings)
-            report.families.update(
+            if chosen:
+                report.add("framed", source_id, ", ".join(f.framing for f in chosen))
+            else:
+                if framings:
+                    report.failures[source_id] = why_none(framings)
+                report.add("unframed", source_id, report.failures.get(source_id, ""))
+            report.counts.update(
                 "questions" if f.questions_only else f.task_type.value for f in chosen if f.task_type
             )
             progress.advance(bar)
+    report.reused = len(report.labels("unchanged"))
+    report.lines = _summary(report)
+    if not report.labels("framed"):
+        report.nothing_left = (
+            f"none of the {len(report.labels('unframed'))} kept sources holds a task (the reasons are above); "
+            "name a target under sources.SOURCE_ID.target in dareforge.yaml, and see why per source with "
+            "dareforge sources --why SOURCE_ID"
+        )
     return report
+
+
+def _summary(report: StageReport) -> list[str]:
+    families = ", ".join(f"{n} {kind}" for kind, n in sorted(report.counts.items())) or "none"
+    lines = [
+        f"understand: {len(report.labels('framed'))} sources framed ({families}), "
+        f"{len(report.labels('unframed'))} without a task; {report.reused} unchanged"
+    ]
+    lines += [
+        f"  [yellow]no task[/] {escape(sid)}: {escape(why)}"
+        for sid, why in list(report.failures.items())[:SHOWN]
+    ]
+    return lines
 
 
 def chosen_framings(ctx: RunContext, source_id: str) -> list[Framing]:
@@ -93,9 +110,7 @@ def _version(ctx: RunContext, source: Source) -> str:
     )
 
 
-def _understand_source(
-    ctx: RunContext, engine: Engine, source_id: str, report: UnderstandReport
-) -> list[Framing]:
+def _understand_source(ctx: RunContext, engine: Engine, source_id: str, report: StageReport) -> list[Framing]:
     rows = ctx.store.read_partition(Source, source_id)
     if not rows:
         raise DareforgeError(f"{source_id}: no such source in the store; crawl it first (`dareforge crawl`)")
@@ -103,7 +118,7 @@ def _understand_source(
     version = _version(ctx, source)
     stored = ctx.store.read_partition(Framing, source_id)
     if stored and all(f.understand_version == version for f in stored):
-        report.reused.append(source_id)
+        report.add("unchanged", source_id)
         return stored
     try:
         framings = _frame(ctx, engine, source, version)

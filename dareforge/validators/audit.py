@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
+from dareforge.report import StageReport
 from dareforge.schema import Validation
-from dareforge.validators.validate import ValidateReport, validate, write_report
+from dareforge.validators.validate import validate, write_report
 
 SCORE_TOLERANCE = 1e-9
 
@@ -22,11 +23,12 @@ class AuditReport:
     release: str
     version: str
     tasks: int = 0
-    now_rejected: dict[str, list[str]] = field(default_factory=dict)
+    now_rejected: dict[str, str] = field(default_factory=dict)
+    """Task -> the gate's reasons, joined with "; "."""
     missing: list[str] = field(default_factory=list)
     moved: list[tuple[str, str, float | None, float | None]] = field(default_factory=list)
     report_key: str | None = None
-    validation: ValidateReport | None = None
+    validation: StageReport | None = None
 
 
 def parse_release(spec: str) -> tuple[str, str | None]:
@@ -52,7 +54,8 @@ def audit(ctx: RunContext, release: str) -> AuditReport:
         for (task, check), score in after.items()
         if not _same(before.get((task, check)), score)
     )
-    report.now_rejected = {v.task_id: v.reasons for v in report.validation.rejected if v.task_id in known}
+    rejected = report.validation.outcomes.get("rejected", {})
+    report.now_rejected = {task: reasons for task, reasons in rejected.items() if task in known}
     notes = [
         f"Audit of release {name}@{loaded.version}: {report.tasks} tasks, {len(report.now_rejected)} now rejected, "
         f"{len(report.missing)} missing from the store, {len(report.moved)} check scores moved."

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from dareforge.config import ValidateConfig
 from dareforge.context import RunContext
+from dareforge.report import StageReport
 from dareforge.schema import Task, Validation, Verdict
 
 
@@ -56,8 +57,9 @@ def reasons_against(finding: Validation, config: ValidateConfig) -> str | None:
     return None
 
 
-def gate(ctx: RunContext) -> tuple[list[Verdict], list[str]]:
-    """Decide every validated task; returns the verdicts and the store keys written."""
+def gate(ctx: RunContext) -> StageReport:
+    """Decide every validated task and store the verdicts. The report's outcomes: `accepted` and `rejected`
+    (task -> its reasons); its counts: rejected tasks per check that rejected them."""
     config = ctx.config.validate_
     fingerprint = ctx.config.fingerprint("validate_")
     findings: dict[str, list[Validation]] = defaultdict(list)
@@ -78,8 +80,17 @@ def gate(ctx: RunContext) -> tuple[list[Verdict], list[str]]:
                 thresholds_fingerprint=fingerprint,
             )
         )
-    written = []
+    report = StageReport("gate")
     for source_id, verdicts in sorted(by_source.items()):
         if ctx.store.write_records(source_id, verdicts):
-            written.append(ctx.store.table_key(Verdict.table, source_id))
-    return [v for vs in by_source.values() for v in vs], written
+            report.written.append(ctx.store.table_key(Verdict.table, source_id))
+    for verdict in (v for vs in by_source.values() for v in vs):
+        report.add(
+            "accepted" if verdict.accepted else "rejected", verdict.task_id, "; ".join(verdict.reasons)
+        )
+        report.counts.update(r.split(":", 1)[0] for r in verdict.reasons)
+    accepted, rejected = len(report.labels("accepted")), len(report.labels("rejected"))
+    report.lines = [
+        f"gate: {accepted} accepted, {rejected} rejected; {len(report.written)} verdict files written"
+    ]
+    return report

@@ -12,12 +12,11 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from dareforge.context import RunContext
 from dareforge.errors import machine_at_fault
 from dareforge.generators.prepare import prepared_of
+from dareforge.report import SHOWN, StageReport
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators import duplicates, leakage, solvability
 from dareforge.validators import validation_report as html_report
@@ -28,26 +27,6 @@ log = logging.getLogger(__name__)
 REPORT_DIR = "reports/validation"
 TASK_CHECKS: tuple[Check, ...] = (*leakage.TASK_CHECKS, *duplicates.TASK_CHECKS, *solvability.TASK_CHECKS)
 RUN_CHECKS: tuple[RunCheck, ...] = (*leakage.RUN_CHECKS, *duplicates.RUN_CHECKS, *solvability.RUN_CHECKS)
-
-
-@dataclass
-class ValidateReport:
-    checked: int = 0
-    reused: int = 0
-    verdicts: list[Verdict] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    context_seconds: float = 0.0
-    report_key: str | None = None
-    data_docs: Path | None = None
-
-    @property
-    def accepted(self) -> list[Verdict]:
-        return [v for v in self.verdicts if v.accepted]
-
-    @property
-    def rejected(self) -> list[Verdict]:
-        return [v for v in self.verdicts if not v.accepted]
 
 
 def checks_version(task_check_names: list[str], run_checks: tuple[RunCheck, ...], suites: str) -> str:
@@ -72,19 +51,26 @@ def task_view(ctx: RunContext, task: Task) -> TaskView:
     return TaskView(task, prepared, folder)
 
 
-def validate(ctx: RunContext, task_ids: list[str] | None = None, force: bool = False) -> ValidateReport:
-    """Check the tasks (all by default) and gate them; `force` re-runs checks whose findings are stored."""
+def validate(ctx: RunContext, task_ids: list[str] | None = None, force: bool = False) -> StageReport:
+    """Check the tasks (all by default) and gate them; `force` re-runs checks whose findings are stored.
+
+    The report is the gate's (outcomes `accepted` and `rejected` with the reasons, rejections per check) with
+    the checking added: outcome `checked` (tasks checked now), reused (tasks whose stored findings held), the
+    findings, verdicts and HTML report written, `seconds_in["gx context"]` (creating the great-expectations
+    context), and its own wall seconds."""
     # Run-wide checks, the verdicts and the report cover every task: one validation at a time per store (a
     # second one waits, then reuses the stored findings).
     with ctx.store.lock("validate"):
         return _validate(ctx, task_ids, force)
 
 
-def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> ValidateReport:
+def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> StageReport:
     from dareforge.validators import expectations
 
     started = time.perf_counter()
-    report = ValidateReport()
+    checked: list[str] = []  # tasks checked now; the others' stored findings held
+    reused = 0
+    context_seconds = 0.0
     # Obscured variants exist only for the memorization probe: never released, so never validated.
     tasks = sorted(
         (
@@ -108,28 +94,48 @@ def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> Valid
             progress.update(bar, item=view.task.id)
             if view.task.id in stored:
                 findings[view.task.id].update(stored[view.task.id])
-                report.reused += 1
+                reused += 1
             else:
                 if gx is None:
                     # Created once per run, and only when some task needs checking: it costs seconds.
                     context_started = time.perf_counter()
                     gx = expectations.GXRun()
-                    report.context_seconds = time.perf_counter() - context_started
+                    context_seconds = time.perf_counter() - context_started
                 for check in (*gx.checks, *TASK_CHECKS):
                     findings[view.task.id][check.name] = _run_check(check, view, ctx)
-                report.checked += 1
+                checked.append(view.task.id)
             progress.advance(bar)
     for check in RUN_CHECKS:
         for task_id, finding in check.run_all(views, ctx.config).items():
             findings[task_id][check.name] = finding
-    report.written += _write_findings(ctx, tasks, findings, version)
-    report.verdicts, written = gate(ctx)
-    report.written += written
+    findings_written = _write_findings(ctx, tasks, findings, version)
+    gated = gate(ctx)
     if gx is not None and ctx.config.validate_.data_docs and ctx.store.is_local:
-        report.data_docs = gx.build_data_docs(ctx.store.local_path(f"{REPORT_DIR}/data_docs"))
-    report.report_key = write_report(ctx, "dareforge validation", [])
-    report.seconds = time.perf_counter() - started
+        gx.build_data_docs(ctx.store.local_path(f"{REPORT_DIR}/data_docs"))
+    html = write_report(ctx, "dareforge validation", [])
+    report = StageReport(
+        "validate",
+        written=[*findings_written, *gated.written, html],
+        reused=reused,
+        outcomes={**gated.outcomes, "checked": dict.fromkeys(checked, "")},
+        counts=gated.counts,
+        seconds_in={"gx context": context_seconds},
+        seconds=time.perf_counter() - started,
+    )
+    report.lines = _summary(ctx, report, html)
     return report
+
+
+def _summary(ctx: RunContext, report: StageReport, html: str) -> list[str]:
+    lines = [
+        f"validate: {len(report.labels('accepted'))} accepted, {len(report.labels('rejected'))} rejected "
+        f"({len(report.labels('checked'))} tasks checked, {report.reused} unchanged) in {report.seconds:.1f}s"
+    ]
+    if report.counts:
+        top = ", ".join(f"{name} {n}" for name, n in report.counts.most_common(SHOWN))
+        lines.append(f"  top reasons: {top}")
+    lines.append(f"  report: {ctx.store.path(html)}")
+    return lines
 
 
 def _run_check(check: Check, view: TaskView, ctx: RunContext) -> Finding:
