@@ -11,7 +11,7 @@ from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
 from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 
 
 def bench_config(tmp: str, sources: Sequence[str] = (), questions: bool = True) -> Config:

@@ -15,7 +15,7 @@ from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
 from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 
 TARGET_OVERHEAD = 1.3
 

@@ -40,7 +40,7 @@ from dareforge.generators.prepare import prepare
 from dareforge.queries import accepted_source_ids
 from dareforge.schema import Framing, Source, Task, TaskType, Verdict
 from dareforge.understand.evidence import SERIES, SERIES_OBJECT
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 from dareforge.validators.validate import validate
 
 TARGETS = {"target agreement": 0.90, "type agreement": 1.0, "time series found": 1.0}

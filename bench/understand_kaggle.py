@@ -33,7 +33,7 @@ from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.queries import accepted_source_ids
 from dareforge.schema import Framing, Source, Task, TaskType, Verdict
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 from dareforge.validators.validate import validate
 
 TARGETS = {

@@ -81,7 +81,7 @@ def _filter(run: Run, ids: list[str] | None) -> StageReport:
 
 
 def _understand(run: Run, ids: list[str] | None) -> StageReport:
-    from dareforge.understand.stage import understand
+    from dareforge.understand.understand_stage import understand
 
     return understand(run.ctx, ids)
 
@@ -105,7 +105,7 @@ def _validate(run: Run, ids: list[str] | None) -> StageReport:
 
 
 def _probe(run: Run, ids: list[str] | None) -> StageReport:
-    from dareforge.trajectories.stages import probe_with
+    from dareforge.trajectories.run_stages import probe_with
 
     return probe_with(run.ctx, run.models, ids)
 
@@ -117,13 +117,13 @@ def _gate(run: Run, ids: list[str] | None) -> StageReport:
 
 
 def _release(run: Run, ids: list[str] | None) -> StageReport:
-    from dareforge.publish.stage import cut_release
+    from dareforge.publish.release_stage import cut_release
 
     return cut_release(run.ctx, run.release, run.copy_to)
 
 
 def _trajectories(run: Run, ids: list[str] | None) -> StageReport:
-    from dareforge.trajectories.stages import play_trajectories
+    from dareforge.trajectories.run_stages import play_trajectories
 
     return play_trajectories(run.ctx, run.release, run.models)
 

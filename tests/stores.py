@@ -30,7 +30,7 @@ def generate_tasks(ctx: RunContext) -> RunContext:
     from dareforge.crawlers.filter import filter_sources
     from dareforge.families.generate import generate
     from dareforge.generators.prepare import prepare
-    from dareforge.understand.stage import understand
+    from dareforge.understand.understand_stage import understand
 
     crawl(ctx)
     filter_sources(ctx)

@@ -14,7 +14,7 @@ from dareforge.config import Config
 from dareforge.reference_solutions.metrics import clipped_r2
 from dareforge.schema import PreparedSource, Task
 from dareforge.validators import duplicates, leakage, solvability
-from dareforge.validators.base import TaskView
+from dareforge.validators.check import TaskView
 from dareforge.validators.duplicates import DuplicateSource, DuplicateTask
 from dareforge.validators.leakage import LeakageFeature, LeakageOrder, LeakageSharedRows
 from dareforge.validators.solvability import Certificate, Learnable, ReferenceRuns, Runtime

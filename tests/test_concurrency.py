@@ -44,7 +44,7 @@ STAGES = textwrap.dedent(
     from dareforge.crawlers.filter import filter_sources
     from dareforge.families.generate import generate
     from dareforge.generators.prepare import prepare
-    from dareforge.understand.stage import understand
+    from dareforge.understand.understand_stage import understand
     from dareforge.publish.release import build_release
     from dareforge.validators.validate import validate
 

@@ -233,7 +233,7 @@ def test_audit_passes_on_the_fresh_release(dagbag, refresh_run, store_env):
 
 
 def test_sft_builds_gold_trajectories_and_exports_without_a_model(dagbag, refresh_run, store_env):
-    from dareforge.exports.base import list_export_versions
+    from dareforge.exports.export_format import list_export_versions
 
     run = dagbag.dags["dare_sft"].test(run_conf={"release": DEFAULT_RELEASE})
     assert run.state == "success", _states(run)

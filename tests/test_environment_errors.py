@@ -137,7 +137,7 @@ def test_a_store_this_user_may_not_write_is_one_line(tmp_path):
 
 STEP_OF_EACH_STAGE = {
     "crawl": "dareforge.crawlers.crawl.describe_file",
-    "understand": "dareforge.understand.stage._frame",
+    "understand": "dareforge.understand.understand_stage._frame",
     "prepare": "dareforge.generators.prepare._prepare_framing",
     "generate": "dareforge.families.generate.build_tasks",
     "validate": "dareforge.validators.leakage.LeakageFeature.run",

@@ -10,7 +10,7 @@ import pytest
 
 from dareforge.config import Config
 from dareforge.schema import PreparedSource, Task
-from dareforge.validators.base import TaskView
+from dareforge.validators.check import TaskView
 from dareforge.validators.expectations import SUITES, SUITES_VERSION, GXRun
 from tests.mounts import tmpfs
 

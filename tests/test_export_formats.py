@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from dareforge.cli import app
 from dareforge.context import RunContext
 from dareforge.exports import ExportError
-from dareforge.exports.base import (
+from dareforge.exports.export_format import (
     ExportContent,
     ExportJob,
     TrainingExport,

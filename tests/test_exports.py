@@ -23,14 +23,14 @@ from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
 from dareforge.exports import ExportError
-from dareforge.exports.base import (
+from dareforge.exports.chat import NoPlainForm, chat_form, check_chat
+from dareforge.exports.export_format import (
     ChosenTrajectories,
     ExportJob,
     list_export_versions,
     load_export,
     verify_export,
 )
-from dareforge.exports.chat import NoPlainForm, chat_form, check_chat
 from dareforge.exports.formats import export_format
 from dareforge.exports.reward import RewardSpec, reward, reward_spec, trajectory_reward
 from dareforge.exports.sft import chat_messages
@@ -40,7 +40,7 @@ from dareforge.publish.hub import HubTarget
 from dareforge.publish.release import build_release
 from dareforge.publish.targets import LocalTarget
 from dareforge.schema import Step, Task, ToolCall, Trajectory
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 from tests.test_hub import TOKEN, hub  # noqa: F401  (the fake-Hub fixture)
 from tests.test_publish import DAY
 

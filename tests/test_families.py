@@ -10,7 +10,7 @@ import pytest
 
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
-from dareforge.exports.base import ExportJob, TrainingExport, load_export
+from dareforge.exports.export_format import ExportJob, TrainingExport, load_export
 from dareforge.exports.formats import FORMATS, export_format
 from dareforge.families.family import Grading
 from dareforge.families.registry import REGISTERED, UnknownFamilyError, families, family_named, pass_bars

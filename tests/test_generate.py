@@ -24,7 +24,7 @@ from dareforge.reference_solutions.reference_code import PREDICTIONS
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.resimulate import resimulate
 from dareforge.schema import Task
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 
 SOURCES = [
     "sklearn-iris",

@@ -24,7 +24,7 @@ from dareforge.describe import LONGEST_LINE, describe_file
 from dareforge.errors import UnsafeFileError
 from dareforge.generators.prepare import prepare
 from dareforge.schema import Source, SourceStatus
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 
 TRAIN = "id,x,label\n" + "".join(f"{i},{i * 0.5},{'ab'[i % 2]}\n" for i in range(150))
 SECRET = "root:$6$not-a-real-hash:19000:0:99999:7:::\n"

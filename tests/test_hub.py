@@ -28,7 +28,7 @@ from dareforge.publish import ReleaseError, build_release, load_release, verify_
 from dareforge.publish.hub import HubPublishError, HubTarget
 from dareforge.publish.targets import Target
 from dareforge.schema import Task, Verdict
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 from tests.hub_server import GITATTRIBUTES, FakeHub
 
 DAY = date(2026, 1, 15)

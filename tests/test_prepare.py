@@ -22,7 +22,7 @@ from dareforge.generators.prepare import (
 )
 from dareforge.hashing import sha256_file
 from dareforge.schema import ColumnKind, Framing, PreparedSource, TaskType
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 from tests.stores import mirror_dataset
 
 BUILTINS = ["sklearn-iris", "vega-cars", "vega-stocks", "sklearn-diabetes"]

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dareforge.context import RunContext
-from dareforge.exports.base import ExportJob
+from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
 from dareforge.generators.taskio import GENERATOR_VERSION
 from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release

@@ -19,7 +19,7 @@ from dareforge.agents.loop import run_agent
 from dareforge.agents.protocol import ANSWER_SCHEMAS, protocol_for, task_prompt, tool_schemas
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
-from dareforge.exports.base import ExportJob
+from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
 from dareforge.exports.reward import reward, reward_spec
 from dareforge.families.generate import generate

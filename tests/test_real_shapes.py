@@ -22,7 +22,7 @@ from dareforge.reference_solutions.forecast import model_free_scale, naive_forec
 from dareforge.reference_solutions.metrics import GradingError, forecast_skill
 from dareforge.schema import Framing, Source, Task, TaskType
 from dareforge.understand.evidence import read_text
-from dareforge.understand.stage import understand
+from dareforge.understand.understand_stage import understand
 from tests.stores import mirror_dataset
 
 RNG = np.random.default_rng(7)

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from dareforge.context import RunContext
-from dareforge.exports.base import ExportJob
+from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
 from dareforge.publish.release import build_release
 from dareforge.publish.targets import LocalTarget

@@ -22,8 +22,8 @@ from dareforge.generators.prepare import load_prepared, prepare, prepared_file
 from dareforge.schema import Framing, Source, SourceFile, TaskType
 from dareforge.understand.columns import Sample
 from dareforge.understand.evidence import absent_target_notes, read_text
-from dareforge.understand.stage import understand
 from dareforge.understand.timeaxis import find_axes
+from dareforge.understand.understand_stage import understand
 
 COLUMNS = ["id", "age", "income", "Outcome", "Churn", "Sales", "mpg", "wt", "y", "price_usd"]
 

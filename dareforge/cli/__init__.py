@@ -9,7 +9,7 @@ the help; importing the package registers them all, panel by panel.
 - `run`: the whole pipeline and its summary.
 """
 
-from dareforge.cli import explore, release, run, stages, training  # noqa: F401  (declare the commands)
+from dareforge.cli import explore, release_commands, run, stages, training  # noqa: F401  (declare the commands)
 from dareforge.cli.app import app, register_commands
 
 register_commands()

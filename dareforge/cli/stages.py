@@ -68,9 +68,10 @@ def prepare(
 def generate(
     source: Annotated[list[str] | None, typer.Option("--source", "-s", help="Only these source ids.")] = None,
 ) -> None:
-    """Generate IF, MM and time-series tasks from prepared sources, each with certified references.
+    """Generate the tasks of every registered family (IF, MM, time series, QA, Lake), each with certified references.
 
     Tasks land in the store under tasks/<task_id>/ (public/, private/, _MANIFEST.json) and in the `tasks` table.
+    A family is one module in dareforge/families/ plus one line in its registry.
     """
     show(stage("generate").run(Run(context()), source).lines)
 

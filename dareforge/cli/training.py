@@ -95,7 +95,7 @@ def export(
     judge thresholds and the diversity filter, chosen by the strategy; rl holds the same tasks as prompts and
     DARE-bench's reward (0.1 well-formed + 1.0 IF match or the MM/TS metric). Both load with `datasets`.
     """
-    from dareforge.exports.base import ExportJob, FolderLayout
+    from dareforge.exports.export_format import ExportJob, FolderLayout
     from dareforge.publish.release import load_release
     from dareforge.validators.audit import parse_release
 

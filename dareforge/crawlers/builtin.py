@@ -13,8 +13,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dareforge.crawlers.base import source_id
 from dareforge.crawlers.builtin_catalog import CATALOG_FORMAT, BuiltinDataset, catalog
+from dareforge.crawlers.crawler import source_id
 from dareforge.crawlers.rdatasets import RDATASETS_PREFIX, rdatasets_catalog
 from dareforge.errors import ConfigError, SourceError
 from dareforge.hashing import fingerprint

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 
 from dareforge.context import RunContext
-from dareforge.crawlers.base import Crawler
+from dareforge.crawlers.crawler import Crawler
 from dareforge.crawlers.documents import tabulate
 from dareforge.crawlers.inspect import identify_target
 from dareforge.crawlers.unpack import copy_plain_file, plain_files, unpack_zip

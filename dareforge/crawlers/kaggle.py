@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import requests
 
 from dareforge.config import KaggleConfig
-from dareforge.crawlers.base import source_id
+from dareforge.crawlers.crawler import source_id
 from dareforge.errors import CredentialsError, NeedsRulesError, SourceError, TransientError
 from dareforge.hashing import fingerprint
 from dareforge.schema import Origin, Source, SourceStatus

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from dareforge.crawlers.base import source_id
+from dareforge.crawlers.crawler import source_id
 from dareforge.crawlers.kaggle import competition_source, dataset_source
 from dareforge.crawlers.unpack import PlainFile, copy_plain_file, open_plain, plain_file, plain_files
 from dareforge.errors import DareforgeError, SourceError, UnsafeFileError

@@ -45,7 +45,7 @@ from typing import Any
 
 import pandas as pd
 
-from dareforge.exports.base import ExportJob, FolderLayout, LayoutReport
+from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
 from dareforge.families.registry import family_named
 from dareforge.generators.instructions import METRIC_WORDS
 from dareforge.publish.release import Release, ReleaseError

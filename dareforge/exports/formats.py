@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from dareforge.exports import ExportError
 
 if TYPE_CHECKING:
-    from dareforge.exports.base import ExportFormat
+    from dareforge.exports.export_format import ExportFormat
 
 
 @dataclass(frozen=True)

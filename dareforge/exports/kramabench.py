@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dareforge.exports.base import ExportJob, FolderLayout, LayoutReport
+from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
 from dareforge.families.registry import family_of
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
 from dareforge.generators.questions.table_questions import ANSWER_NOTE

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from dareforge.agents.protocol import system_prompt, task_prompt
 from dareforge.exports import ExportError, export_card
-from dareforge.exports.base import (
+from dareforge.exports.export_format import (
     ExportContent,
     ExportJob,
     TrainingExport,

@@ -43,7 +43,8 @@ import pyarrow as pa
 
 from dareforge.agents.protocol import tool_schemas
 from dareforge.exports import ExportError, export_card
-from dareforge.exports.base import (
+from dareforge.exports.chat import NoPlainForm, chat_form
+from dareforge.exports.export_format import (
     ExportContent,
     ExportJob,
     TrainingExport,
@@ -52,7 +53,6 @@ from dareforge.exports.base import (
     split_tables,
     turns,
 )
-from dareforge.exports.chat import NoPlainForm, chat_form
 from dareforge.hashing import content_fingerprint
 from dareforge.publish.source_split import SPLITS
 from dareforge.schema import Task, Trajectory

@@ -6,7 +6,7 @@ the manifests list (never whatever else sits under the prefix), and keeps the pr
 target pushes `release.prefix` to the public repo and `release.private_prefix` to a private one.
 
 What a target publishes is any `Publishable`: a `Release` (private and public part) or an SFT/RL export
-(`dareforge.exports.base.Export`, one public part); each part is one folder or repo named `Part.name`.
+(`dareforge.exports.export_format.Export`, one public part); each part is one folder or repo named `Part.name`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dareforge.store import Store
 
 
 class Publishable(Protocol):
-    """A finished version in the store: `Release`, or an export (`dareforge.exports.base.Export`)."""
+    """A finished version in the store: `Release`, or an export (`dareforge.exports.export_format.Export`)."""
 
     store: Store
     name: str

@@ -8,11 +8,11 @@ Isolation is bubblewrap (see `isolation`); `probe()` says whether it works here.
 """
 
 from dareforge.sandbox.environment import SandboxEnvironment, SandboxFactory
-from dareforge.sandbox.errors import SandboxError, SandboxUnavailableError
 from dareforge.sandbox.execution import Execution
 from dareforge.sandbox.isolation import INPUT_DIR, WORK_DIR, Isolation, probe
 from dareforge.sandbox.kernel import Sandbox
 from dareforge.sandbox.pool import KernelPool
+from dareforge.sandbox.sandbox_errors import SandboxError, SandboxUnavailableError
 
 __all__ = [
     "INPUT_DIR",

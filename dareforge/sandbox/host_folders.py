@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import disk, isolation
-from dareforge.sandbox.errors import SandboxError
+from dareforge.sandbox.sandbox_errors import SandboxError
 
 log = logging.getLogger(__name__)
 

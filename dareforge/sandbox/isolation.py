@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dareforge.config import SandboxConfig
-from dareforge.sandbox.errors import SandboxUnavailableError
+from dareforge.sandbox.sandbox_errors import SandboxUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,6 @@ from typing import Any
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import cgroups, disk, isolation, processes, strays
 from dareforge.sandbox.connection import KernelConnection, Reading, message_limit, socket_paths
-from dareforge.sandbox.errors import SandboxError
 from dareforge.sandbox.execution import (
     OUTPUT_NOTICE,
     Execution,
@@ -68,6 +67,7 @@ from dareforge.sandbox.kernel_launch import (
     write_connection_file,
 )
 from dareforge.sandbox.processes import STOP_TIMEOUT_S
+from dareforge.sandbox.sandbox_errors import SandboxError
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)

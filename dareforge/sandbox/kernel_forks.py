@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dareforge.sandbox import processes
-from dareforge.sandbox.errors import SandboxError
 from dareforge.sandbox.isolation import LAUNCHER
+from dareforge.sandbox.sandbox_errors import SandboxError
 
 log = logging.getLogger(__name__)
 

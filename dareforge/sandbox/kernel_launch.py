@@ -23,8 +23,8 @@ from typing import Any
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import isolation, processes
 from dareforge.sandbox.connection import CHANNELS
-from dareforge.sandbox.errors import SandboxError
 from dareforge.sandbox.kernel_forks import NAMESPACES, ForkedKernel, KernelForkServer
+from dareforge.sandbox.sandbox_errors import SandboxError
 
 KERNEL_ARGS = ("--HistoryManager.hist_file=:memory:", "--IPKernelApp.quiet=True")
 KERNEL_BOOT = (Path(__file__).parent / "kernel_boot.py").read_text()

@@ -21,7 +21,7 @@ from typing import Any
 
 from dareforge.context import RunContext
 from dareforge.exports import ExportError
-from dareforge.exports.base import ChosenTrajectories, ExportJob, ExportResult, TrainingExport
+from dareforge.exports.export_format import ChosenTrajectories, ExportJob, ExportResult, TrainingExport
 from dareforge.exports.formats import FORMATS, export_format
 from dareforge.families.registry import pass_bars
 from dareforge.judge.judge import judgement_partition, trajectory_partitions

@@ -19,7 +19,7 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.minhash import VALUES_PER_COLUMN, minhash, similarity, token_hashes
-from dareforge.validators.base import Finding, TaskView
+from dareforge.validators.check import Finding, TaskView
 
 
 def _cell_texts(values: pd.Series) -> pd.Series:

@@ -33,7 +33,7 @@ import pandas as pd
 from dareforge.config import Config
 from dareforge.errors import machine_errno_named_in
 from dareforge.families.registry import REGISTERED, families
-from dareforge.validators.base import Finding, TaskView
+from dareforge.validators.check import Finding, TaskView
 from dareforge.validators.gx_outcomes import KEY, Outcome, finding_of, outcome_of
 
 if TYPE_CHECKING:

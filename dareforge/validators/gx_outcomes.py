@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dareforge.validators.base import Finding
+from dareforge.validators.check import Finding
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_validation_result import ExpectationValidationResult

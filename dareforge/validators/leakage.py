@@ -13,7 +13,7 @@ from dareforge.config import Config
 from dareforge.reference_solutions.leaks import encode_column, single_column_scores
 from dareforge.reference_solutions.metrics import canonical_label
 from dareforge.schema import TaskType
-from dareforge.validators.base import Finding, TaskView
+from dareforge.validators.check import Finding, TaskView
 
 MAX_ROWS = 20_000
 MIN_ROWS = 20

@@ -8,7 +8,7 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
-from dareforge.validators.base import Finding, TaskView
+from dareforge.validators.check import Finding, TaskView
 
 
 class Learnable:

@@ -20,7 +20,7 @@ from dareforge.report import SHOWN, StageReport
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators import duplicates, leakage, solvability
 from dareforge.validators import validation_report as html_report
-from dareforge.validators.base import Check, Finding, RunCheck, TaskView
+from dareforge.validators.check import Check, Finding, RunCheck, TaskView
 from dareforge.validators.gate import gate
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 from rich.markup import escape
 
 from dareforge.context import RunContext
-from dareforge.crawlers.base import slugify
+from dareforge.crawlers.crawler import slugify
 from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
 from dareforge.describe import UNDECODABLE, is_binary, unread, unread_notes
 from dareforge.errors import DareforgeError, machine_at_fault
