@@ -9,7 +9,7 @@ for cards, prompts and peers' tables. Code outside `dareforge.families` asks the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -187,6 +187,21 @@ class Family:
     def reward(self) -> str:
         """What the RL reward adds to a well-formed output's format reward."""
         return "1.0 for an exact match" if self.exact else "the metric score"
+
+
+def until_accepted(cap: int, drafts: Iterable[Callable[[], Task | None]]) -> list[Task]:
+    """The tasks `drafts` build (each one task, or None when its draft failed) until `cap` of them are
+    candidates; degenerate ones are kept as rejected tasks with their reason, and a task drawn twice counts once."""
+    tasks: dict[str, Task] = {}
+    accepted = 0
+    for draft in drafts:
+        if accepted >= cap:
+            break
+        task = draft()
+        if task is not None and task.id not in tasks:
+            tasks[task.id] = task
+            accepted += task.status == "candidate"
+    return list(tasks.values())
 
 
 def predicts(kind: TaskType) -> Callable[[PreparedSource], bool]:

@@ -2,28 +2,35 @@
 sources' files), with sub-tasks, KramaBench-style; its answer is certified on the clean files and again on the
 public ones behind the cleaning step."""
 
-from dareforge.families.family import ANSWER_PASS_BAR, Build, Family, Grading, Words, any_framing
-from dareforge.generators.questions.build import fill_question
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from dareforge.families.family import (
+    ANSWER_PASS_BAR,
+    Build,
+    Family,
+    Grading,
+    Words,
+    any_framing,
+    until_accepted,
+)
+from dareforge.generators.questions.build import Posed, fill_question
 from dareforge.generators.questions.folder_questions import lake_questions
+from dareforge.generators.taskio import Draft
 from dareforge.schema import ANSWER_METRIC, Task
 
 
 def lake_tasks(build: Build) -> list[Task]:
-    """Up to `generate.lakes_per_source` lakes on the framing (see `lake_questions`); degenerate candidates are
-    stored as rejected tasks with their reason."""
+    """Up to `generate.lakes_per_source` lakes on the framing (see `lake_questions`)."""
     ctx = build.ctx
-    cap = ctx.config.generate.lakes_per_source
-    tasks: dict[str, Task] = {}
-    accepted = 0
-    for posed, stage in lake_questions(ctx, build.prepared, build.others, build.title):
-        if accepted >= cap:
-            break
+
+    def draft(posed: Posed, stage: Callable[[Draft], Path]) -> Task | None:
         fill = fill_question(ctx, build.runners, posed, stage)
-        task = build.writer.build(build.family.name, ctx.config.generate.seed, posed.spec_key, fill)
-        if task is not None and task.id not in tasks:
-            tasks[task.id] = task
-            accepted += task.status == "candidate"
-    return list(tasks.values())
+        return build.writer.build(build.family.name, ctx.config.generate.seed, posed.spec_key, fill)
+
+    lakes = lake_questions(ctx, build.prepared, build.others, build.title)
+    return until_accepted(ctx.config.generate.lakes_per_source, (partial(draft, *lake) for lake in lakes))
 
 
 FAMILY = Family(

@@ -2,6 +2,7 @@
 certified by running its program twice; graded as KramaBench grades its answer type."""
 
 import json
+from functools import partial
 from pathlib import Path
 
 from dareforge.families.family import (
@@ -12,6 +13,7 @@ from dareforge.families.family import (
     NoVariantError,
     Words,
     any_framing,
+    until_accepted,
 )
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.questions.build import fill_question
@@ -35,19 +37,10 @@ def ask(build: Build, question: Question, title: str | None) -> Task | None:
 
 
 def qa_tasks(build: Build) -> list[Task]:
-    """Up to `generate.qa_per_source` questions on the framing's training rows (see `qa_questions`);
-    degenerate candidates are stored as rejected tasks with their reason."""
-    cap = build.ctx.config.generate.qa_per_source
-    tasks: dict[str, Task] = {}
-    accepted = 0
-    for question in qa_questions(build.ctx, build.prepared, Table.of(build.frames[0], build.prepared)):
-        if accepted >= cap:
-            break
-        task = ask(build, question, build.title)
-        if task is not None and task.id not in tasks:
-            tasks[task.id] = task
-            accepted += task.status == "candidate"
-    return list(tasks.values())
+    """Up to `generate.qa_per_source` questions on the framing's training rows (see `qa_questions`)."""
+    questions = qa_questions(build.ctx, build.prepared, Table.of(build.frames[0], build.prepared))
+    drafts = (partial(ask, build, question, build.title) for question in questions)
+    return until_accepted(build.ctx.config.generate.qa_per_source, drafts)
 
 
 def redraw(build: Build, original: Task) -> Task | None:
