@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from dareforge.agents.attempts import attempts_for, store_task_files
-from dareforge.agents.loop import SandboxFactory
 from dareforge.context import RunContext
 from dareforge.generators.taskio import originals
 from dareforge.probes.obscure import variants_of
-from dareforge.probes.shortcut import ClientFactory, ProbeRun, probe_endpoints, run_probe, score_of
+from dareforge.probes.shortcut import ProbeRun, probe_endpoints, run_probe, score_of
 from dareforge.schema import ProbeResult, Task
 
 log = logging.getLogger(__name__)
@@ -66,8 +65,6 @@ def probe_memorization(
     ctx: RunContext,
     endpoints: Iterable[str] | None = None,
     task_ids: Iterable[str] | None = None,
-    client_factory: ClientFactory | None = None,
-    sandbox_factory: SandboxFactory | None = None,
     concurrency: int | None = None,
 ) -> MemorizationReport:
     """Play originals and their obscured variants with each endpoint; see the module doc."""
@@ -84,16 +81,7 @@ def probe_memorization(
         *attempts_for([o for o, _ in pairs], samples, files, kind=ORIGINAL),
         *attempts_for([v for _, v in pairs], samples, files, kind=OBSCURED),
     ]
-    run_probe(
-        ctx,
-        report,
-        chosen,
-        attempts,
-        PARTITION,
-        client_factory=client_factory,
-        sandbox_factory=sandbox_factory,
-        concurrency=concurrency,
-    )
+    run_probe(ctx, report, chosen, attempts, PARTITION, concurrency)
     report.models = [summarize(e.name, e.model, pairs, report.results[e.name]) for e in chosen]
     for row in report.models:
         log.info(

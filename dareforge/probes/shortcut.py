@@ -20,10 +20,9 @@ import json
 import logging
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -35,7 +34,6 @@ from dareforge.agents.attempts import (
     run_attempts,
     store_task_files,
 )
-from dareforge.agents.loop import SandboxFactory
 from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.describe import describe_file
@@ -56,7 +54,6 @@ CHECKS_VERSION = f"probe-{PROBE_VERSION}"
 CHECK = "shortcut"
 NO_DATA = "no-data"
 TEST_IDS = "test_ids.csv"
-ClientFactory = Callable[[EndpointConfig], Any]
 
 
 # -- shared by the probes ----------------------------------------------------------------------------------------
@@ -80,9 +77,6 @@ def run_probe(
     endpoints: Sequence[EndpointConfig],
     attempts: Sequence[Attempt],
     name: str,
-    *,
-    client_factory: ClientFactory | None,
-    sandbox_factory: SandboxFactory | None,
     concurrency: int | None,
 ) -> None:
     """Play `attempts` with each endpoint under the `probe:` settings, into `run`. Trajectories go to partition
@@ -91,9 +85,7 @@ def run_probe(
     config = ctx.config.probe
     probed = {a.task.id for a in attempts}
     for endpoint in endpoints:
-        client = (
-            client_factory(endpoint) if client_factory is not None else make_client(ctx, endpoint, "probe")
-        )
+        client = make_client(ctx, endpoint, "probe")
         settings = AttemptSettings(
             partition_name(f"probe-{name}", endpoint.name),
             episode_workers(endpoint, concurrency),
@@ -101,7 +93,6 @@ def run_probe(
             pass_bars(config.pass_bars),
             rerun_llm_errors=True,  # an endpoint failure says nothing about the task: ask again next run
             max_tokens=config.max_tokens,
-            sandbox_factory=sandbox_factory,
             label=f"probe {name}",
         )
         played = run_attempts(ctx, client, attempts, settings)
@@ -217,8 +208,6 @@ def probe_shortcuts(
     ctx: RunContext,
     endpoints: Iterable[str] | None = None,
     task_ids: Iterable[str] | None = None,
-    client_factory: ClientFactory | None = None,
-    sandbox_factory: SandboxFactory | None = None,
     concurrency: int | None = None,
 ) -> StageReport:
     """Probe the tasks (see `shortcut_candidates`) with the endpoints; see the module doc and `_report`."""
@@ -234,9 +223,7 @@ def probe_shortcuts(
         chosen,
         no_data_attempts(ctx.store, tasks, ctx.config.probe.samples),
         NO_DATA,
-        client_factory=client_factory,
-        sandbox_factory=sandbox_factory,
-        concurrency=concurrency,
+        concurrency,
     )
     # Every configured probe model counts, not only the ones played now: probing one new model later must
     # not erase what the others showed.
