@@ -7,6 +7,8 @@ from pathlib import Path
 
 from dareforge.config import Config
 from dareforge.context import RunContext
+from dareforge.schema import FilterDecision
+from dareforge.store import Store
 
 
 def store_config(root: Path, sources: list[str]) -> Config:
@@ -22,6 +24,27 @@ def prediction_only(cfg: Config) -> Config:
     cfg.generate.qa_per_source = 0
     cfg.generate.lakes_per_source = 0
     return cfg
+
+
+def write_decisions(
+    store: Store, source: str, *, kept: bool = True, reason: str | None = None, rules: int = 2
+) -> None:
+    """`rules` filter decisions about `source`, all kept or all dropped: a filter_decisions partition of the
+    shape the filter writes, for tests of how tables are read."""
+    store.write_records(
+        source,
+        [
+            FilterDecision(
+                source_id=source,
+                source_version="v1",
+                rule=f"rule-{r}",
+                kept=kept,
+                reason=reason or ("ok" if kept else "too small"),
+                rules_fingerprint="f",
+            )
+            for r in range(rules)
+        ],
+    )
 
 
 def generate_tasks(ctx: RunContext) -> RunContext:

@@ -14,29 +14,15 @@ from typer.testing import CliRunner
 from dareforge import table_views
 from dareforge.cli import app
 from dareforge.confined_sql import confined_connection
-from dareforge.schema import FilterDecision
 from dareforge.store import Store
+from tests.stores import write_decisions
 
 ANSWERS = "tasks/t1/private/answers.csv"
 PARTITION = "tables/filter_decisions/kaggle.owner-0.parquet"
 
 
 def decisions(store: Store, n: int, reason: str = "ok") -> None:
-    source = f"kaggle.owner-{n}"
-    store.write_records(
-        source,
-        [
-            FilterDecision(
-                source_id=source,
-                source_version="v1",
-                rule=f"rule-{r}",
-                kept=True,
-                reason=reason,
-                rules_fingerprint="f",
-            )
-            for r in range(2)
-        ],
-    )
+    write_decisions(store, f"kaggle.owner-{n}", reason=reason)
 
 
 @pytest.fixture

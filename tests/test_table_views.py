@@ -11,6 +11,7 @@ import pytest
 from dareforge import table_views
 from dareforge.schema import FilterDecision
 from dareforge.store import Store
+from tests.stores import write_decisions
 
 PARTITIONS = 12
 HOLD = """
@@ -33,21 +34,7 @@ def store(tmp_path, monkeypatch) -> Store:
 
 
 def write(store: Store, n: int, kept: bool = True, rules: int = 2) -> None:
-    source = f"kaggle.owner-{n:02d}"
-    store.write_records(
-        source,
-        [
-            FilterDecision(
-                source_id=source,
-                source_version="v1",
-                rule=f"rule-{r}",
-                kept=kept,
-                reason="ok" if kept else "too small",
-                rules_fingerprint="f",
-            )
-            for r in range(rules)
-        ],
-    )
+    write_decisions(store, f"kaggle.owner-{n:02d}", kept=kept, rules=rules)
 
 
 def rows(store: Store) -> list[tuple]:
