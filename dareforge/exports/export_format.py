@@ -21,6 +21,7 @@ the rest:
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
@@ -75,7 +76,7 @@ class ExportJob:
     today: date | None = None  # names a new version (default: the UTC date)
 
 
-class ExportFormat:
+class ExportFormat(ABC):
     """One registered way to export a release; see the module doc for the kinds and what a format overrides."""
 
     reads_trajectories: ClassVar[bool] = False
@@ -83,8 +84,8 @@ class ExportFormat:
     def __init__(self, name: str):
         self.name = name  # its name in the registry
 
-    def export(self, job: ExportJob) -> ExportResult | LayoutReport:
-        raise NotImplementedError
+    @abstractmethod
+    def export(self, job: ExportJob) -> ExportResult | LayoutReport: ...
 
 
 def release_ref(release: Release) -> dict[str, str]:
@@ -183,12 +184,12 @@ class TrainingExport(ExportFormat):
 
     format: ClassVar[str]  # e.g. `dareforge-sft/1`: names the content's layout in the manifest
 
-    def content(self, job: ExportJob, name: str) -> ExportContent:
-        raise NotImplementedError
+    @abstractmethod
+    def content(self, job: ExportJob, name: str) -> ExportContent: ...
 
+    @abstractmethod
     def card(self, meta: dict[str, Any]) -> str:
         """The README of a version whose manifest holds `meta`."""
-        raise NotImplementedError
 
     def export(self, job: ExportJob, name: str | None = None) -> ExportResult:
         """Write (or find) the version of export `name` (default `<release>-<format>`) holding `content(job)`."""
@@ -249,23 +250,23 @@ class TrainingExport(ExportFormat):
 
 
 @dataclass
-class LayoutReport:
+class LayoutReport(ABC):
     """What a folder layout wrote: `skipped` maps a task id to why the layout has no place for it."""
 
     release: Release
     dest: Path
     skipped: dict[str, str] = field(default_factory=dict)
 
-    def summary(self) -> list[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def summary(self) -> list[str]: ...
 
 
 class FolderLayout(ExportFormat):
     """Another benchmark's folder layout of a whole release (see the module doc)."""
 
+    @abstractmethod
     def write(self, job: ExportJob, folder: Path) -> LayoutReport:
         """Fill `folder`, which becomes `job.dest` once this returns."""
-        raise NotImplementedError
 
     def export(self, job: ExportJob) -> LayoutReport:
         if job.dest is None:
