@@ -129,7 +129,7 @@ class Build:
 
 
 Builder = Callable[[Build], Sequence[Task | None]]
-VariantBuilder = Callable[[Build, Task], "Task | None"]
+VariantBuilder = Callable[[Build, Task], Task | None]
 
 
 @dataclass(frozen=True)
