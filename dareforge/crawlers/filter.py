@@ -60,11 +60,13 @@ def filter_sources(ctx: RunContext, rules: tuple[Rule, ...] = RULES) -> StageRep
 
 
 def top_drop_reasons(ctx: RunContext) -> list[tuple[str, int, str]]:
-    """(rule, sources it dropped, one of its reasons), commonest first, at most SHOWN."""
+    """(rule, sources it dropped, one of its reasons), commonest first, at most SHOWN. The example is the reason
+    given to the first of those sources by id (DuckDB's `any_value` picked whichever a thread met first, so two
+    identical runs printed different examples)."""
     return (
         ctx.store.connect()
         .sql(
-            f"""select rule, count(*) as sources, any_value(reason) as example
+            f"""select rule, count(*) as sources, arg_min(reason, source_id) as example
                from filter_decisions where not kept group by rule order by sources desc, rule limit {SHOWN}"""
         )
         .fetchall()
