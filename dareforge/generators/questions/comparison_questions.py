@@ -77,7 +77,10 @@ class TopK(Program):
             number = pick(rng, [c for c in table.numeric if c != group] or [""])
             if not number:
                 return None
-            text = f"List the {k} values of `{group}` with the largest mean `{number}`, largest first."
+            text = (
+                f"List the {k} values of `{group}` with the largest mean `{number}` (missing values ignored), "
+                "largest first."
+            )
             body = f"ranked = df.groupby({group!r})[{number!r}].mean().sort_values(ascending=False)\n"
             columns: tuple[str, ...] = (group, number)
             order = "largest mean first"

@@ -161,7 +161,7 @@ class ExtremeWhere(Program):
         largest = bool(rng.random() < 0.5)
         text = (
             f"What is the {'largest' if largest else 'smallest'} `{number}` among the rows whose `{group}` is "
-            f"{shown(value)}?"
+            f"{shown(value)} (missing values ignored)?"
         )
         body = f"answer = {col(number)}[{equals(group, value)}].{'max' if largest else 'min'}()"
         params = {"number": number, "group": group, "value": lit(value), "largest": largest}
