@@ -301,7 +301,7 @@ class ValidateConfig(Section):
         0.5, description="The reference must run within this share of the per-execution time limit."
     )
     min_ladder_tau: float = Field(0.0, description="Least Kendall tau between the ladder's rungs and scores.")
-    min_ladder_spread: Share = Field(0.2, description="Least share of ladder rung pairs apart.")
+    min_ladder_spread: Share = Field(0.1, description="Least share of ladder rung pairs apart.")
     ladder_cpu_seconds: PositiveFloat = Field(300.0, description="The ladder's CPU seconds per task.")
     data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
     max_shortcut_share: Share = Field(

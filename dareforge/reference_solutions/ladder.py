@@ -5,7 +5,10 @@ mean, or the best model-free forecast), which needs no script. Then, in the orde
 between solvers should score them: a linear model, a depth-limited tree, gradient boosting with defaults, and
 gradient boosting with a small search (four settings, chosen on a seeded holdout of a fifth of the training
 rows, then refit on all of them). Every rung reads the strong reference's own features through its own
-preprocessing (`reference_code.Estimator`): the rungs differ in the model only. Every model is seeded.
+preprocessing (`reference_code.Estimator`): the rungs differ in the model only. On a forecast, the rungs above
+the linear one choose between their model and the linear trend-and-season one on the latest training rows, as
+the strong reference does: a tree alone forecasts a trending series as flat, which ranks tree models below
+the linear one for a reason no solver would accept. Every model is seeded.
 """
 
 from __future__ import annotations

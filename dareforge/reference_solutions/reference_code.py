@@ -234,8 +234,9 @@ class Estimator:
 
 
 def strong_reference_code(spec: StrongSpec, estimator: Estimator | None = None) -> str:
-    """The strong reference script of `spec`, or with `estimator` as its only model (same files, features and
-    output; no choice between models)."""
+    """The strong reference script of `spec`, or with `estimator` in place of its boosted model (same files,
+    features and output). A forecast still chooses between that model and the linear trend-and-season one
+    (trees cannot carry a trend past the training rows), unless `estimator` is the linear one."""
     boosted = "HistGradientBoostingClassifier" if spec.classification else "HistGradientBoostingRegressor"
     forecast = spec.time_column is not None
     models = {
@@ -245,7 +246,8 @@ def strong_reference_code(spec: StrongSpec, estimator: Estimator | None = None) 
     }
     if estimator is not None:
         models["linear" if estimator.linear else "boosted"] = estimator.expression
-        models["candidates"] = "[trend_and_season]" if estimator.linear else "[boosting]"
+        if estimator.linear:
+            models["candidates"] = "[trend_and_season]"
     return (
         (estimator.imports if estimator else "")
         + _HEADER
