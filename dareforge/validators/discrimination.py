@@ -35,7 +35,12 @@ from dareforge.families.timeseries import model_free_forecasts
 from dareforge.generators.references import last_line, trivial_predictions
 from dareforge.reference_solutions.graders import bootstrap_scores, grade
 from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
-from dareforge.reference_solutions.reference_code import PREDICTIONS, StrongSpec, strong_spec_of
+from dareforge.reference_solutions.reference_code import (
+    PREDICTIONS,
+    STRONG_PREDICTIONS,
+    StrongSpec,
+    strong_spec_of,
+)
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.schema import TaskType
 from dareforge.validators.check import Finding, TaskView
@@ -80,11 +85,13 @@ class Discrimination:
             return Finding("only goal-graded tasks are ranked by a solver ladder", None)
         if not view.has("private", STRONG_SCRIPT):
             return Finding(f"no private/{STRONG_SCRIPT}: the ladder has no features to run on", None)
-        spec = strong_spec_of(view.path("private", STRONG_SCRIPT).read_text(), view.prepared.id_column)
+        strong_code = view.path("private", STRONG_SCRIPT).read_text()
+        spec = strong_spec_of(strong_code, view.prepared.id_column)
         if spec is None:
             return Finding(f"private/{STRONG_SCRIPT} is not a strong reference the ladder can rebuild", None)
         runner = self.runner()
-        rungs = [_trivial(view, spec), *_scripted(view, spec, runner, config.validate_.ladder_cpu_seconds)]
+        budget = config.validate_.ladder_cpu_seconds
+        rungs = [_trivial(view, spec), *_scripted(view, spec, strong_code, runner, budget)]
         return _finding(view, rungs)
 
 
@@ -105,8 +112,12 @@ def _trivial(view: TaskView, spec: StrongSpec) -> RungResult:
     return _graded(view, TRIVIAL, best, 0.0)
 
 
-def _scripted(view: TaskView, spec: StrongSpec, runner: ReferenceRunner, budget: float) -> list[RungResult]:
-    """Each scripted rung run on a copy of the public files within what is left of the CPU budget."""
+def _scripted(
+    view: TaskView, spec: StrongSpec, strong_code: str, runner: ReferenceRunner, budget: float
+) -> list[RungResult]:
+    """Each scripted rung run on a copy of the public files within what is left of the CPU budget; a rung whose
+    script is byte for byte the strong reference (`strong_code`), run on these files when the task was made,
+    is graded on its stored predictions, at the stored reference's CPU seconds."""
     results, spent = [], 0.0
     with tempfile.TemporaryDirectory(prefix="ladder-") as scratch:
         for rung in model_rungs(spec):
@@ -114,11 +125,17 @@ def _scripted(view: TaskView, spec: StrongSpec, runner: ReferenceRunner, budget:
             if left <= 0:
                 results.append(RungResult(rung.name, error="the ladder's CPU budget was spent"))
                 continue
+            code = rung.code(spec)
+            if code == strong_code and view.has("private", STRONG_PREDICTIONS):
+                seconds = view.task.scores.reference_seconds or 0.0
+                results.append(_graded(view, rung.name, view.path("private", STRONG_PREDICTIONS), seconds))
+                continue
             folder = Path(scratch) / rung.name.replace("+", "-")
             shutil.copytree(view.folder / "public", folder)
             runner.timeout_s = left * WALL_PER_CPU_SECOND
-            outcome = runner.run(rung.code(spec), folder)
-            spent += outcome.cpu_seconds
+            outcome = runner.run(code, folder)
+            # A worker stopped at its time limit reports no CPU seconds: the budget it was given is gone.
+            spent += outcome.cpu_seconds if outcome.ok or outcome.cpu_seconds else left
             if not outcome.ok or outcome.cpu_seconds > left:
                 why = "over the ladder's CPU budget" if outcome.ok else last_line(outcome.error)
                 results.append(RungResult(rung.name, cpu_seconds=outcome.cpu_seconds, error=why))
