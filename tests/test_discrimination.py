@@ -12,7 +12,7 @@ import pytest
 from dareforge.config import Config, SourceOverride
 from dareforge.context import RunContext
 from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
-from dareforge.reference_solutions.reference_code import strong_spec_of
+from dareforge.reference_solutions.reference_code import StrongSpec, strong_reference_code, strong_spec_of
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators.discrimination import STRONG_SCRIPT, Discrimination
 from dareforge.validators.validate import task_view, validate
@@ -121,3 +121,22 @@ def test_a_spent_budget_fails_the_rungs_without_failing_the_check(validated):
     rungs = finding.details["rungs"]
     assert rungs[0]["error"] is None and all(r["error"] for r in rungs[1:])
     assert finding.score is None and not finding.flagged
+
+
+@pytest.mark.parametrize("time_column", [None, "when"])
+def test_the_strong_spec_is_read_back_from_its_script_and_an_edited_script_is_refused(time_column):
+    spec = StrongSpec(
+        classification=time_column is None,
+        id_column="id",
+        targets=["y, and 'z'"],
+        numeric=["a", 'b "quoted", too'],
+        categorical=[],
+        dates=[time_column] if time_column else [],
+        output_keys=["id"],
+        time_column=time_column,
+    )
+    code = strong_reference_code(spec)
+    assert strong_spec_of(code, "id") == spec
+    assert strong_spec_of(code.replace("random_state=0", "random_state=1"), "id") is None
+    for rung in model_rungs(spec):
+        assert rung.code(spec) != code or rung.name == "boosted"
