@@ -12,9 +12,14 @@ import pytest
 from dareforge.config import Config, SourceOverride
 from dareforge.context import RunContext
 from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
-from dareforge.reference_solutions.reference_code import StrongSpec, strong_reference_code, strong_spec_of
+from dareforge.reference_solutions.reference_code import (
+    STRONG_SCRIPT,
+    StrongSpec,
+    strong_reference_code,
+    strong_spec_of,
+)
 from dareforge.schema import Task, Validation, Verdict
-from dareforge.validators.discrimination import STRONG_SCRIPT, Discrimination
+from dareforge.validators.discrimination import Discrimination
 from dareforge.validators.validate import task_view, validate
 from tests.stores import generate_tasks, prediction_only
 

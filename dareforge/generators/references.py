@@ -14,6 +14,7 @@ from dareforge.reference_solutions.reference_code import (
     PREDICTIONS,
     REFERENCE_PREDICTIONS,
     STRONG_PREDICTIONS,
+    STRONG_SCRIPT,
     StrongSpec,
     strong_reference_code,
 )
@@ -139,7 +140,7 @@ def score_references(
     model-free forecasts of a series task, keyed like the answers)."""
     answers = draft.private / "answers.csv"
     code = strong_reference_code(strong)
-    (draft.private / "strong_reference.py").write_text(code)
+    (draft.private / STRONG_SCRIPT).write_text(code)
     outcome, predictions = _run_on_public(runners.main, code, draft, "strong")
     if not outcome.ok or not predictions.exists():
         raise ValueError(f"the strong reference failed: {last_line(outcome.error)}")

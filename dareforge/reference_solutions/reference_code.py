@@ -17,6 +17,8 @@ from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilt
 PREDICTIONS = "predictions.csv"
 REFERENCE_PREDICTIONS = "reference_predictions.csv"
 """An IF reference run's predictions, kept privately: what an IF attempt must reproduce."""
+STRONG_SCRIPT = "strong_reference.py"
+"""A goal task's strong reference script, kept privately (the solver ladder reads its spec back from it)."""
 STRONG_PREDICTIONS = "strong_predictions.csv"
 """The strong reference's predictions of a goal task, kept privately (its score is the task's `strong`)."""
 

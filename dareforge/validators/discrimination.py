@@ -38,6 +38,7 @@ from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
 from dareforge.reference_solutions.reference_code import (
     PREDICTIONS,
     STRONG_PREDICTIONS,
+    STRONG_SCRIPT,
     StrongSpec,
     strong_spec_of,
 )
@@ -53,7 +54,6 @@ BEST_SCORE = 1.0
 """The best score of every goal metric (macro-F1, clipped R², forecast skill)."""
 WALL_PER_CPU_SECOND = 2.0
 """The worker is stopped after this many wall seconds per CPU second left: on a shared core a rung waits."""
-STRONG_SCRIPT = "strong_reference.py"
 
 
 @dataclass(frozen=True)
