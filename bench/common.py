@@ -26,13 +26,19 @@ def bench_config(tmp: str, sources: Sequence[str] = (), questions: bool = True) 
     return cfg
 
 
-def generated(cfg: Config) -> RunContext:
-    """Crawl, filter, prepare and generate into `cfg`'s store; the context to go on with."""
+def prepared(cfg: Config) -> RunContext:
+    """Crawl, filter, understand and prepare into `cfg`'s store: what generate starts from."""
     ctx = RunContext.from_config(cfg, show_progress=False)
     crawl(ctx)
     filter_sources(ctx)
     understand(ctx)
     prepare(ctx)
+    return ctx
+
+
+def generated(cfg: Config) -> RunContext:
+    """Crawl, filter, prepare and generate into `cfg`'s store; the context to go on with."""
+    ctx = prepared(cfg)
     generate(ctx)
     return ctx
 

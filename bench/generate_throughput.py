@@ -9,28 +9,15 @@ from __future__ import annotations
 
 import tempfile
 
-from dareforge.config import Config
-from dareforge.context import RunContext
-from dareforge.crawlers.crawl import crawl
-from dareforge.crawlers.filter import filter_sources
+from bench.common import bench_config, prepared
 from dareforge.families.generate import generate
-from dareforge.generators.prepare import prepare
-from dareforge.understand.understand_stage import understand
 
 TARGET_OVERHEAD = 1.3
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Config()
-        cfg.store.root, cfg.store.work_dir = f"{tmp}/store", f"{tmp}/work"
-        cfg.builtin.rdatasets = 0
-        ctx = RunContext.from_config(cfg, show_progress=False)
-        crawl(ctx)
-        filter_sources(ctx)
-        understand(ctx)
-        prepare(ctx)
-        report = generate(ctx)
+        report = generate(prepared(bench_config(tmp)))
     built = sum(report.counts.values()) + len(report.labels("rejected"))
     references = report.seconds_in["references"]
     overhead = report.seconds / references

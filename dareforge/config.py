@@ -296,16 +296,16 @@ class ValidateConfig(Section):
     duplicate_min_similarity: float = Field(
         0.8, description="MinHash Jaccard at or above which two sources count as the same dataset."
     )
-    min_learnable_margin: float = Field(
-        0.05, description="An MM/TS task whose strong reference beats the baseline by less is unlearnable."
-    )
+    min_learnable_margin: float = Field(0.05, description="Least margin of the strong score over the bar.")
     max_reference_share_of_limit: Share = Field(
         0.5, description="The reference must run within this share of the per-execution time limit."
     )
+    min_ladder_tau: float = Field(0.0, description="Least Kendall tau between the ladder's rungs and scores.")
+    min_ladder_spread: Share = Field(0.1, description="Least share of ladder rung pairs apart.")
+    ladder_cpu_seconds: PositiveFloat = Field(300.0, description="The ladder's CPU seconds per task.")
     data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
     max_shortcut_share: Share = Field(
-        0.5,
-        description="Reject a task when more than this share of probed models solve it without its data.",
+        0.5, description="Reject when more than this share of probed models solve a task without its data."
     )
 
 

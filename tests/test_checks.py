@@ -13,7 +13,7 @@ from sklearn.tree import DecisionTreeRegressor
 from dareforge.config import Config
 from dareforge.reference_solutions.metrics import clipped_r2
 from dareforge.schema import PreparedSource, Task
-from dareforge.validators import duplicates, leakage, solvability
+from dareforge.validators import discrimination, duplicates, leakage, solvability
 from dareforge.validators.check import TaskView
 from dareforge.validators.duplicates import DuplicateSource, DuplicateTask
 from dareforge.validators.leakage import LeakageFeature, LeakageOrder, LeakageSharedRows
@@ -125,8 +125,9 @@ def regression_data(n: int = 1000, seed: int = 0) -> pd.DataFrame:
 
 
 def test_registry_names_are_the_ones_the_gate_keys_on():
-    task_checks = [c.name for m in (leakage, duplicates, solvability) for c in m.TASK_CHECKS]
-    run_checks = [c.name for m in (leakage, duplicates, solvability) for c in m.RUN_CHECKS]
+    modules = (leakage, duplicates, solvability, discrimination)
+    task_checks = [c.name for m in modules for c in m.TASK_CHECKS]
+    run_checks = [c.name for m in modules for c in m.RUN_CHECKS]
     assert task_checks == [
         "leakage-feature",
         "leakage-order",
@@ -135,6 +136,7 @@ def test_registry_names_are_the_ones_the_gate_keys_on():
         "runtime",
         "certificate",
         "reference-runs",
+        "discrimination",
     ]
     assert run_checks == ["duplicate-source", "duplicate-task"]
 

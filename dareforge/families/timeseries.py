@@ -47,22 +47,34 @@ def _cf_keys(prepared: PreparedSource, test: pd.DataFrame) -> list[str]:
     return keys if not test.duplicated(subset=keys).any() else [prepared.id_column, *keys]
 
 
+def model_free_forecasts(
+    prepared: PreparedSource, train: pd.DataFrame, test: pd.DataFrame, keys: list[str]
+) -> dict[str, pd.DataFrame]:
+    """The model-free forecasts of the test rows by name, keyed like the answers (`keys` of `test`)."""
+    by_name: dict[str, pd.DataFrame] = {}
+    for target in prepared.target_columns:
+        forecasts = naive_forecasts(train, test, prepared.time_column, target, prepared.entity_column)
+        for name, predicted in forecasts.items():
+            frame = by_name.setdefault(name, test[keys].copy())
+            frame[target] = predicted
+    return by_name
+
+
 def _model_free(
     prepared: PreparedSource, train: pd.DataFrame, test: pd.DataFrame, answers: pd.DataFrame, keys: list[str]
 ) -> tuple[list[pd.DataFrame], list[float]]:
     """The model-free forecasts of the test rows (keyed like the answers) and, per target, the best one's MAE:
     the scale of the task's `forecast-skill` (see `reference_solutions.forecast`)."""
-    by_name: dict[str, pd.DataFrame] = {}
-    scale = []
+    forecasts = model_free_forecasts(prepared, train, test, keys)
     truth = test[[prepared.id_column]].merge(answers, on=prepared.id_column, how="left")
-    for target in prepared.target_columns:
-        forecasts = naive_forecasts(train, test, prepared.time_column, target, prepared.entity_column)
-        values = pd.to_numeric(truth[target], errors="coerce").to_numpy(dtype=float)
-        scale.append(model_free_scale(values, forecasts))
-        for name, predicted in forecasts.items():
-            frame = by_name.setdefault(name, test[keys].copy())
-            frame[target] = predicted
-    return list(by_name.values()), scale
+    scale = [
+        model_free_scale(
+            pd.to_numeric(truth[target], errors="coerce").to_numpy(dtype=float),
+            {name: frame[target].to_numpy(dtype=float) for name, frame in forecasts.items()},
+        )
+        for target in prepared.target_columns
+    ]
+    return list(forecasts.values()), scale
 
 
 def forecast_task(build: Build, exogenous: bool) -> Task | None:

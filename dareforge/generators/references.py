@@ -14,6 +14,7 @@ from dareforge.reference_solutions.reference_code import (
     PREDICTIONS,
     REFERENCE_PREDICTIONS,
     STRONG_PREDICTIONS,
+    STRONG_SCRIPT,
     StrongSpec,
     strong_reference_code,
 )
@@ -36,7 +37,7 @@ def _run_on_public(runner: ReferenceRunner, code: str, draft: Draft, name: str) 
     return runner.run(code, folder), folder / PREDICTIONS
 
 
-def _last_line(error: str | None) -> str:
+def last_line(error: str | None) -> str:
     lines = [line for line in (error or "").strip().splitlines() if line.strip()]
     return lines[-1] if lines else "no error message"
 
@@ -58,7 +59,7 @@ def certify(runners: Runners, code: str, draft: Draft, metric: MetricSpec) -> tu
     outputs = {}
     for name, outcome in outcomes.items():
         if not outcome.ok:
-            return seconds, f"reference failed in the {name} run: {_last_line(outcome.error)}"
+            return seconds, f"reference failed in the {name} run: {last_line(outcome.error)}"
         outputs[name] = folders[name] / PREDICTIONS
         if not outputs[name].exists():
             return seconds, f"reference wrote no {PREDICTIONS} in the {name} run"
@@ -105,6 +106,27 @@ def baseline_predictions(
     return out
 
 
+def trivial_predictions(
+    metric: MetricSpec,
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    classification: bool,
+    group: str | None,
+    forecasts: list[pd.DataFrame] = (),
+) -> list[pd.DataFrame]:
+    """Every trivial predictor's predictions of the test rows (keyed like the answers); the best one's score
+    is a goal task's bar. For macro-F1 a majority vote scores far below chance, so classes drawn at their
+    training shares count too; a series task adds its model-free `forecasts`."""
+    keys = [*metric.key_columns, *([group] if group and group not in metric.key_columns else [])]
+    stratified = [False, True] if classification else [False]
+    return [
+        baseline_predictions(train, test[keys], metric.target_columns, classification, group, s)[
+            [*metric.key_columns, *metric.target_columns]
+        ]
+        for s in stratified
+    ] + list(forecasts)
+
+
 def score_references(
     runners: Runners,
     strong: StrongSpec,
@@ -118,27 +140,17 @@ def score_references(
     model-free forecasts of a series task, keyed like the answers)."""
     answers = draft.private / "answers.csv"
     code = strong_reference_code(strong)
-    (draft.private / "strong_reference.py").write_text(code)
+    (draft.private / STRONG_SCRIPT).write_text(code)
     outcome, predictions = _run_on_public(runners.main, code, draft, "strong")
     if not outcome.ok or not predictions.exists():
-        raise ValueError(f"the strong reference failed: {_last_line(outcome.error)}")
+        raise ValueError(f"the strong reference failed: {last_line(outcome.error)}")
     shutil.copyfile(predictions, draft.private / STRONG_PREDICTIONS)
     strong_score = grade(metric, predictions, answers)
     test_keys = pd.read_csv(draft.public / "test.csv", dtype=str, keep_default_na=False)
-    keys = [*metric.key_columns, *([group] if group and group not in metric.key_columns else [])]
-    # The best trivial predictor is the bar: for macro-F1 a majority vote scores far below chance, so classes
-    # drawn at their training shares count too.
-    trivial = [False, True] if strong.classification else [False]
     baselines = [
-        grade(
-            metric,
-            baseline_predictions(
-                train, test_keys[keys], metric.target_columns, strong.classification, group, s
-            )[[*metric.key_columns, *metric.target_columns]],
-            answers,
-        )
-        for s in trivial
-    ] + [grade(metric, forecast, answers) for forecast in forecasts]
+        grade(metric, trivial, answers)
+        for trivial in trivial_predictions(metric, train, test_keys, strong.classification, group, forecasts)
+    ]
     for name, result in (("strong", strong_score), *(("baseline", b) for b in baselines)):
         if result.error:
             raise ValueError(f"the {name} predictions do not grade: {result.error}")

@@ -45,6 +45,7 @@ __all__ = [
     "GradingError",
     "InvalidPredictionError",
     "Paraphrase",
+    "bootstrap_scores",
     "grade",
     "is_pass_metric",
 ]
@@ -321,6 +322,13 @@ def _to_float(text: str) -> float | None:
 
 
 def _score(metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.DataFrame) -> float:
+    return _mean_score(metric, scorer, _aligned(metric, scorer, truth, table), slice(None))
+
+
+def _aligned(
+    metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.DataFrame
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Per target: its name, the answers and the submission's values, row by row in the answers' order."""
     keys, targets = metric.key_columns, metric.target_columns
     _check_columns(table, metric, "submission")
     integer_keys = _integer_keys(truth, keys)
@@ -336,13 +344,51 @@ def _score(metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.Da
     aligned = truth[keys + targets].rename(columns=true_names)
     for column in targets:
         aligned[pred_names[column]] = table[column].to_numpy(dtype=object)[order]
-    scores = []
+    pairs = []
     for column in targets:
         y_true = _target_values(aligned[true_names[column]], aligned, keys, column, scorer, "answers")
         y_pred = _target_values(aligned[pred_names[column]], aligned, keys, column, scorer, "submission")
-        scale = scale_of(metric, column)
-        scores.append(scorer(y_true, y_pred, tolerance=metric.tolerance, k=metric.k, scale=scale))
+        pairs.append((column, np.asarray(y_true, dtype=object), np.asarray(y_pred, dtype=object)))
+    return pairs
+
+
+def _mean_score(
+    metric: MetricSpec,
+    scorer: Metric,
+    pairs: list[tuple[str, np.ndarray, np.ndarray]],
+    rows: slice | np.ndarray,
+) -> float:
+    """The metric on `rows` of the aligned answers and predictions, averaged over the targets."""
+    scores = [
+        scorer(
+            y_true[rows], y_pred[rows], tolerance=metric.tolerance, k=metric.k, scale=scale_of(metric, column)
+        )
+        for column, y_true, y_pred in pairs
+    ]
     return float(np.mean(scores))
+
+
+def bootstrap_scores(
+    metric: MetricSpec,
+    submission: Path | str | pd.DataFrame,
+    answers: Path | str | pd.DataFrame,
+    resamples: int,
+    seed: int,
+) -> np.ndarray:
+    """The metric on `resamples` bootstrap resamples of the answer rows (drawn with replacement by a seeded
+    generator, every target on the same rows): how much a score owes to which test rows were drawn.
+
+    For a submission `grade` scores without an error; raises GradingError otherwise."""
+    scorer = get_metric(metric.name)
+    try:
+        pairs = _aligned(metric, scorer, _load_answers(metric, scorer, answers), _read_table(submission))
+    except Rejected as exc:
+        raise InvalidPredictionError(str(exc)) from None
+    rows = len(pairs[0][1])
+    rng = np.random.default_rng(seed)
+    return np.array(
+        [_mean_score(metric, scorer, pairs, rng.integers(0, rows, size=rows)) for _ in range(resamples)]
+    )
 
 
 def scale_of(metric: MetricSpec, target: str | None) -> float | None:

@@ -7,6 +7,9 @@ reference runner, and is what `dareforge resimulate` re-runs on another stack.
 
 from __future__ import annotations
 
+import ast
+import re
+import string
 from dataclasses import dataclass
 
 from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilter
@@ -14,6 +17,8 @@ from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilt
 PREDICTIONS = "predictions.csv"
 REFERENCE_PREDICTIONS = "reference_predictions.csv"
 """An IF reference run's predictions, kept privately: what an IF attempt must reproduce."""
+STRONG_SCRIPT = "strong_reference.py"
+"""A goal task's strong reference script, kept privately (the solver ladder reads its spec back from it)."""
 STRONG_PREDICTIONS = "strong_predictions.csv"
 """The strong reference's predictions of a goal task, kept privately (its score is the task's `strong`)."""
 
@@ -188,7 +193,7 @@ def boosting():
     encode = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1)
     categories = Pipeline([("impute", SimpleImputer(strategy="constant", fill_value="missing")), ("encode", encode)])
     columns = ColumnTransformer([("numeric", "passthrough", numeric), ("categorical", categories, categorical)])
-    return Pipeline([("preprocess", columns), ("model", {estimator}(random_state=0))])
+    return Pipeline([("preprocess", columns), ("model", {boosted})])
 
 
 def trend_and_season():
@@ -199,11 +204,11 @@ def trend_and_season():
     ])
     plain = [c for c in numeric if c not in seasons]
     columns = ColumnTransformer([("numeric", scale, plain), ("categorical", categories, categorical + seasons)])
-    return Pipeline([("preprocess", columns), ("model", Ridge(alpha=1.0))])
+    return Pipeline([("preprocess", columns), ("model", {linear})])
 
 
 features = numeric + categorical
-candidates = [boosting] + ([trend_and_season] if {forecast!r} else [])
+candidates = {candidates}
 out = test[{keys!r}].copy()
 for target in {targets!r}:
     build = candidates[0]
@@ -218,16 +223,92 @@ out.to_csv("{predictions}", index=False)
 """
 
 
-def strong_reference_code(spec: StrongSpec) -> str:
-    estimator = "HistGradientBoostingClassifier" if spec.classification else "HistGradientBoostingRegressor"
-    return _HEADER + _STRONG.format(
-        estimator=estimator,
-        numeric=list(spec.numeric),
-        categorical=list(spec.categorical),
-        dates=list(spec.dates),
-        forecast=spec.time_column is not None,
-        time_column=spec.time_column,
-        keys=list(spec.output_keys),
-        targets=list(spec.targets),
-        predictions=PREDICTIONS,
+@dataclass(frozen=True)
+class Estimator:
+    """One model in place of the strong reference's choice (a solver ladder's rung): `expression` builds it,
+    `imports` are the lines it needs; it runs on the strong reference's own features, through the pipeline
+    trees use (ordinal codes, missing values kept) or, when `linear`, the one linear models use (imputed and
+    scaled numbers, one-hot categories and seasons)."""
+
+    expression: str
+    imports: str = ""
+    linear: bool = False
+
+
+def strong_reference_code(spec: StrongSpec, estimator: Estimator | None = None) -> str:
+    """The strong reference script of `spec`, or with `estimator` in place of its boosted model (same files,
+    features and output). A forecast still chooses between that model and the linear trend-and-season one
+    (trees cannot carry a trend past the training rows), unless `estimator` is the linear one."""
+    boosted = "HistGradientBoostingClassifier" if spec.classification else "HistGradientBoostingRegressor"
+    forecast = spec.time_column is not None
+    models = {
+        "boosted": f"{boosted}(random_state=0)",
+        "linear": "Ridge(alpha=1.0)",
+        "candidates": f"[boosting] + ([trend_and_season] if {forecast!r} else [])",
+    }
+    if estimator is not None:
+        models["linear" if estimator.linear else "boosted"] = estimator.expression
+        if estimator.linear:
+            models["candidates"] = "[trend_and_season]"
+    return (
+        (estimator.imports if estimator else "")
+        + _HEADER
+        + _STRONG.format(
+            estimator=boosted,
+            **models,
+            numeric=list(spec.numeric),
+            categorical=list(spec.categorical),
+            dates=list(spec.dates),
+            time_column=spec.time_column,
+            keys=list(spec.output_keys),
+            targets=list(spec.targets),
+            predictions=PREDICTIONS,
+        )
     )
+
+
+_TEXT = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
+_REPR = {"time_column": f"None|{_TEXT}", "list": rf"\[(?:(?:{_TEXT})(?:, (?:{_TEXT}))*)?\]"}
+"""What `repr` writes for a field: a column name or None, or a list of names (so a comma inside a name cannot
+end a list early)."""
+
+
+def _template_pattern() -> re.Pattern:
+    """The strong script's template as a pattern: a `!r` field matches its repr, any other field lazily, a
+    repeated field is a back-reference."""
+    parts, seen = [re.escape(_HEADER)], set()
+    for text, field, _, conversion in string.Formatter().parse(_STRONG):
+        parts.append(re.escape(text))
+        if field is None:
+            continue
+        value = _REPR.get(field, _REPR["list"]) if conversion == "r" else ".*?"
+        parts.append(f"(?P={field})" if field in seen else f"(?P<{field}>{value})")
+        seen.add(field)
+    return re.compile("".join(parts), re.DOTALL)
+
+
+def strong_spec_of(code: str, id_column: str) -> StrongSpec | None:
+    """The spec a stored strong reference script was written from (None when `code` is not one): tasks store
+    the script, not the spec, and their ids and files stay as they were. The spec is trusted only when it
+    writes `code` back byte for byte. `id_column` is not in the script (its output keys are)."""
+    match = _template_pattern().fullmatch(code)
+    if match is None:
+        return None
+    try:
+        fields = {name: ast.literal_eval(match[name]) for name in _LITERAL_FIELDS}
+    except (ValueError, SyntaxError):
+        return None
+    spec = StrongSpec(
+        classification=match["estimator"].endswith("Classifier"),
+        id_column=id_column,
+        targets=fields["targets"],
+        numeric=fields["numeric"],
+        categorical=fields["categorical"],
+        dates=fields["dates"],
+        output_keys=fields["keys"],
+        time_column=fields["time_column"],
+    )
+    return spec if strong_reference_code(spec) == code else None
+
+
+_LITERAL_FIELDS = ("targets", "numeric", "categorical", "dates", "keys", "time_column")

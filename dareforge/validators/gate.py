@@ -6,6 +6,7 @@ threshold and re-running `dareforge gate` re-decides every task without re-runni
 
 from __future__ import annotations
 
+import json
 import operator
 from collections import defaultdict
 from collections.abc import Callable
@@ -19,27 +20,32 @@ from dareforge.schema import Task, Validation, Verdict
 
 @dataclass(frozen=True)
 class Threshold:
-    """Reject when `score <compare> config.<setting>`."""
+    """Reject when `score <compare> config.<setting>` (or the finding's `details[detail]`, when set)."""
 
     compare: Callable[[float, float], bool]
     symbol: str
     setting: str | None
     fixed: float | None = None
+    detail: str | None = None
 
     def limit(self, config: ValidateConfig) -> float:
         return self.fixed if self.setting is None else getattr(config, self.setting)
 
 
 GE, GT, LT = (operator.ge, ">="), (operator.gt, ">"), (operator.lt, "<")
-THRESHOLDS: dict[str, Threshold] = {
-    "leakage-feature": Threshold(*GE, "leakage_max_single_feature"),
-    "leakage-order": Threshold(*GE, "leakage_max_order_correlation"),
-    "leakage-shared-rows": Threshold(*GT, "leakage_max_shared_rows"),
-    "duplicate-source": Threshold(*GE, "duplicate_min_similarity"),
-    "duplicate-task": Threshold(*GE, None, 1.0),
-    "learnable": Threshold(*LT, "min_learnable_margin"),
-    "runtime": Threshold(*GT, "max_reference_share_of_limit"),
-    "shortcut": Threshold(*GT, "max_shortcut_share"),
+THRESHOLDS: dict[str, tuple[Threshold, ...]] = {
+    "leakage-feature": (Threshold(*GE, "leakage_max_single_feature"),),
+    "leakage-order": (Threshold(*GE, "leakage_max_order_correlation"),),
+    "leakage-shared-rows": (Threshold(*GT, "leakage_max_shared_rows"),),
+    "duplicate-source": (Threshold(*GE, "duplicate_min_similarity"),),
+    "duplicate-task": (Threshold(*GE, None, 1.0),),
+    "learnable": (Threshold(*LT, "min_learnable_margin"),),
+    "runtime": (Threshold(*GT, "max_reference_share_of_limit"),),
+    "shortcut": (Threshold(*GT, "max_shortcut_share"),),
+    "discrimination": (
+        Threshold(*LT, "min_ladder_tau"),
+        Threshold(*LT, "min_ladder_spread", detail="spread"),
+    ),
 }
 
 
@@ -47,14 +53,17 @@ def reasons_against(finding: Validation, config: ValidateConfig) -> str | None:
     """Why this finding rejects its task, or None."""
     if finding.flagged:
         return f"{finding.check}: {finding.reason}"
-    threshold = THRESHOLDS.get(finding.check)
-    if threshold is None or finding.score is None:
+    if finding.score is None:
         return None
-    limit = threshold.limit(config)
-    if threshold.compare(finding.score, limit):
-        where = f"validate.{threshold.setting}" if threshold.setting else "the fixed limit"
-        return f"{finding.check}: {finding.reason} ({finding.score:.3f} {threshold.symbol} {where}={limit:g})"
-    return None
+    failed = []
+    for threshold in THRESHOLDS.get(finding.check, ()):
+        value = finding.score if threshold.detail is None else json.loads(finding.details)[threshold.detail]
+        limit = threshold.limit(config)
+        if threshold.compare(value, limit):
+            where = f"validate.{threshold.setting}" if threshold.setting else "the fixed limit"
+            name = threshold.detail or "score"
+            failed.append(f"{name} {value:.3f} {threshold.symbol} {where}={limit:g}")
+    return f"{finding.check}: {finding.reason} ({'; '.join(failed)})" if failed else None
 
 
 def gate(ctx: RunContext) -> StageReport:

@@ -18,15 +18,25 @@ from dareforge.errors import machine_at_fault
 from dareforge.generators.prepare import prepared_of
 from dareforge.report import SHOWN, StageReport
 from dareforge.schema import Task, Validation, Verdict
-from dareforge.validators import duplicates, leakage, solvability
+from dareforge.validators import discrimination, duplicates, leakage, solvability
 from dareforge.validators import validation_report as html_report
 from dareforge.validators.check import Check, Finding, RunCheck, TaskView
 from dareforge.validators.gate import gate
 
 log = logging.getLogger(__name__)
 REPORT_DIR = "reports/validation"
-TASK_CHECKS: tuple[Check, ...] = (*leakage.TASK_CHECKS, *duplicates.TASK_CHECKS, *solvability.TASK_CHECKS)
-RUN_CHECKS: tuple[RunCheck, ...] = (*leakage.RUN_CHECKS, *duplicates.RUN_CHECKS, *solvability.RUN_CHECKS)
+TASK_CHECKS: tuple[Check, ...] = (
+    *leakage.TASK_CHECKS,
+    *duplicates.TASK_CHECKS,
+    *solvability.TASK_CHECKS,
+    *discrimination.TASK_CHECKS,
+)
+RUN_CHECKS: tuple[RunCheck, ...] = (
+    *leakage.RUN_CHECKS,
+    *duplicates.RUN_CHECKS,
+    *solvability.RUN_CHECKS,
+    *discrimination.RUN_CHECKS,
+)
 
 
 def checks_version(task_check_names: list[str], run_checks: tuple[RunCheck, ...], suites: str) -> str:

@@ -1,0 +1,147 @@
+"""The solver ladder as a check: a target that is noise is gated as non-discriminative, a learnable task is
+ranked with an interval around every rung's score, and the ladder's scores are the same on every run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dareforge.config import Config, SourceOverride
+from dareforge.context import RunContext
+from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
+from dareforge.reference_solutions.reference_code import (
+    STRONG_SCRIPT,
+    StrongSpec,
+    strong_reference_code,
+    strong_spec_of,
+)
+from dareforge.schema import Task, Validation, Verdict
+from dareforge.validators.discrimination import Discrimination
+from dareforge.validators.validate import task_view, validate
+from tests.stores import generate_tasks, prediction_only
+
+ROWS = 400
+NOISE = "mirror.someone--noise"
+IRIS = "builtin.sklearn-iris"
+
+
+def _noise(seed: int = 4) -> pd.DataFrame:
+    """Features and a label drawn independently: nothing to learn, every solver is a coin."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "x1": rng.normal(size=ROWS).round(4),
+            "x2": rng.uniform(0, 10, size=ROWS).round(3),
+            "color": rng.choice(["red", "green", "blue"], size=ROWS),
+            "label": rng.choice(["yes", "no"], size=ROWS),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ladder")
+    folder = root / "mirror" / "noise"
+    folder.mkdir(parents=True)
+    meta = {"id": "someone/noise", "title": "noise", "lastUpdated": "2024-05-01T00:00:00Z"}
+    (folder / "dataset-metadata.json").write_text(json.dumps(meta))
+    _noise().to_csv(folder / "data.csv", index=False)
+    cfg = prediction_only(Config())
+    cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
+    cfg.builtin.include = ["sklearn-iris"]
+    cfg.mirror.paths = [str(root / "mirror")]
+    cfg.generate.if_variants = 0
+    # The understand stage would find no task in a noise label; the gate is what this test is about.
+    cfg.understand.max_single_column_score = 1.01
+    cfg.sources = {NOISE: SourceOverride(target=["label"])}
+    ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
+    validate(ctx)
+    return ctx
+
+
+def _mm_task(ctx: RunContext, source: str) -> Task:
+    return next(t for t in ctx.store.read_records(Task) if t.source_id == source and t.variant_of is None)
+
+
+def _finding(ctx: RunContext, task: Task) -> Validation:
+    return next(
+        v for v in ctx.store.read_records(Validation) if v.task_id == task.id and v.check == "discrimination"
+    )
+
+
+def test_a_noise_target_is_gated_as_non_discriminative(validated):
+    task = _mm_task(validated, NOISE)
+    verdict = next(v for v in validated.store.read_records(Verdict) if v.task_id == task.id)
+    assert not verdict.accepted
+    reasons = [r for r in verdict.reasons if r.startswith("discrimination:")]
+    assert reasons and "validate.min_ladder_spread" in reasons[0], verdict.reasons
+    spread = json.loads(_finding(validated, task).details)["spread"]
+    assert spread < Config().validate_.min_ladder_spread
+
+
+def test_a_learnable_task_is_ranked_with_an_interval_around_every_rung(validated):
+    task = _mm_task(validated, IRIS)
+    finding = _finding(validated, task)
+    details = json.loads(finding.details)
+    limits = Config().validate_
+    assert finding.score >= limits.min_ladder_tau and details["spread"] >= limits.min_ladder_spread
+    rungs = details["rungs"]
+    assert [r["name"] for r in rungs] == [TRIVIAL, *(r.name for r in model_rungs(_spec(validated, task)))]
+    for rung in rungs:
+        assert rung["error"] is None, rung
+        assert rung["low"] <= rung["score"] <= rung["high"], rung
+    assert details["headroom"] == pytest.approx(1 - max(r["score"] for r in rungs))
+    verdict = next(v for v in validated.store.read_records(Verdict) if v.task_id == task.id)
+    assert not [r for r in verdict.reasons if r.startswith("discrimination:")], verdict.reasons
+
+
+def _spec(ctx: RunContext, task: Task):
+    view = task_view(ctx, task)
+    spec = strong_spec_of(view.path("private", STRONG_SCRIPT).read_text(), view.prepared.id_column)
+    assert spec is not None
+    return spec
+
+
+def test_the_ladder_scores_the_same_on_every_run(validated):
+    view = task_view(validated, _mm_task(validated, IRIS))
+    check = Discrimination()
+    first, second = (check.run(view, validated.config).details for _ in range(2))
+
+    def without_timings(details: dict) -> dict:
+        # CPU seconds are measurements of this machine's run, not part of what the ladder decides.
+        rungs = [{k: v for k, v in r.items() if k != "cpu_seconds"} for r in details["rungs"]]
+        return {**{k: v for k, v in details.items() if k != "cpu_seconds"}, "rungs": rungs}
+
+    assert without_timings(first) == without_timings(second)
+
+
+def test_a_spent_budget_fails_the_rungs_without_failing_the_check(validated):
+    view = task_view(validated, _mm_task(validated, IRIS))
+    config = validated.config.model_copy(deep=True)
+    config.validate_.ladder_cpu_seconds = 1e-9
+    finding = Discrimination().run(view, config)
+    rungs = finding.details["rungs"]
+    assert rungs[0]["error"] is None and all(r["error"] for r in rungs[1:])
+    assert finding.score is None and not finding.flagged
+
+
+@pytest.mark.parametrize("time_column", [None, "when"])
+def test_the_strong_spec_is_read_back_from_its_script_and_an_edited_script_is_refused(time_column):
+    spec = StrongSpec(
+        classification=time_column is None,
+        id_column="id",
+        targets=["y, and 'z'"],
+        numeric=["a", 'b "quoted", too'],
+        categorical=[],
+        dates=[time_column] if time_column else [],
+        output_keys=["id"],
+        time_column=time_column,
+    )
+    code = strong_reference_code(spec)
+    assert strong_spec_of(code, "id") == spec
+    assert strong_spec_of(code.replace("random_state=0", "random_state=1"), "id") is None
+    for rung in model_rungs(spec):
+        assert rung.code(spec) != code or rung.name == "boosted"
