@@ -22,6 +22,7 @@ from dareforge.validators import discrimination
 from dareforge.validators.validate import validate
 
 TARGET_RATIO = 0.5
+LADDER_BUDGET = 300.0
 
 
 def main() -> None:
@@ -42,6 +43,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = bench_config(tmp)
             cfg.validate_.data_docs = False
+            cfg.validate_.ladder_cpu_seconds = LADDER_BUDGET  # opt-in: off by default
             ctx = prepared(cfg)
             generated = generate(ctx)
             validate(ctx)

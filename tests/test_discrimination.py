@@ -41,6 +41,22 @@ def _noise(seed: int = 4) -> pd.DataFrame:
     )
 
 
+LADDER_BUDGET = 300.0
+
+
+def test_the_ladder_runs_only_with_a_budget_for_it(tmp_path):
+    from dareforge.validators.validate import task_checks
+
+    def names(budget: float) -> list[str]:
+        cfg = Config()
+        cfg.store.root, cfg.store.work_dir = str(tmp_path / "store"), str(tmp_path / "work")
+        cfg.validate_.ladder_cpu_seconds = budget
+        return [c.name for c in task_checks(RunContext.from_config(cfg, show_progress=False))]
+
+    assert "discrimination" not in names(Config().validate_.ladder_cpu_seconds)
+    assert names(LADDER_BUDGET)[-1] == "discrimination"
+
+
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory):
     root = tmp_path_factory.mktemp("ladder")
@@ -54,6 +70,7 @@ def validated(tmp_path_factory):
     cfg.builtin.include = ["sklearn-iris"]
     cfg.mirror.paths = [str(root / "mirror")]
     cfg.generate.if_variants = 0
+    cfg.validate_.ladder_cpu_seconds = LADDER_BUDGET  # the ladder is opt-in
     # The understand stage would find no task in a noise label; the gate is what this test is about.
     cfg.understand.max_single_column_score = 1.01
     cfg.sources = {NOISE: SourceOverride(target=["label"])}

@@ -99,17 +99,14 @@ def test_clean_tasks_pass_and_planted_defects_are_caught(validated):
 def test_rethresholding_needs_no_rerun(validated):
     ctx, _ = validated
     findings_before = ctx.store.read_records(Validation)
-    relaxed = {"min_learnable_margin": -1.0, "min_ladder_tau": -1.0, "min_ladder_spread": 0.0}
-    for setting, limit in relaxed.items():
-        setattr(ctx.config.validate_, setting, limit)
+    ctx.config.validate_.min_learnable_margin = -1.0
     try:
         gate(ctx)
         random_mm = next(v for v in _verdicts(ctx)["random"] if v.family == "Class-MM")
-        assert random_mm.accepted, random_mm.reasons
+        assert random_mm.accepted
         assert ctx.store.read_records(Validation) == findings_before
     finally:
-        for setting in relaxed:
-            setattr(ctx.config.validate_, setting, getattr(Config().validate_, setting))
+        ctx.config.validate_.min_learnable_margin = Config().validate_.min_learnable_margin
         gate(ctx)
 
 

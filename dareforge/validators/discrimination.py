@@ -183,4 +183,3 @@ def _finding(view: TaskView, rungs: list[RungResult]) -> Finding:
 
 
 TASK_CHECKS = (Discrimination(),)
-RUN_CHECKS: tuple = ()

@@ -61,8 +61,8 @@ def reasons_against(finding: Validation, config: ValidateConfig) -> str | None:
         limit = threshold.limit(config)
         if threshold.compare(value, limit):
             where = f"validate.{threshold.setting}" if threshold.setting else "the fixed limit"
-            name = threshold.detail or "score"
-            failed.append(f"{name} {value:.3f} {threshold.symbol} {where}={limit:g}")
+            named = f"{threshold.detail} " if threshold.detail else ""
+            failed.append(f"{named}{value:.3f} {threshold.symbol} {where}={limit:g}")
     return f"{finding.check}: {finding.reason} ({'; '.join(failed)})" if failed else None
 
 

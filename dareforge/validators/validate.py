@@ -29,14 +29,19 @@ TASK_CHECKS: tuple[Check, ...] = (
     *leakage.TASK_CHECKS,
     *duplicates.TASK_CHECKS,
     *solvability.TASK_CHECKS,
-    *discrimination.TASK_CHECKS,
 )
 RUN_CHECKS: tuple[RunCheck, ...] = (
     *leakage.RUN_CHECKS,
     *duplicates.RUN_CHECKS,
     *solvability.RUN_CHECKS,
-    *discrimination.RUN_CHECKS,
 )
+
+
+def task_checks(ctx: RunContext) -> tuple[Check, ...]:
+    """The per-task checks this run makes: the solver ladder (`discrimination`) only with a CPU budget for it,
+    `validate.ladder_cpu_seconds` (off by default: it costs several times generate's time per task)."""
+    ladder = discrimination.TASK_CHECKS if ctx.config.validate_.ladder_cpu_seconds > 0 else ()
+    return (*TASK_CHECKS, *ladder)
 
 
 def checks_version(task_check_names: list[str], run_checks: tuple[RunCheck, ...], suites: str) -> str:
@@ -91,9 +96,8 @@ def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> Stage
         key=lambda t: t.id,
     )
     gx_names = [cls.name for cls in expectations.CHECK_CLASSES]
-    version = checks_version(
-        [*gx_names, *(c.name for c in TASK_CHECKS)], RUN_CHECKS, expectations.SUITES_VERSION
-    )
+    checks = task_checks(ctx)
+    version = checks_version([*gx_names, *(c.name for c in checks)], RUN_CHECKS, expectations.SUITES_VERSION)
     stored = {} if force else _stored_findings(ctx, version)
     views = [task_view(ctx, task) for task in tasks]
     gx: expectations.GXRun | None = None
@@ -111,7 +115,7 @@ def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> Stage
                     context_started = time.perf_counter()
                     gx = expectations.GXRun()
                     context_seconds = time.perf_counter() - context_started
-                for check in (*gx.checks, *TASK_CHECKS):
+                for check in (*gx.checks, *checks):
                     findings[view.task.id][check.name] = _run_check(check, view, ctx)
                 checked.append(view.task.id)
             progress.advance(bar)
