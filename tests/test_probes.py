@@ -137,6 +137,19 @@ def scripted(plans: dict[str, dict[str, str]]):
 
 
 # -- shortcut probe ---------------------------------------------------------------------------------------------
+def test_the_run_s_probe_stage_probes_the_tasks_it_is_given(built, server, tmp_path):
+    """The stage's task ids reach the probe whether or not the run caps the tasks its models get."""
+    from dareforge.trajectories.models import RunModels
+    from dareforge.trajectories.run_stages import probe_with
+
+    ctx = make_ctx(copy_store(built, tmp_path), server, ("knows",))
+    server.reset()
+    server.script(scripted(shortcut_plans(ctx, "knows", ())))
+    unknown = originals(ctx)["Class-MM"]
+    report = probe_with(ctx, RunModels(["knows"], local=False, why="configured"), [unknown.id])
+    assert report.labels("probed") == [unknown.id]
+
+
 def shortcut_plans(ctx: RunContext, knower: str, guessers: tuple[str, ...]) -> dict[str, dict[str, str]]:
     tasks = originals(ctx)
     known = tasks["Class-IF"]

@@ -31,7 +31,8 @@ def probe_with(ctx: RunContext, models: RunModels | None, task_ids: list[str] | 
         return StageReport("probe", lines=[line])
     limit = f", {models.tasks_per_stage} tasks per stage" if models.tasks_per_stage else ""
     candidates = task_ids if task_ids is not None else [t.id for t in shortcut_candidates(ctx)]
-    report = probe_shortcuts(ctx, task_ids=models.limit(candidates))
+    limited = models.limit(candidates)  # None when the run gives its models every task
+    report = probe_shortcuts(ctx, task_ids=task_ids if limited is None else limited)
     report.lines.insert(0, f"models: {', '.join(models.endpoints)} ({models.why}{limit})")
     return report
 
