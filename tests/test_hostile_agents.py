@@ -166,8 +166,10 @@ def test_s3_a_sandboxs_processes_together_stay_under_memory_mb(sandbox):
     assert group is not None
     result = sandbox.execute(FOUR_CHILDREN)
     assert result.ok, result
-    # 4 x 400 MB do not fit in 1024 MB (RLIMIT_AS lets each one through): the group's OOM killer ended some
-    assert int(result.stdout) < 4 and group.oom_kills() >= 1
+    # 4 x 400 MB do not fit in 1024 MB (RLIMIT_AS lets each one through): the group's OOM killer ended some.
+    # How many printed "full" says nothing: the killer may pick a child that had already filled (the largest),
+    # so all four can have printed before one of them died.
+    assert group.oom_kills() >= 1, result
     folder = group.folders.get("memory", group.folders.get(""))
     peak_file = folder / ("memory.max_usage_in_bytes" if group.version == "v1" else "memory.peak")
     if peak_file.exists():
