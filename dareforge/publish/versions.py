@@ -14,6 +14,7 @@ them, re-hashing one; `BuildResult` is what a build of either returns.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Generic, Self, TypeVar
@@ -190,7 +191,7 @@ def verify_parts(store: Store, parts: list[Part]) -> list[str]:
 
 
 @dataclass
-class Version:
+class Version(ABC):
     """A finished version in the store, `<ROOT>/<name>/<version>/`, as its manifest describes it. A subclass
     (a release, an export) says where its versions live and which error tells a reader what is missing."""
 
@@ -213,8 +214,9 @@ class Version:
     def prefix(self) -> str:
         return f"{self.ROOT}/{self.name}/{self.version}"
 
+    @abstractmethod
     def parts(self) -> list[Part]:
-        raise NotImplementedError
+        """What a target publishes, in the order it must (a private half before its public one)."""
 
     @classmethod
     def versions(cls, store: Store, name: str) -> list[str]:
