@@ -30,9 +30,7 @@ FEW_ROWS = textwrap.dedent(
     """Class-Few: classify from a few labelled rows (a throwaway family of the tests)."""
 
     from dareforge.families.family import Build, Family, Grading, Words, predicts
-    from dareforge.families.tabular import cap_rows, copy_prepared, goal_task_fields
-    from dareforge.reference_solutions.reference_code import StrongSpec
-    from dareforge.reference_solutions.spec import usable_features
+    from dareforge.families.tabular import cap_rows, copy_prepared, goal_task_fields, tabular_strong_spec
     from dareforge.schema import MetricSpec, TaskType
 
     ROWS = 40
@@ -41,19 +39,10 @@ FEW_ROWS = textwrap.dedent(
     def build_few(build: Build):
         prepared = build.prepared
         seed = build.ctx.config.generate.seed
-        numeric, categorical, dates = usable_features(prepared)
         metric = MetricSpec(
             name="macro-f1", target_columns=prepared.target_columns, key_columns=[prepared.id_column]
         )
-        strong = StrongSpec(
-            classification=True,
-            id_column=prepared.id_column,
-            targets=prepared.target_columns,
-            numeric=numeric,
-            categorical=categorical,
-            dates=dates,
-            output_keys=[prepared.id_column],
-        )
+        strong = tabular_strong_spec(prepared, classification=True)
         few = cap_rows(build.frames[0], ROWS, seed)
 
         def fill(draft):

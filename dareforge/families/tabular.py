@@ -15,7 +15,7 @@ from dareforge.generators.references import certify, score_references
 from dareforge.generators.taskio import Draft, limits_of
 from dareforge.reference_solutions.reference_code import StrongSpec, if_reference_code
 from dareforge.reference_solutions.spec import sample_if_spec, usable_features
-from dareforge.schema import MetricSpec, Task, TaskScores, TaskType
+from dareforge.schema import MetricSpec, PreparedSource, Task, TaskScores, TaskType
 
 
 def cap_rows(frame: pd.DataFrame, max_rows: int, seed: int) -> pd.DataFrame:
@@ -116,16 +116,10 @@ def mm_variant(build: Build, original: Task) -> Task | None:
     return mm_task(build)
 
 
-def mm_task(build: Build) -> Task | None:
-    ctx, prepared = build.ctx, build.prepared
-    classification = build.family.kind == TaskType.CLASSIFICATION
+def tabular_strong_spec(prepared: PreparedSource, classification: bool) -> StrongSpec:
+    """The strong reference of a goal task on a framing's rows: every usable feature, keyed by the id."""
     numeric, categorical, dates = usable_features(prepared)
-    metric = MetricSpec(
-        name="macro-f1" if classification else "clipped-r2",
-        target_columns=prepared.target_columns,
-        key_columns=[prepared.id_column],
-    )
-    strong = StrongSpec(
+    return StrongSpec(
         classification=classification,
         id_column=prepared.id_column,
         targets=prepared.target_columns,
@@ -138,6 +132,17 @@ def mm_task(build: Build) -> Task | None:
         if prepared.split == "chronological" and not classification
         else None,
     )
+
+
+def mm_task(build: Build) -> Task | None:
+    ctx, prepared = build.ctx, build.prepared
+    classification = build.family.kind == TaskType.CLASSIFICATION
+    metric = MetricSpec(
+        name="macro-f1" if classification else "clipped-r2",
+        target_columns=prepared.target_columns,
+        key_columns=[prepared.id_column],
+    )
+    strong = tabular_strong_spec(prepared, classification)
 
     def fill(draft: Draft) -> None:
         copy_prepared(build, draft)
