@@ -322,6 +322,10 @@ class MetricSpec(BaseModel):
     )
 
 
+Difficulty = Literal["easy", "medium", "hard"]
+"""A question's tier, from the operations its certified program needs (see `generators.questions.tiers`)."""
+
+
 class SubTask(BaseModel):
     """A key step of a question task's pipeline, asked as its own question with its own certified answer
     (KramaBench's sub-tasks); its answer lives in the task's private `subtask-<id>.json`."""
@@ -386,6 +390,14 @@ class Task(Record):
     )
     subtasks: list[SubTask] = Field(
         default_factory=list, description="Question tasks: the key steps, each with its own certified answer."
+    )
+    difficulty: Difficulty | None = Field(
+        None,
+        description="Question tasks: easy (one operation, or what a one-step shortcut answers), medium (two), "
+        "hard (three or more, or a join across files). Prediction tasks: None (their ladder places them).",
+    )
+    operations: list[str] = Field(
+        default_factory=list, description="Question tasks: the operations the reference program performs, in order."
     )
     package_versions: list[str] = Field(description="'name==version' of the stack that made the reference.")
     status: Literal["candidate", "rejected"] = "candidate"
