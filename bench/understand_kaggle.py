@@ -9,7 +9,8 @@ Figures:
   that passes only because the config overrules the learnability check is not learnable);
 - kind agreement: the accepted prediction tasks include the listed kind (class, reg, ts);
 - time column agreement, for the listed series: the chosen series framing uses the listed time column;
-- sources with an accepted task, tasks per source, and the share of generated TS-CF tasks accepted.
+- sources with an accepted task, tasks per source, and the share of generated TS-CF tasks accepted;
+- question tiers and the one-step baseline on the accepted QA and Lake tasks (`question_shortcuts`).
 
 `DAREFORGE_DEV_KAGGLE` names the folder (default `../shared/dev-kaggle` beside the checkout); without it the
 bench says "skipped: no dev set". Never part of `make test`: the datasets are not redistributable.
@@ -25,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
 
 from bench.common import bench_config
+from bench.question_shortcuts import tier_lines
 from dareforge.config import SourceOverride
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
@@ -181,6 +183,8 @@ def main() -> None:
         generate(ctx)
         validate(ctx)
         measure(ctx, choices, learnable)
+        for line in tier_lines(ctx, "dev-kaggle"):
+            print(line)
 
 
 if __name__ == "__main__":

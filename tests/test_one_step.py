@@ -1,14 +1,17 @@
-"""The one-step baseline answers what one operation over the table gives, and nothing that needs a pipeline."""
+"""The one-step baseline answers what one operation over the table gives, and nothing that needs a pipeline; a
+question's tier counts its operations, and a question the baseline answers is easy whatever its program."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from dareforge.generators.questions.build import answer_metric
+from dareforge.generators.questions.build import answer_metric, difficulty_of
 from dareforge.generators.questions.one_step import one_step_solves
 from dareforge.generators.questions.programs import PROGRAMS
-from dareforge.generators.questions.question import Question
+from dareforge.generators.questions.question import OPERATIONS, Question, Table
+from dareforge.generators.questions.table_questions import table_posed
+from dareforge.generators.questions.tiers import tier
 from tests.test_question_conventions import _table
 
 
@@ -49,3 +52,48 @@ def test_a_boolean_question_is_never_counted_as_solved():
     question = _first("compare-groups", table)
     assert question.answer_type == "boolean"
     assert not one_step_solves(answer_metric(question), _answer(question, table.frame), table.frame)
+
+
+def _top_groups_table(rare_values: float) -> Table:
+    """Four groups of 12, 9, 7 and 5 rows; the rarest group's `amount` is `rare_values` (NaN: missing)."""
+    rng = np.random.default_rng(3)
+    group = ["a"] * 12 + ["b"] * 9 + ["c"] * 7 + ["d"] * 5
+    amount = rng.normal(50, 10, len(group)).round(2)
+    amount[-5:] = rare_values
+    return Table.of(pd.DataFrame({"group": group, "amount": amount}))
+
+
+def _top_three_median(table: Table) -> Question:
+    for seed in range(500):
+        question = PROGRAMS["top-groups-stat"].propose(table, np.random.default_rng(seed))
+        if question is not None and (question.params["k"], question.params["stat"]) == (3, "median"):
+            return question
+    raise AssertionError("no median over the top three groups was drawn")
+
+
+def _tier(table: Table, tmp_path) -> str:
+    question = _top_three_median(table)
+    posed = table_posed(question, table.frame, "tiers")
+    return difficulty_of(posed, _answer(question, table.frame), tmp_path)
+
+
+def test_a_pipeline_whose_answer_a_shortcut_gives_is_not_labelled_hard(tmp_path):
+    """The median over the three most frequent groups is four operations; when the fourth group has no
+    `amount` at all, it is the column's own median, which one step gives: easy, not hard."""
+    assert _tier(_top_groups_table(rare_values=1000.0), tmp_path) == "hard"
+    assert _tier(_top_groups_table(rare_values=np.nan), tmp_path) == "easy"
+
+
+def test_tiers_count_operations_and_need_sub_tasks_to_be_hard():
+    assert tier(["aggregate"], joins_files=False, has_subtasks=False, shortcut=False) == "easy"
+    assert tier(["filter", "aggregate"], joins_files=False, has_subtasks=False, shortcut=False) == "medium"
+    pipeline = ["filter", "group-aggregate", "rank"]
+    assert tier(pipeline, joins_files=False, has_subtasks=True, shortcut=False) == "hard"
+    assert tier(pipeline, joins_files=False, has_subtasks=False, shortcut=False) == "medium"
+    assert tier(pipeline, joins_files=False, has_subtasks=True, shortcut=True) == "easy"
+    assert tier(["join", "aggregate"], joins_files=True, has_subtasks=True, shortcut=False) == "hard"
+
+
+def test_every_program_is_made_of_named_operations():
+    for program in PROGRAMS.values():
+        assert program.operations and set(program.operations) <= set(OPERATIONS), program.name

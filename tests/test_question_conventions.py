@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dareforge.generators.questions.programs import PROGRAMS
-from dareforge.generators.questions.question import Question, Table
+from dareforge.generators.questions.build import subtask
+from dareforge.generators.questions.programs import PROGRAMS, is_multi_step
+from dareforge.generators.questions.question import Question, SubQuestion, Table
 from dareforge.generators.questions.table_questions import qa_instruction
 
 DRAWS = 120
@@ -59,25 +60,48 @@ def test_every_program_asks_on_the_convention_table():
     assert {q.program for q in QUESTIONS} == set(PROGRAMS)
 
 
-@pytest.mark.parametrize("question", QUESTIONS, ids=lambda q: f"{q.program}:{q.text[:40]}")
-def test_the_rendered_question_states_its_conventions(question: Question):
-    text = qa_instruction(question, 300, "conventions")
+def _states_conventions(text: str, body: str, answer_type: str, decimals: int | None) -> None:
     said = text.lower()
-    if question.answer_type.startswith("numeric"):
+    if answer_type.startswith("numeric"):
         assert (
-            f"rounded to {question.decimals} decimal places" in said
+            f"rounded to {decimals} decimal places" in said
             or "a json integer" in said
             or ("the value as it appears in the data" in said)
         ), "a number's rounding or type"
-    if question.answer_type.startswith("list"):
+    if answer_type.startswith("list"):
         assert "first" in said or "in the order of" in said, "a list's order"
-    if ".std(" in question.body:
+    if ".std(" in body:
         assert "sample standard deviation (n - 1" in said, "which standard deviation"
-    if "pearsonr" in question.body:
+    if "pearsonr" in body:
         assert "pearson" in said, "which correlation"
-    if STATISTIC.search(question.body):
+    if STATISTIC.search(body):
         assert "missing" in said, "what a missing value does to a statistic of a column"
-    if BOUND.search(question.body):
+    if BOUND.search(body):
         assert "greater than" in said or "less than" in said, "a strict bound on a column"
-    if INCLUSIVE_BOUND.search(question.body):
+    if INCLUSIVE_BOUND.search(body):
         assert "or equal" in said, "an inclusive bound on a column"
+    if "kind='stable'" in body or "sorted(" in body:
+        # Programs that rank without a tie rule reject a tie instead (their `problem`).
+        assert "a tie goes to" in said, "how a tie for a place is broken"
+
+
+@pytest.mark.parametrize("question", QUESTIONS, ids=lambda q: f"{q.program}:{q.text[:40]}")
+def test_the_rendered_question_states_its_conventions(question: Question):
+    text = qa_instruction(question, 300, "conventions")
+    _states_conventions(text, question.body, question.answer_type, question.decimals)
+
+
+SUBQUESTIONS = [(q, n, sub) for q in QUESTIONS for n, sub in enumerate(q.steps, 1)]
+
+
+@pytest.mark.parametrize(
+    "question,number,sub", SUBQUESTIONS, ids=lambda x: x.program if isinstance(x, Question) else str(x)[:30]
+)
+def test_every_sub_question_states_its_conventions(question: Question, number: int, sub: SubQuestion):
+    task, step = subtask(f"s{number}", sub)
+    _states_conventions(task.question, step.body, step.answer_type, step.decimals)
+
+
+def test_pipeline_programs_ask_sub_questions_on_the_convention_table():
+    pipelines = {q.program for q in QUESTIONS if is_multi_step(PROGRAMS[q.program])}
+    assert pipelines and pipelines == {q.program for q in QUESTIONS if q.steps}

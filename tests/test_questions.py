@@ -36,9 +36,10 @@ from dareforge.generators.questions.build import (
     subtask_task,
     visible,
 )
-from dareforge.generators.questions.programs import PROGRAMS
+from dareforge.generators.questions.programs import PROGRAMS, is_multi_step
 from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
+from dareforge.generators.questions.tiers import shortcut_solves, visible_frames
 from dareforge.llm import ChatResult
 from dareforge.probes.obscure import obscure_tasks, variants_of
 from dareforge.probes.shortcut import no_data_task
@@ -60,6 +61,7 @@ from dareforge.trajectories.gold import (
 from dareforge.validators.validate import validate
 from tests.stores import generate_tasks, store_config
 
+MULTI_STEP_PROGRAMS = {name for name, program in PROGRAMS.items() if is_multi_step(program)}
 SOURCES = ["sklearn-iris", "vega-seattle-weather", "vega-stocks", "statsmodels-grunfeld", "vega-barley"]
 
 
@@ -97,6 +99,22 @@ def test_qa_and_lake_tasks_from_every_source(built):
         assert len(task.public_files) >= 4  # needed files and distractors
         names = {f.name for f in task.private_files}
         assert CLEANING in names and all(subtask_file(s.id) in names for s in task.subtasks)
+
+
+def test_every_question_has_a_tier_and_hard_ones_are_pipelines_no_shortcut_answers(built):
+    ctx, tasks = built
+    accepted = _candidates(tasks, "QA") + _candidates(tasks, "Lake")
+    assert all(t.difficulty and t.operations for t in accepted)
+    hard = [t for t in accepted if t.difficulty == "hard"]
+    assert {t.family for t in hard} == {"QA", "Lake"}
+    for task in hard:
+        assert task.subtasks and (len(task.operations) >= 3 or "join" in task.operations)
+        answer = _private(ctx, task, ANSWER_FILE)["answer"]
+        public = Path(ctx.store.path(f"tasks/{task.id}/public"))
+        assert not shortcut_solves(task.metric, answer, visible_frames(public)), task.instruction
+    for task in (t for t in accepted if json.loads(t.spec)["program"] in MULTI_STEP_PROGRAMS):
+        ids = [s.id for s in task.subtasks]
+        assert ids == [f"s{n}" for n in range(1, len(ids) + 1)] and len(ids) >= 2
 
 
 def test_degenerate_candidates_are_stored_rejected_with_a_reason_and_no_files(built):
@@ -401,10 +419,18 @@ def _scripted(ctx, task: Task, answer) -> Trajectory:
         close()
 
 
+def _exact_number_question(tasks: list[Task]) -> Task:
+    """A question with a numeric answer, graded as an exact number (the slice may hold none that is): off by
+    one is then plainly wrong."""
+    questions = _candidates(tasks, "QA") + _candidates(tasks, "Lake")
+    task = next(t for t in questions if t.metric.answer_type.startswith("numeric"))
+    return task.model_copy(update={"metric": task.metric.model_copy(update={"answer_type": "numeric_exact"})})
+
+
 @needs_sandbox
 def test_an_agent_s_answer_json_is_graded_by_its_type(built):
     ctx, tasks = built
-    task = next(t for t in _candidates(tasks, "QA") if t.metric.answer_type == "numeric_exact")
+    task = _exact_number_question(tasks)
     truth = _private(ctx, task, ANSWER_FILE)["answer"]
     right, wrong = _scripted(ctx, task, truth), _scripted(ctx, task, truth + 1)
     assert (right.outcome, right.score, right.passed) == ("graded", 1.0, True)
@@ -676,8 +702,11 @@ def _submitting(ctx, task: Task, answer, code: str | None = None) -> Trajectory:
 
 def test_a_question_s_submit_tool_takes_the_answer_typed_by_its_answer_type(built):
     _, tasks = built
-    by_type = {t.metric.answer_type: t for t in _candidates(tasks, "QA") + _candidates(tasks, "Lake")}
-    assert "numeric_exact" in by_type
+    questions = _candidates(tasks, "QA") + _candidates(tasks, "Lake")
+    # Sub-tasks played on their own are tasks too (a Lake task's row count is an exact number).
+    played = questions + [subtask_task(t, sub) for t in questions for sub in t.subtasks]
+    by_type = {t.metric.answer_type: t for t in played}
+    assert {"numeric_exact", "numeric_approximate", "string_exact", "list_exact"} <= set(by_type)
     for answer_type, task in by_type.items():
         submit = tool_schemas(task)[1]["function"]
         assert submit["parameters"]["required"] == ["answer"]
@@ -691,7 +720,7 @@ def test_a_submitted_answer_is_graded_as_answer_json_and_scores_as_in_tags(built
     """The same answers score the same through `submit` (tools) as through answer.json (tags); a symlink that
     agent code planted at answer.json is replaced, never written through."""
     ctx, tasks = built
-    task = next(t for t in _candidates(tasks, "QA") if t.metric.answer_type == "numeric_exact")
+    task = _exact_number_question(tasks)
     truth = _private(ctx, task, ANSWER_FILE)["answer"]
     for answer, score in ((truth, 1.0), (truth + 1, 0.0)):
         tools, tags = _submitting(ctx, task, answer), _scripted(ctx, task, answer)

@@ -10,8 +10,8 @@ having a third '-'. Our mapping (`dest` plays KramaBench's repository root):
 - `workload/<name>.json`, one entry per QA or Lake task of the release: id `<name>-<family>-<task id>`, its
   sub-tasks `<id>-<n>`; `query` is our instruction without the sentence about `answer.json` (a KramaBench system
   returns its answer itself); `answer` the certified answer; a boolean answer becomes the string_exact answer
-  "true" or "false" (KramaBench has no boolean type); `dareforge` records the task id, family, split and our
-  own answer type, decimals and unit.
+  "true" or "false" (KramaBench has no boolean type); `dareforge` records the task id, family, split, our
+  own answer type, decimals and unit, and the question's tier and operations.
 - `data/<name>/input/<task id>/<file>`: the task's public files, so `data_sources` are `<task id>/<file>`.
 
 The workload holds the answers: it is as private as the private release it is cut from.
@@ -139,5 +139,7 @@ def _entry(release, task: Task, workload: str, sources: list[str], split: str | 
             "answer_type": task.metric.answer_type,
             "decimals": task.metric.decimals,
             "unit": task.metric.unit,
+            "difficulty": task.difficulty,
+            "operations": task.operations,
         },
     }

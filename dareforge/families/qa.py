@@ -26,7 +26,7 @@ from dareforge.schema import ANSWER_METRIC, Task
 def ask(build: Build, question: Question, title: str | None) -> Task | None:
     """Pose `question` on the framing's training rows and certify its answer (`title` None: an obscured
     variant, which names no dataset)."""
-    posed = table_posed(question, len(build.frames[0]), title)
+    posed = table_posed(question, build.frames[0], title)
 
     def stage(draft: Draft) -> Path:
         (draft.public / DATA).write_bytes(prepared_file(build.ctx, build.prepared, "train.csv").read_bytes())

@@ -12,6 +12,7 @@ class MissingAudit(Program):
     """How many values a column misses, or which columns miss any."""
 
     name = "missing-audit"
+    operations = ("aggregate",)
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         frame = table.frame
@@ -41,6 +42,7 @@ class DuplicateAudit(Program):
     """How many rows repeat an earlier row in every column but the id."""
 
     name = "duplicate-audit"
+    operations = ("aggregate",)
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         drop = [table.id_column] if table.id_column else []

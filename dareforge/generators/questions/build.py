@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from dareforge.context import RunContext
 from dareforge.generators.questions.programs import PROGRAMS, QUESTIONS_VERSION
-from dareforge.generators.questions.question import Question
+from dareforge.generators.questions.question import Question, SubQuestion, format_note
 from dareforge.generators.questions.scripts import (
     ANSWER_FILE,
     Reference,
@@ -34,8 +36,9 @@ from dareforge.generators.questions.scripts import (
     subtask_file,
     with_cleaning,
 )
+from dareforge.generators.questions.tiers import shortcut_solves, tier, visible_frames
 from dareforge.generators.taskio import Draft, Runners, limits_of
-from dareforge.schema import ANSWER_METRIC, MetricSpec, SubTask, Task, TaskScores
+from dareforge.schema import ANSWER_METRIC, Difficulty, MetricSpec, SubTask, Task, TaskScores
 
 REFERENCE = "reference.py"
 CLEANING = "cleaning.py"
@@ -57,6 +60,19 @@ def answer_metric(question: Question | None = None, **fields: Any) -> MetricSpec
     return MetricSpec(name=ANSWER_METRIC, target_columns=[], key_columns=[], **fields)
 
 
+def subtask(sub_id: str, sub: SubQuestion) -> tuple[SubTask, Step]:
+    """A sub-question as a sub-task: its text with the answer's format, graded by its own answer type."""
+    step = sub.step
+    note = sub.note or format_note(step.answer_type, step.decimals, answer_in_data=sub.answer_in_data)
+    metric = answer_metric(answer_type=step.answer_type, decimals=step.decimals)
+    return SubTask(id=sub_id, question=f"{sub.text} Answer with {note}.", metric=metric), step
+
+
+def subtasks_of(question: Question, first: int = 1) -> list[tuple[SubTask, Step]]:
+    """A question's sub-questions as sub-tasks `s<first>`, `s<first + 1>`, ..."""
+    return [subtask(f"s{first + i}", sub) for i, sub in enumerate(question.steps)]
+
+
 @dataclass
 class Posed:
     """A question posed on a set of files: everything a draft needs besides the files themselves."""
@@ -67,6 +83,10 @@ class Posed:
     spec: dict[str, Any]
     subtasks: list[tuple[SubTask, Step]] = field(default_factory=list)
     cleaning: str | None = None
+    operations: list[str] = field(default_factory=list)
+    joins_files: bool = False
+    visible_table: pd.DataFrame | None = None
+    """The public table as pandas reads it, when the builder has it at hand (else the public files are read)."""
 
     @property
     def reference(self) -> Reference:
@@ -100,8 +120,10 @@ def fill_question(
         seconds, output, problem = certify_answer(runners, draft, posed, clean)
         if problem is None:
             problem = degenerate(posed, output)
+        difficulty = None
         if problem is None:
             _write_private(draft, posed, output)
+            difficulty = difficulty_of(posed, output["answer"], draft.public)
         else:
             for side in (draft.public, draft.private):
                 shutil.rmtree(side)
@@ -113,11 +135,21 @@ def fill_question(
             "scores": TaskScores(reference_seconds=seconds),
             "spec": posed.spec_key,
             "subtasks": [sub for sub, _ in posed.subtasks],
+            "difficulty": difficulty,
+            "operations": posed.operations,
             "status": "rejected" if problem else "candidate",
             "reject_reason": problem,
         }
 
     return fill
+
+
+def difficulty_of(posed: Posed, answer: Any, public: Path) -> Difficulty:
+    """The tier of a certified question (`tiers`): the one-step baseline runs on the public table, or on the
+    public files when the builder did not hand it over."""
+    frames = [posed.visible_table] if posed.visible_table is not None else visible_frames(public)
+    shortcut = shortcut_solves(answer_metric(posed.question), answer, frames)
+    return tier(posed.operations, posed.joins_files, bool(posed.subtasks), shortcut)
 
 
 def _copy_folder(source: Path, target: Path) -> Path:

@@ -33,6 +33,7 @@ class GroupExtreme(Program):
     """Which category has the highest (or lowest) mean or total of a numeric column."""
 
     name = "group-argmax"
+    operations = ("group-aggregate", "rank")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if not table.numeric or not table.categorical:
@@ -67,6 +68,7 @@ class TopK(Program):
     """The k most frequent categories, or the k with the largest mean of a numeric column."""
 
     name = "top-k"
+    operations = ("group-aggregate", "rank")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if not table.categorical:
@@ -109,6 +111,7 @@ class Correlation(Program):
     """Pearson's correlation of two numeric columns, or whether it is significant."""
 
     name = "correlation"
+    operations = ("aggregate",)
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if len(table.numeric) < 2:
@@ -153,6 +156,7 @@ class CompareGroups(Program):
     """Whether one category's mean exceeds another's."""
 
     name = "compare-groups"
+    operations = ("group-aggregate", "compare")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if not table.numeric or not table.categorical:

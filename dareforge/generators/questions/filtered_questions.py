@@ -25,6 +25,7 @@ class CountWhere(Program):
     """How many rows pass a numeric threshold or equal a category."""
 
     name = "count-where"
+    operations = ("filter", "aggregate")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if table.numeric and (not table.categorical or rng.random() < 0.5):
@@ -64,6 +65,7 @@ class FilteredStat(Program):
     """A statistic of a numeric column over the rows of one category."""
 
     name = "filtered-stat"
+    operations = ("filter", "aggregate")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if not table.numeric or not table.categorical:
@@ -100,6 +102,7 @@ class Share(Program):
     """The percentage of rows in one category."""
 
     name = "share"
+    operations = ("filter", "aggregate")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if not table.categorical:
@@ -121,6 +124,7 @@ class DistinctUnder(Program):
     """How many distinct categories occur among rows above a threshold."""
 
     name = "distinct-count"
+    operations = ("filter", "aggregate")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if not table.numeric or not table.categorical:
@@ -150,6 +154,7 @@ class ExtremeWhere(Program):
     """The largest or smallest value of a numeric column within one category."""
 
     name = "extreme-where"
+    operations = ("filter", "aggregate")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if not table.numeric or not table.categorical:

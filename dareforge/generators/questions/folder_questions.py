@@ -9,9 +9,9 @@ its header, dates in mixed formats. Mess is applied to the public copy only, cel
 from the public files after the cleaning step, and both must agree.
 
 Sub-tasks (the key steps of any correct pipeline, each with its own certified answer): which files hold the
-data; the join key or the combined row count; and a step the mess makes necessary (missing values once every
+data; the join key or the combined row count; a step the mess makes necessary (missing values once every
 marker counts, a total over separated thousands, a maximum in the original unit, the earliest date, a file's
-row count below its second header).
+row count below its second header); then the question's own sub-questions when it is a pipeline.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import pandas as pd
 
 from dareforge.context import RunContext
 from dareforge.generators.prepare import load_prepared, prepared_file
-from dareforge.generators.questions.build import Posed, answer_metric
+from dareforge.generators.questions.build import Posed, subtask, subtasks_of
 from dareforge.generators.questions.programs import PROGRAMS
-from dareforge.generators.questions.question import Question, Table
+from dareforge.generators.questions.question import Question, SubQuestion, Table
 from dareforge.generators.questions.scripts import Step
 from dareforge.generators.questions.table_questions import answer_lines, program_order, seeded
 from dareforge.generators.taskio import Draft
@@ -289,13 +289,7 @@ def _needed_files(plan: LakePlan) -> list[str]:
 def _sub(
     sub_id: str, text: str, step: Step, note: str | None = None, answer_in_data: bool = False
 ) -> tuple[SubTask, Step]:
-    if note is None:
-        shape = Question(
-            "subtask", {}, text, step.answer_type, step.body, (), step.decimals, answer_in_data=answer_in_data
-        )
-        note = shape.format_note
-    metric = answer_metric(answer_type=step.answer_type, decimals=step.decimals)
-    return SubTask(id=sub_id, question=f"{text} Answer with {note}.", metric=metric), step
+    return subtask(sub_id, SubQuestion(text, step, answer_in_data, note))
 
 
 def _subtasks(plan: LakePlan, title: str) -> list[tuple[SubTask, Step]]:
@@ -334,7 +328,7 @@ def _subtasks(plan: LakePlan, title: str) -> list[tuple[SubTask, Step]]:
         )
     if step := _mess_subtask(plan):
         subs.append(step)
-    return subs
+    return subs + subtasks_of(plan.question, first=len(subs) + 1)
 
 
 def _mess_subtask(plan: LakePlan) -> tuple[SubTask, Step] | None:
@@ -472,6 +466,13 @@ def _posed(plan: LakePlan, prepared: PreparedSource, title: str) -> Posed:
         spec=spec,
         subtasks=_subtasks(plan, title),
         cleaning=_cleaning_code(plan),
+        # The files become one table (parts combined, or two tables joined), cleaned, then the question's own.
+        operations=[
+            "join" if plan.layout == "join" else "combine",
+            "clean",
+            *PROGRAMS[q.program].operations_of(q),
+        ],
+        joins_files=plan.layout == "join",
     )
 
 

@@ -9,8 +9,8 @@ judges: the gap behind a top-1, a test's p-value). Column names and values enter
 The body is the reference solution: `scripts.py` wraps it into the script the reference worker runs, and the
 generator runs the same text to screen the candidate. Nothing here reads files.
 
-The programs, by kind: `filtered_questions`, `comparison_questions`, `audit_questions`, `year_questions`;
-what they share is in `question`.
+The programs, by kind: `filtered_questions`, `comparison_questions`, `audit_questions`, `year_questions`, and
+the programs of several operations in `pipeline_questions`; what they share is in `question`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,16 @@ from dareforge.generators.questions.filtered_questions import (
     FilteredStat,
     Share,
 )
+from dareforge.generators.questions.pipeline_questions import (
+    AboveGroupMean,
+    FilterGroupRank,
+    GroupGap,
+    TopGroupsStat,
+)
 from dareforge.generators.questions.question import Program
 from dareforge.generators.questions.year_questions import Growth, YearStat
 
-QUESTIONS_VERSION = "2"
+QUESTIONS_VERSION = "3"
 """Part of every question task's spec, hence of its id: bump it when a program, its rendering or a degeneracy
 rule changes, so stored questions are asked and judged again (prediction tasks keep their ids)."""
 
@@ -47,5 +53,16 @@ PROGRAMS: dict[str, Program] = {
         ExtremeWhere(),
         YearStat(),
         Growth(),
+        FilterGroupRank(),
+        GroupGap(),
+        AboveGroupMean(),
+        TopGroupsStat(),
     )
 }
+
+MULTI_STEP = 3
+"""Operations from which a program is a pipeline (a hard question, unless a shortcut answers it)."""
+
+
+def is_multi_step(program: Program) -> bool:
+    return len(program.operations) >= MULTI_STEP

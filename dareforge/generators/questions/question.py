@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dareforge.generators.questions.scripts import Step
 from dareforge.schema import AnswerType, ColumnKind, PreparedSource
 
 MAX_GROUPS = 30
@@ -82,6 +83,18 @@ def _is_year(column: str, present: pd.Series) -> bool:
 
 
 @dataclass(frozen=True)
+class SubQuestion:
+    """A key intermediate result of a question's pipeline, asked on its own (a sub-task): its text, and the
+    code that computes it from `df` as the main body does."""
+
+    text: str
+    step: Step
+    answer_in_data: bool = False
+    note: str | None = None
+    """How the answer is written, when the answer type's own format note does not say it."""
+
+
+@dataclass(frozen=True)
 class Question:
     """One candidate question: what it asks, how its answer is typed and formatted, and the code answering it."""
 
@@ -97,32 +110,66 @@ class Question:
     answer_in_data: bool = False
     """The answer is a value read off the data (a name, a maximum), not a computed one: it may appear in the
     data files, where a computed answer never should."""
+    operations: tuple[str, ...] = ()
+    """What the body does, in order (see `OPERATIONS`): its length sets the question's tier."""
+    steps: tuple[SubQuestion, ...] = ()
+    """The pipeline's key intermediate results, each a sub-task with its own certified answer."""
 
     @property
     def format_note(self) -> str:
         """The answer's type and format, as the question states it."""
-        if self.answer_type == "boolean":
-            return "true or false (a JSON boolean)"
-        if self.answer_type in ("list_exact", "list_approximate"):
-            return f"a JSON list of the values as they appear in the data, {self.order}"
-        if self.answer_type in ("string_exact", "string_approximate"):
-            return "a JSON string: the value exactly as it appears in the data"
-        if self.unit == "%":
-            return f"a JSON number in percent (12.5 means 12.5%), rounded to {self.decimals} decimal places"
-        if self.decimals is not None:
-            return f"a JSON number rounded to {self.decimals} decimal places"
-        if self.answer_in_data:
-            return "a JSON number: the value as it appears in the data"
-        return "a JSON integer"
+        return format_note(self.answer_type, self.decimals, self.unit, self.order, self.answer_in_data)
+
+
+OPERATIONS = (
+    "filter",
+    "derive",
+    "group-aggregate",
+    "aggregate",
+    "rank",
+    "compare",
+    "combine",
+    "join",
+    "clean",
+)
+"""The operations a question task is made of. A statistic over groups is one `group-aggregate`; choosing
+the top one of them is a further `rank`; a difference or change between two results is a `compare`; a new
+column computed per row is a `derive`. A Lake task's files first need to `combine` (parts) or `join` (two
+tables), and `clean`."""
+
+
+def format_note(
+    answer_type: AnswerType,
+    decimals: int | None = None,
+    unit: str | None = None,
+    order: str | None = None,
+    answer_in_data: bool = False,
+) -> str:
+    """An answer's type and format, as a question states it."""
+    if answer_type == "boolean":
+        return "true or false (a JSON boolean)"
+    if answer_type in ("list_exact", "list_approximate"):
+        return f"a JSON list of the values as they appear in the data, {order}"
+    if answer_type in ("string_exact", "string_approximate"):
+        return "a JSON string: the value exactly as it appears in the data"
+    if unit == "%":
+        return f"a JSON number in percent (12.5 means 12.5%), rounded to {decimals} decimal places"
+    if decimals is not None:
+        return f"a JSON number rounded to {decimals} decimal places"
+    if answer_in_data:
+        return "a JSON number: the value as it appears in the data"
+    return "a JSON integer"
 
 
 Checks = dict[str, float]
 
 
 class Program(ABC):
-    """A kind of question. Subclasses set `name` and implement `propose`; `problem` judges the run's `checks`."""
+    """A kind of question. Subclasses set `name` and `operations` (what every question of the kind does; a
+    question may state its own) and implement `propose`; `problem` judges the run's `checks`."""
 
     name = ""
+    operations: tuple[str, ...] = ()
 
     @abstractmethod
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
@@ -131,6 +178,9 @@ class Program(ABC):
     def problem(self, checks: Checks) -> str | None:
         """Why the answered candidate is degenerate in this program's terms, or None."""
         return None
+
+    def operations_of(self, question: Question) -> tuple[str, ...]:
+        return question.operations or self.operations
 
 
 # --- helpers -------------------------------------------------------------------------------------------

@@ -6,14 +6,16 @@ question never sees the held-out rows, so no task's private answers reach anothe
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Iterator
 
 import numpy as np
+import pandas as pd
 
 from dareforge.context import RunContext
-from dareforge.generators.questions.build import Posed
-from dareforge.generators.questions.programs import PROGRAMS
+from dareforge.generators.questions.build import Posed, subtasks_of
+from dareforge.generators.questions.programs import PROGRAMS, is_multi_step
 from dareforge.generators.questions.question import Question, Table
 from dareforge.schema import PreparedSource
 
@@ -44,8 +46,13 @@ def qa_instruction(question: Question, rows: int, title: str | None) -> str:
 
 
 def program_order(rng: np.random.Generator, exclude: frozenset[str] = frozenset()) -> list[str]:
+    """Every program once, in a seeded order that alternates pipelines (programs of several operations) with
+    the shorter programs, a pipeline first: about half of a source's questions are asked as pipelines."""
     names = sorted(n for n in PROGRAMS if n not in exclude)
-    return [names[i] for i in rng.permutation(len(names))]
+    shuffled = [names[i] for i in rng.permutation(len(names))]
+    pipelines = [n for n in shuffled if is_multi_step(PROGRAMS[n])]
+    shorter = [n for n in shuffled if not is_multi_step(PROGRAMS[n])]
+    return [n for pair in itertools.zip_longest(pipelines, shorter) for n in pair if n is not None]
 
 
 def qa_questions(ctx: RunContext, prepared: PreparedSource, table: Table) -> Iterator[Question]:
@@ -61,12 +68,12 @@ def qa_questions(ctx: RunContext, prepared: PreparedSource, table: Table) -> Ite
             yield question
 
 
-def table_posed(question: Question, rows: int, title: str | None) -> Posed:
-    """`question` posed on a framing's training rows, published as `data.csv`."""
+def table_posed(question: Question, table: pd.DataFrame, title: str | None) -> Posed:
+    """`question` posed on a framing's training rows (`table`, as pandas reads them), published as `data.csv`."""
     return Posed(
         question=question,
         load=f"df = pd.read_csv({DATA!r})",
-        instruction=qa_instruction(question, rows, title),
+        instruction=qa_instruction(question, len(table), title),
         spec={
             "kind": "qa",
             "program": question.program,
@@ -74,4 +81,7 @@ def table_posed(question: Question, rows: int, title: str | None) -> Posed:
             "answer_in_data": question.answer_in_data,
             "data": DATA,
         },
+        subtasks=subtasks_of(question),
+        operations=list(PROGRAMS[question.program].operations_of(question)),
+        visible_table=table,
     )

@@ -11,10 +11,14 @@ from dareforge.generators.questions.question import (
     Checks,
     Program,
     Question,
+    SubQuestion,
     Table,
     col,
     pick,
 )
+from dareforge.generators.questions.scripts import Step
+
+MEAN_DECIMALS = 3
 
 
 def _periods(table: Table, rng: np.random.Generator) -> tuple[str, str, str] | None:
@@ -39,6 +43,7 @@ class YearStat(Program):
     """The mean of a numeric column in one year (a time window)."""
 
     name = "time-window"
+    operations = ("filter", "aggregate")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         periods = _periods(table, rng)
@@ -52,17 +57,20 @@ class YearStat(Program):
         year, number = int(pick(rng, list(counts.index))), pick(rng, numbers)
         text = (
             f"What is the mean `{number}` over the rows {words} {year}, ignoring missing values? "
-            "Round to 3 decimal places."
+            f"Round to {MEAN_DECIMALS} decimal places."
         )
         body = f"year = {year_code}\nanswer = {col(number)}[year == {year}].mean()"
         params = {"number": number, "time": column, "year": year}
-        return Question(self.name, params, text, "numeric_approximate", body, (number, column), decimals=3)
+        return Question(
+            self.name, params, text, "numeric_approximate", body, (number, column), decimals=MEAN_DECIMALS
+        )
 
 
 class Growth(Program):
     """The percentage change of a yearly mean between two years."""
 
     name = "growth-rate"
+    operations = ("filter", "group-aggregate", "compare")
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         periods = _periods(table, rng)
@@ -88,8 +96,28 @@ class Growth(Program):
             "checks = {'base': abs(float(before))}"
         )
         params = {"number": number, "time": column, "from": first, "to": second}
+        steps = tuple(
+            SubQuestion(
+                f"What is the mean `{number}` over the rows {words} {year}, ignoring missing values? Round to "
+                f"{MEAN_DECIMALS} decimal places.",
+                Step(
+                    f"year = {year_code}\nanswer = {col(number)}[year == {year}].mean()",
+                    "numeric_approximate",
+                    MEAN_DECIMALS,
+                ),
+            )
+            for year in (first, second)
+        )
         return Question(
-            self.name, params, text, "numeric_approximate", body, (number, column), decimals=2, unit="%"
+            self.name,
+            params,
+            text,
+            "numeric_approximate",
+            body,
+            (number, column),
+            decimals=2,
+            unit="%",
+            steps=steps,
         )
 
     def problem(self, checks: Checks) -> str | None:
