@@ -4,6 +4,7 @@ messy public files by the recorded cleaning step."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
 import shutil
@@ -207,6 +208,28 @@ def test_no_private_answer_in_any_public_file_or_instruction(built):
             for f in task.public_files:
                 data = ctx.store.read_bytes(f"tasks/{task.id}/public/{f.name}").decode()
                 assert not re.search(rf"(?<![\d.]){re.escape(shown)}(?!\d)", data), (task.id, f.name, shown)
+
+
+def test_a_joined_lake_writes_its_second_table_s_key_differently(built):
+    """Renamed, prefixed or both: a join on the shared name, or on the values as written, finds nothing until
+    the key is cleaned (the recorded cleaning step does it; the answers reproduce, tested above)."""
+    ctx, tasks = built
+    joined = [t for t in _candidates(tasks, "Lake") if json.loads(t.spec)["layout"] == "join"]
+    assert joined, "the slice should hold a joined lake"
+    for task in joined:
+        spec = json.loads(task.spec)
+        details = next(name for name in spec["files"] if name.endswith("_details.csv"))
+        mess = spec["mess"][details]
+        assert {"renamed-key", "prefixed-key"} & set(spec["files"][details])
+        published = pd.read_csv(
+            io.BytesIO(ctx.store.read_bytes(f"tasks/{task.id}/public/{details}")),
+            dtype=str,
+            keep_default_na=False,
+        )
+        if "key_alias" in mess:
+            assert mess["key"] not in published.columns and mess["key_alias"] in published.columns
+        if "key_prefix" in mess:
+            assert published[mess.get("key_alias", mess["key"])].iloc[-1].startswith(mess["key_prefix"])
 
 
 def test_lake_distractors_are_read_only_when_drawn(built, monkeypatch):

@@ -4,7 +4,8 @@ The folder holds the files the answer needs, the source's training rows either s
 several files) or into two tables joined on the source's key, next to distractors: other sources' files and
 a near-duplicate of one of them. The needed files carry controlled mess a careful analyst handles: a second
 header row, "N/A" and "-" for missing cells, thousands separators, a column given in thousands with the unit in
-its header, dates in mixed formats. Mess is applied to the public copy only, cell by cell on the text, and
+its header, dates in mixed formats; in a joined lake, the second table's key under another name, or with a
+prefix on every value, or both. Mess is applied to the public copy only, cell by cell on the text, and
 `cleaning.py` (recorded privately) undoes it exactly: the reference answers from the clean files, and again
 from the public files after the cleaning step, and both must agree.
 
@@ -31,7 +32,7 @@ from dareforge.context import RunContext
 from dareforge.generators.prepare import load_prepared, prepared_file
 from dareforge.generators.questions.build import Posed, subtask, subtasks_of
 from dareforge.generators.questions.programs import PROGRAMS
-from dareforge.generators.questions.question import Question, SubQuestion, Table
+from dareforge.generators.questions.question import Question, SubQuestion, Table, pick
 from dareforge.generators.questions.scripts import Step
 from dareforge.generators.questions.table_questions import answer_lines, program_order, seeded
 from dareforge.generators.taskio import Draft
@@ -43,6 +44,8 @@ DISTRACTORS = 2
 PARTS = (2, 3)
 NEAR_DUPLICATE_DROP = 0.1
 MISSING_MARKERS = ("N/A", "-")
+KEY_PREFIX = "K-"
+"""Written before every key of a joined lake's second table when its keys differ in form from the first's."""
 DATE_FORMATS = ("%Y-%m-%d", "%d %b %Y", "%b %d, %Y")
 SCALE_SUFFIX = " (thousands)"
 LAKE_EXCLUDED_PROGRAMS = frozenset({"missing-audit"})
@@ -66,6 +69,10 @@ class Mess:
     thousands: list[str] = field(default_factory=list)
     scaled: list[str] = field(default_factory=list)
     dates: list[str] = field(default_factory=list)
+    key: str | None = None
+    """The join key, on the file whose key is written differently from the other's (`key_alias`, `key_prefix`)."""
+    key_alias: str | None = None
+    key_prefix: str | None = None
 
     def kinds(self) -> list[str]:
         return [
@@ -76,6 +83,8 @@ class Mess:
                 ("thousands-separators", self.thousands),
                 ("unit-in-header", self.scaled),
                 ("mixed-dates", self.dates),
+                ("renamed-key", self.key_alias),
+                ("prefixed-key", self.key_prefix),
             )
             if on
         ]
@@ -206,6 +215,8 @@ def _plan(
         name: _choose_mess(text.iloc[rows[name]][cols], frame.iloc[rows[name]][cols], key, codes, rng)
         for name, cols in sorted(needed.items())
     }
+    if layout == "join":
+        _differ_key(mess[details], key, {*needed[main], *needed[details]}, rng)
     chosen = [pool[i] for i in rng.permutation(len(pool))[:DISTRACTORS]] if pool else []
     distractors = []
     for other in chosen:
@@ -217,6 +228,18 @@ def _plan(
         original = distractors[0][0]
         near = (original.replace(".csv", "_old.csv"), original)
     return LakePlan(question, layout, needed, rows, key, mess, distractors, near)
+
+
+def _differ_key(mess: Mess, key: str, taken: set[str], rng: np.random.Generator) -> None:
+    """The second table's key under another name, with a prefix on every value, or both: a join on the
+    shared name, or on the values as written, then finds nothing."""
+    style = int(rng.integers(3))  # 0: renamed, 1: prefixed, 2: both
+    mess.key = key
+    if style != 1:
+        aliases = [a for a in (f"{key}_ref", f"ref_{key}", key.upper(), key.title()) if a not in taken]
+        mess.key_alias = pick(rng, aliases) if aliases else None
+    if style != 0 or mess.key_alias is None:
+        mess.key_prefix = KEY_PREFIX
 
 
 def _choose_mess(
@@ -305,10 +328,17 @@ def _subtasks(plan: LakePlan, title: str) -> list[tuple[SubTask, Step]]:
     names = sorted(plan.needed)
     if plan.layout == "join":
         first, second = names
+        renamed = any(plan.mess[name].key_alias for name in names)
+        ask = (
+            f"Which column of `{first}` holds the key to join `{second}` on (`{second}` holds the same keys, "
+            "under another name)?"
+            if renamed
+            else f"Which column do `{first}` and `{second}` share, the key to join them on?"
+        )
         subs.append(
             _sub(
                 "s2",
-                f"Which column do `{first}` and `{second}` share, the key to join them on?",
+                ask,
                 Step(
                     f"shared = [c for c in pd.read_csv({first!r}, nrows=0).columns "
                     f"if c in set(pd.read_csv({second!r}, nrows=0).columns)]\nanswer = shared[0]",
@@ -399,8 +429,12 @@ def iso_date(text):
     raise ValueError(f"no known date format fits {{text!r}}")
 
 
-def clean(name, header_lines=1, missing=(), thousands=(), scaled=(), dates=()):
+def clean(name, header_lines=1, missing=(), thousands=(), scaled=(), dates=(), key=None, alias=None, prefix=None):
     table = pd.read_csv(name, dtype=str, keep_default_na=False, skiprows=range(1, header_lines))
+    if alias:
+        table = table.rename(columns={{alias: key}})
+    if prefix:
+        table[key] = table[key].str.removeprefix(prefix)
     for column in missing:
         table[column] = table[column].replace(MISSING_MARKERS)
     for column in thousands:
@@ -427,6 +461,8 @@ def _cleaning_code(plan: LakePlan) -> str:
         for attr in ("missing", "thousands", "scaled", "dates"):
             if getattr(mess, attr):
                 args.append(f"{attr}={getattr(mess, attr)!r}")
+        if mess.key_alias or mess.key_prefix:
+            args.append(f"key={mess.key!r}, alias={mess.key_alias!r}, prefix={mess.key_prefix!r}")
         calls.append(f"clean({', '.join(args)})")
     return CLEANING_HEADER + "\n\n" + "\n".join(calls) + "\n"
 
@@ -437,7 +473,7 @@ def lake_instruction(plan: LakePlan, question: Question, title: str) -> str:
         [
             f"The working directory holds a small data lake of {files} CSV files. Some are unrelated to the "
             "question; the data it needs may be split over several files or need a join, and may be untidy "
-            "(how missing values, numbers, units, dates and headers are written): clean what you use.",
+            "(how missing values, numbers, units, dates, headers and keys are written): clean what you use.",
             "",
             f'The question is about the data of "{title}".',
             *answer_lines(question),
@@ -508,7 +544,11 @@ def _messy(table: pd.DataFrame, mess: Mess, rng: np.random.Generator) -> str:
         ]
     for column in mess.scaled:
         out[column] = out[column].map(_scaled)
+    if mess.key_prefix:
+        out[mess.key] = [mess.key_prefix + v if v else v for v in out[mess.key]]
     out = out.rename(columns={c: c + SCALE_SUFFIX for c in mess.scaled})
+    if mess.key_alias:
+        out = out.rename(columns={mess.key: mess.key_alias})
     csv_text = out.to_csv(index=False)
     if not mess.second_header:
         return csv_text
