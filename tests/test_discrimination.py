@@ -1,9 +1,11 @@
 """The solver ladder as a check: a target that is noise is gated as non-discriminative, a learnable task is
-ranked with an interval around every rung's score, and the ladder's scores are the same on every run."""
+ranked with an interval around every rung's score, the ladder's scores are the same on every run, and a
+release's card and report show its figures per family."""
 
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import numpy as np
 import pandas as pd
@@ -11,6 +13,9 @@ import pytest
 
 from dareforge.config import Config, SourceOverride
 from dareforge.context import RunContext
+from dareforge.families.registry import family_named
+from dareforge.publish import build_release
+from dareforge.publish.release_report import write_release_report
 from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
 from dareforge.reference_solutions.reference_code import (
     STRONG_SCRIPT,
@@ -22,6 +27,7 @@ from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators.discrimination import Discrimination
 from dareforge.validators.validate import task_view, validate
 from tests.stores import generate_tasks, prediction_only
+from tests.test_report import _tables
 
 ROWS = 400
 NOISE = "mirror.someone--noise"
@@ -162,3 +168,36 @@ def test_the_strong_spec_is_read_back_from_its_script_and_an_edited_script_is_re
     assert strong_spec_of(code.replace("random_state=0", "random_state=1"), "id") is None
     for rung in model_rungs(spec):
         assert rung.code(spec) != code or rung.name == "boosted"
+
+
+def test_the_release_card_and_report_show_the_ladder_per_family(validated):
+    noise, iris = _mm_task(validated, NOISE), _mm_task(validated, IRIS)
+    assert noise.family == iris.family
+    release = build_release(validated, "ladder", today=date(2026, 1, 15)).release
+    assert iris.id in release.task_ids and noise.id not in release.task_ids
+    ladder = json.loads(_finding(validated, iris).details)  # the one released task of the family
+    figures = release.manifest["skill"]["ladder"][iris.family]
+    assert (figures["laddered"], figures["gated"], figures["released"]) == (2, 1, 1)
+    assert figures["mean_tau"] == pytest.approx(ladder["tau"], abs=1e-4)
+    assert figures["median_difficulty"] == pytest.approx(ladder["difficulty"], abs=1e-4)
+    assert figures["median_headroom"] == pytest.approx(ladder["headroom"], abs=1e-4)
+    assert sum(figures["difficulty_bins"]) == sum(figures["headroom_bins"]) == 1
+    assert figures["headroom_bins"][min(int(ladder["headroom"] * 10), 9)] == 1
+    assert [r["name"] for r in figures["rungs"]] == [r["name"] for r in ladder["rungs"]]
+    for mean, rung in zip(figures["rungs"], ladder["rungs"], strict=True):
+        assert mean["tasks"] == 1
+        assert [mean[k] for k in ("score", "low", "high")] == pytest.approx(
+            [rung[k] for k in ("score", "low", "high")], abs=1e-4
+        )
+
+    card = validated.store.read_bytes(f"{release.prefix}/README.md").decode()
+    cells = ["2", "1 (50%)", "1", *(f"{ladder[k]:.2f}" for k in ("tau", "difficulty", "headroom"))]
+    assert f"| {iris.family} | {family_named(iris.family).words.asks} | {' | '.join(cells)} |" in card
+    # What the ladder cost measures the machine that ran it: a release's bytes hold no timing.
+    manifest = validated.store.read_bytes(f"{release.prefix}/manifest.json").decode()
+    assert "cpu_seconds" not in manifest and "cpu" not in card.lower()
+
+    page = validated.store.read_bytes(write_release_report(validated, "ladder")).decode()
+    assert _tables(page)["ladder-summary"][1:] == [[iris.family, *cells]]
+    assert "alt='line plots of mean score per rung'" in page
+    assert "alt='histograms of difficulty and headroom of the released tasks'" in page

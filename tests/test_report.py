@@ -7,6 +7,7 @@ works on a copy.
 from __future__ import annotations
 
 import base64
+import html
 import re
 import shutil
 from collections import Counter
@@ -18,7 +19,9 @@ import pytest
 
 from dareforge.config import Config
 from dareforge.context import RunContext
-from dareforge.publish import ReleaseError, build_release
+from dareforge.families.registry import family_named
+from dareforge.publish import ReleaseError, build_release, skill
+from dareforge.publish.release_card import skill_lines
 from dareforge.publish.release_report import render_release_report, report_key, write_release_report
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import FilterDecision, Origin, Source
@@ -97,7 +100,12 @@ def test_report_has_every_section_and_embedded_pngs(built, page):
     assert text.startswith("<!doctype html>") and text.rstrip().endswith("</html>")
     for heading in ("Filter funnel", "Top drop reasons", "Tasks per family", "Baseline vs strong reference"):
         assert heading in text
-    for heading in ("Validation outcome", "Top rejection reasons", "Released tasks"):
+    for heading in (
+        "How the tasks measure skill",
+        "Validation outcome",
+        "Top rejection reasons",
+        "Released tasks",
+    ):
         assert heading in text
     images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", text)
     assert len(images) == 4  # funnel, families, scores, verdicts
@@ -140,6 +148,41 @@ def test_tables_match_the_release(built, page):
     assert tables["verdict-counts"][-1] == ["all", str(verdicts.get(True, 0)), str(verdicts.get(False, 0))]
     scored = {r[0] for r in tables["score-summary"][1:]}
     assert scored and all(f.endswith("-MM") or f.startswith("TS-") for f in scored)
+
+
+def test_without_a_ladder_the_skill_sections_say_so_and_count_question_tiers(built, page):
+    ctx, release = built
+    card = ctx.store.read_bytes(f"{release.prefix}/README.md").decode()
+    text = page[1]
+    assert release.manifest["skill"]["ladder"] == {}  # the ladder is opt-in: this store ran none
+    assert skill.NO_LADDER in card and f"<p>{html.escape(skill.NO_LADDER)}</p>" in text
+    assert "ladder-summary" not in text
+    tiers: dict[str, Counter] = {}
+    for task in release.tasks():
+        if family_named(task.family).asks_question:
+            tiers.setdefault(task.family, Counter())[task.difficulty or "not tiered"] += 1
+    assert tiers, "the store has no question task to tier"
+    rows = {row[0]: row[1:5] for row in _tables(text)["question-tiers"][1:]}
+    assert rows == {
+        f: [str(n[t]) for t in ("easy", "medium", "hard", "not tiered")] for f, n in tiers.items()
+    }
+
+
+def test_question_tiers_are_counted_per_family_and_their_hard_share_of_the_tiered(built):
+    _, release = built
+    question = next(t for t in release.tasks() if family_named(t.family).asks_question)
+    tiers = ["hard", "easy", None, "hard", "medium"]
+    tasks = [question.model_copy(update={"id": f"q{i}", "difficulty": d}) for i, d in enumerate(tiers)]
+    summary = skill.skill_summary(tasks, tasks, [], [])
+    counts = {"easy": 1, "medium": 1, "hard": 2, "not tiered": 1}
+    assert summary == {"ladder": {}, "tiers": {question.family: counts}}
+    assert skill.tier_rows(summary) == {question.family: ["1", "1", "2", "1", "50%"]}
+    asks = family_named(question.family).words.asks
+    assert f"| {question.family} | {asks} | 1 | 1 | 2 | 1 | 50% |" in skill_lines(summary)
+    untiered = [t.model_copy(update={"difficulty": None}) for t in tasks]
+    assert skill.tier_rows(skill.skill_summary(untiered, untiered, [], [])) == {
+        question.family: ["0", "0", "0", "5", "—"]
+    }
 
 
 def test_a_second_report_writes_nothing(built, page):

@@ -4,7 +4,8 @@ A release has two halves with the same version:
 
 - public, `releases/<name>/<version>/`: `data/{train,test}.parquet` (one row per task, public fields only),
   `files/<task_id>/<file>` (the task's public input files), `README.md` (a Hugging Face dataset card that
-  `datasets.load_dataset(<folder>)` reads), `CHANGELOG.md` (against the previous version) and `manifest.json`;
+  `datasets.load_dataset(<folder>)` reads), `CHANGELOG.md` (against the previous version) and `manifest.json`
+  (whose `skill` block, `publish.skill`, sums up per family how the tasks tell solvers apart);
 - private, `releases/<name>-private/<version>/`: `answers/<task_id>/<file>` (answers, reference code and
   predictions, IF spec), `data/private.parquet` (metric, baseline and strong scores, spec, package versions),
   a minimal card and its own `manifest.json`.
@@ -52,6 +53,7 @@ from dareforge.context import RunContext
 from dareforge.hashing import canonical_json, content_fingerprint, sha256_bytes
 from dareforge.publish import changelog, release_card
 from dareforge.publish.files import copy, parquet_bytes, read_rows, write
+from dareforge.publish.skill import skill_summary
 from dareforge.publish.source_split import (
     DEFAULT_SEED,
     DEFAULT_TEST_SHARE,
@@ -73,7 +75,7 @@ from dareforge.publish.versions import (
     write_build_record,
 )
 from dareforge.queries import chosen_framings, kept_sources
-from dareforge.schema import Source, Task, TaskScores, Verdict
+from dareforge.schema import Source, Task, TaskScores, Validation, Verdict
 from dareforge.store import MANIFEST as TASK_MANIFEST
 
 log = logging.getLogger(__name__)
@@ -233,6 +235,9 @@ class Selection:
     excluded: Counter
     verdicts: dict[str, Any]
     notes: list[str]
+    candidates: list[Task]
+    """The tasks before the gate: the card tells what share of them it rejected, and why."""
+    judged: list[Verdict]
 
 
 def select_tasks(ctx: RunContext) -> Selection:
@@ -286,7 +291,7 @@ def select_tasks(ctx: RunContext) -> Selection:
         "accepted": sum(v.accepted for v in verdicts),
         "rejected": sum(not v.accepted for v in verdicts),
     }
-    return Selection(selected, sources, excluded, verdict_info, notes)
+    return Selection(selected, sources, excluded, verdict_info, notes, candidates, verdicts)
 
 
 # -- building ---------------------------------------------------------------------------------------------------
@@ -505,6 +510,7 @@ def _build_release(
             "released": len(tasks),
             "excluded": dict(sorted(selection.excluded.items())),
         },
+        "skill": skill_summary(selection.candidates, tasks, store.iter_records(Validation), selection.judged),
     }
 
     # The changelog sees private checksums to tell "same id, other files", but prints only file names.

@@ -15,6 +15,7 @@ from typing import Any
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from dareforge.families.registry import family_named, in_order
+from dareforge.publish import skill
 from dareforge.publish.source_split import SPLITS
 
 METRIC_TEXT = {
@@ -80,6 +81,18 @@ def front_matter(data: DatasetCardData, body: str) -> str:
     """A card: `data` as YAML front matter (what the Hub and `datasets` read), then the Markdown body."""
     card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
     return str(card).rstrip("\n") + "\n"
+
+
+def skill_lines(summary: dict[str, Any]) -> list[str]:
+    """The card's section on how its tasks tell solvers apart, from the manifest's `skill` block."""
+    lines = ["## How the tasks measure skill", ""]
+    if summary["ladder"]:
+        lines += [skill.LADDER_TEXT, "", *family_table(skill.ladder_rows(summary), skill.LADDER_COLUMNS), ""]
+    else:
+        lines += [skill.NO_LADDER, ""]
+    if summary["tiers"]:
+        lines += [skill.TIER_TEXT, "", *family_table(skill.tier_rows(summary), skill.TIER_COLUMNS), ""]
+    return lines
 
 
 def _graded(family: str, metric: dict[str, Any]) -> str:
@@ -179,8 +192,8 @@ def public_card(meta: dict[str, Any]) -> str:
         for family in in_order(mix):
             for kind, n in sorted(mix[family].items()):
                 lines.append(f"| {family} | {kind} | {n} | {ANSWER_TYPE_TEXT.get(kind, '')} |")
+    lines += ["", *skill_lines(meta["skill"])]
     lines += [
-        "",
         "## Sources and licenses",
         "",
         "The tasks' files are derived from these sources and stay under their licenses (hence `license: other`).",

@@ -11,6 +11,7 @@ from typing import Any
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from dareforge.publish.source_split import SPLITS
 
@@ -150,4 +151,53 @@ def validation_plot(families: list[str], counts: Counter) -> str:
         ax.set_xlim(0, max((a + r for a, r in zip(accepted, rejected, strict=True)), default=1) * 1.05 or 1)
         ax.legend(loc="lower right", ncols=2, bbox_to_anchor=(1.0, 1.0))
         ax.set_title("Validation verdicts per family", loc="left")
+        return _png(fig)
+
+
+def ladder_plot(ladders: list[tuple[str, int, list[dict[str, Any]]]]) -> str:
+    """Per family (`ladders`: family, its tasks, its rungs in ladder order as `skill` sums them up): each rung's
+    mean score over the tasks that scored it, in a band from the mean low to the mean high end of the
+    intervals."""
+    with matplotlib.rc_context(_RC):
+        fig, axes = _figure(3.2, ncols=len(ladders), squeeze=False, sharey=True)
+        for ax, (family, n, rungs) in zip(axes[0], ladders, strict=True):
+            scored = [(i, r) for i, r in enumerate(rungs) if r["score"] is not None]
+            xs = [i for i, _ in scored]
+            ax.fill_between(
+                xs, [r["low"] for _, r in scored], [r["high"] for _, r in scored], color=STRONG, alpha=0.2
+            )
+            ax.plot(xs, [r["score"] for _, r in scored], color=STRONG, marker="o", markersize=4)
+            ax.set_xticks(range(len(rungs)), [r["name"] for r in rungs], rotation=30, ha="right")
+            ax.grid(axis="x", visible=False)
+            ax.set_title(f"{family} (n={n})")
+        axes[0][0].set_ylabel("mean score")
+        return _png(fig)
+
+
+def distribution_plot(families: list[str], bins: dict[str, dict[str, list[int]]]) -> str:
+    """Histograms over [0, 1] of each measure in `bins` (measure -> family -> counts per equal-width bin), one
+    panel per measure, families stacked."""
+    with matplotlib.rc_context(_RC):
+        fig, axes = _figure(2.8, ncols=len(bins), squeeze=False)
+        for ax, (measure, counts) in zip(axes[0], bins.items(), strict=True):
+            n = len(counts[families[0]])
+            lefts, bottom = [k / n for k in range(n)], [0] * n
+            for i, family in enumerate(families):
+                ax.bar(
+                    lefts,
+                    counts[family],
+                    width=1 / n,
+                    bottom=bottom,
+                    align="edge",
+                    color=f"C{i}",
+                    edgecolor="white",
+                    label=family,
+                )
+                bottom = [b + c for b, c in zip(bottom, counts[family], strict=True)]
+            ax.set_xlim(0, 1)
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(axis="x", visible=False)
+            ax.set_xlabel(measure)
+            ax.set_ylabel("released tasks")
+        axes[0][-1].legend(loc="upper right")
         return _png(fig)

@@ -6,8 +6,11 @@
    in the release) and the top reasons sources dropped out along it;
 2. the released tasks per family, stacked by release split;
 3. baseline vs strong reference scores of the released model-making (MM) and time-series (TS) tasks;
-4. the validation outcome per family (from the store's `verdicts`) and the top rejection reasons;
-5. every released task (id, family, source, split, metric, scores).
+4. how the tasks measure skill, per family (the manifest's `skill` block, `publish.skill`): the solver
+   ladder's figures with each family's mean score per rung and the distributions of difficulty and headroom,
+   and the question families' difficulty tiers;
+5. the validation outcome per family (from the store's `verdicts`) and the top rejection reasons;
+6. every released task (id, family, source, split, metric, scores).
 
 The release parts (tasks, splits, scores) come from the frozen release; the funnel and the verdicts describe
 the store as it is when the report is written, which the page says. Plots are PNGs (matplotlib, Agg) embedded
@@ -27,13 +30,16 @@ from typing import Any
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.families.registry import family_named, in_order
+from dareforge.publish import skill
 from dareforge.publish.release import RELEASES, Release, load_release
 from dareforge.publish.release_card import answer_type_mix
 from dareforge.publish.release_figures import (
     DPI,
     WIDTH,
+    distribution_plot,
     family_plot,
     funnel_plot,
+    ladder_plot,
     score_plot,
     validation_plot,
 )
@@ -340,8 +346,60 @@ def _score_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[
     return parts
 
 
+def _family_table(rows: dict[str, list[str]], columns: list[str], table_id: str) -> str:
+    """A table of `rows` (family -> its cells under `columns`, all numbers), as the card's `family_table`."""
+    return _table(
+        ["family", *columns],
+        [[f, *cells] for f, cells in rows.items()],
+        num=range(1, len(columns) + 1),
+        table_id=table_id,
+    )
+
+
+def _skill_section(release: Release) -> list[str]:
+    parts = ["<h2 id='skill'>4. How the tasks measure skill</h2>"]
+    summary = release.manifest.get("skill")
+    if summary is None:
+        parts.append("<p>This version was built before releases summed up their tasks' skill.</p>")
+        return parts
+    ladder = summary["ladder"]
+    if not ladder:
+        parts.append(f"<p>{_e(skill.NO_LADDER)}</p>")
+    else:
+        parts += [
+            f"<p class='muted'>{_e(skill.LADDER_TEXT)}</p>",
+            _family_table(skill.ladder_rows(summary), skill.LADDER_COLUMNS, "ladder-summary"),
+        ]
+        shown = [f for f, figures in ladder.items() if figures["released"]]
+        if shown:
+            parts += [
+                "<p class='muted'>Per family, each rung's mean score over the released tasks that scored it, "
+                "in a band from the mean low to the mean high end of the rungs' 95% bootstrap intervals.</p>",
+                _img(
+                    ladder_plot([(f, ladder[f]["released"], ladder[f]["rungs"]) for f in shown]),
+                    "line plots of mean score per rung",
+                ),
+                _img(
+                    distribution_plot(
+                        shown,
+                        {
+                            measure: {f: ladder[f][f"{measure}_bins"] for f in shown}
+                            for measure in ("difficulty", "headroom")
+                        },
+                    ),
+                    "histograms of difficulty and headroom of the released tasks",
+                ),
+            ]
+    if summary["tiers"]:
+        parts += [
+            f"<p class='muted'>{_e(skill.TIER_TEXT)}</p>",
+            _family_table(skill.tier_rows(summary), skill.TIER_COLUMNS, "question-tiers"),
+        ]
+    return parts
+
+
 def _validation_section(release: Release, verdicts: list[tuple]) -> list[str]:
-    parts = ["<h2 id='validation'>4. Validation outcome</h2>"]
+    parts = ["<h2 id='validation'>5. Validation outcome</h2>"]
     at_release = release.manifest.get("verdicts") or {}
     if at_release.get("present"):
         parts.append(
@@ -402,7 +460,7 @@ def _task_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[s
             ]
         )
     return [
-        f"<h2 id='tasks'>5. Released tasks ({len(rows)})</h2>",
+        f"<h2 id='tasks'>6. Released tasks ({len(rows)})</h2>",
         _table(
             ["task", "family", "source", "split", "metric", "baseline", "strong"],
             rows,
@@ -465,11 +523,12 @@ def render_release_report(ctx: RunContext, release: Release) -> str:
         f"<h1>{_e(title)}</h1>",
         f"<p class='muted'>{_e(manifest.get('pretty_name', release.name))}</p>",
         "<nav><a href='#funnel'>Funnel</a><a href='#families'>Families</a><a href='#scores'>Scores</a>"
-        "<a href='#validation'>Validation</a><a href='#tasks'>Tasks</a><a href='#costs'>Costs</a></nav>",
+        "<a href='#skill'>Skill</a><a href='#validation'>Validation</a><a href='#tasks'>Tasks</a><a href='#costs'>Costs</a></nav>",
         f"<table id='summary'>{summary_rows}</table>",
         *_funnel_section(state.funnel),
         *_family_section(release),
         *_score_section(release, scores),
+        *_skill_section(release),
         *_validation_section(release, state.verdicts),
         *_task_section(release, scores),
         *_cost_section(ctx),
