@@ -105,6 +105,8 @@ PUBLIC_SCHEMA = pa.schema(
         pa.field("instruction", pa.string(), False),
         _TASK.field("metric"),
         _TASK.field("subtasks"),
+        _TASK.field("difficulty"),
+        _TASK.field("operations"),
         _TASK.field("limits"),
         pa.field("files", pa.list_(_FILE), False),
         pa.field("generator_version", pa.string(), False),
@@ -310,6 +312,8 @@ def _public_row(task: Task, split: str) -> dict[str, Any]:
         "instruction": task.instruction,
         "metric": task.metric.model_dump(),
         "subtasks": [sub.model_dump() for sub in task.subtasks],
+        "difficulty": task.difficulty,
+        "operations": list(task.operations),
         "limits": task.limits.model_dump(),
         "files": public_file_entries(task),
         "generator_version": task.generator_version,
@@ -401,7 +405,10 @@ def _build_release(
     private_rows = [_private_row(t, sides[t.source_id]) for t in tasks]
     public_fp = content_fingerprint({"format": FORMAT, "rows": public_rows})
     private_fp = content_fingerprint({"format": FORMAT, "rows": private_rows})
-    content_fp = sha256_bytes(f"{public_fp}:{private_fp}".encode())
+    skill = skill_summary(selection.candidates, tasks, store.iter_records(Validation), selection.judged)
+    # The skill figures are part of what a version says: a ladder run on unchanged tasks makes a new version.
+    skill_fp = content_fingerprint(skill)
+    content_fp = sha256_bytes(f"{public_fp}:{private_fp}:{skill_fp}".encode())
 
     def existing(release: Release, notes: list[str]) -> ReleaseResult:
         return ReleaseResult(
@@ -510,7 +517,7 @@ def _build_release(
             "released": len(tasks),
             "excluded": dict(sorted(selection.excluded.items())),
         },
-        "skill": skill_summary(selection.candidates, tasks, store.iter_records(Validation), selection.judged),
+        "skill": skill,
     }
 
     # The changelog sees private checksums to tell "same id, other files", but prints only file names.
