@@ -169,7 +169,10 @@ def test_non_numeric_answers_raise_for_numeric_metric(tmp_path):
 @pytest.mark.parametrize(
     ("metric", "match"),
     [
-        (spec("f2-score"), "unknown metric 'f2-score'; known metrics: accuracy, allclose, clipped-r2"),
+        (
+            spec("f2-score"),
+            "unknown metric 'f2-score'; known metrics: accuracy, allclose, allclose-all-rows, clipped-r2",
+        ),
         (spec("allclose"), "set MetricSpec.tolerance"),
         (spec("allclose", tolerance=-0.1), "set MetricSpec.tolerance"),
         (spec("map-at-k"), "set MetricSpec.k"),
@@ -242,6 +245,7 @@ def test_metric_input_errors(fn, y_true, y_pred, error, match):
 
 def test_registry():
     assert is_pass_metric("exact-match") and is_pass_metric("allclose")
+    assert is_pass_metric("exact-match-all-rows") and is_pass_metric("allclose-all-rows")
     assert not any(is_pass_metric(n) for n in ("macro-f1", "clipped-r2", "rmse"))
     assert get_metric("MAP@K") is METRICS["map-at-k"]
     assert get_metric("log_loss") is METRICS["log-loss"]
@@ -260,6 +264,8 @@ BINARY = [str(i % 2) for i in range(40)]
 PERFECT = {
     "exact-match": (LABELS, {}),
     "allclose": (NUMBERS, {"tolerance": 1e-6}),
+    "exact-match-all-rows": (LABELS, {}),
+    "allclose-all-rows": (NUMBERS, {"tolerance": 1e-5}),
     "macro-f1": (LABELS, {}),
     "clipped-r2": (NUMBERS, {}),
     "forecast-skill": (NUMBERS, {"scale": [0.5]}),
@@ -306,6 +312,35 @@ def test_row_order_does_not_matter(tmp_path, name):
     shuffled = grade(metric, submission.sample(frac=1, random_state=2), answers)
     assert in_order.ok and shuffled.ok
     assert shuffled.score == pytest.approx(in_order.score)
+
+
+def test_if_rules_row_share_and_all_rows(tmp_path):
+    """Our releases' IF rule scores the share of matching rows; DARE-bench's (the `-all-rows` metrics the
+    DARE-bench layout exports) scores 1 only when every row matches, with numpy.allclose's tolerances."""
+    labels = pd.DataFrame({"id": IDS, "y": LABELS})
+    one_wrong = labels.assign(y=["bird", *LABELS[1:]])
+    assert grade(spec("exact-match"), one_wrong, labels).score == pytest.approx(39 / 40)
+    assert grade(spec("exact-match-all-rows"), one_wrong, labels).score == 0.0
+    assert (
+        grade(spec("exact-match-all-rows"), labels.assign(y=[f" {v} " for v in LABELS]), labels).score == 1.0
+    )
+
+    numbers = pd.DataFrame({"id": IDS, "y": NUMBERS})
+    noised = numbers.assign(y=[repr(float(v) * (1 + 5e-6)) for v in NUMBERS])
+    assert grade(spec("allclose", tolerance=1e-6), noised, numbers).score == 0.0
+    assert grade(spec("allclose-all-rows", tolerance=1e-5), noised, numbers).score == 1.0
+    wrong = noised.assign(y=["1000", *noised["y"][1:]])
+    assert grade(spec("allclose", tolerance=1e-5), wrong, numbers).score == pytest.approx(39 / 40)
+    assert grade(spec("allclose-all-rows", tolerance=1e-5), wrong, numbers).score == 0.0
+    # numpy measures the slack on the prediction (|true - pred| <= 1e-8 + rtol * |pred|), and has an absolute
+    # floor of 1e-8, where our row rule measures it on max(|answer|, 1).
+    assert m.allclose_all_rows([0.0], [5e-9], tolerance=1e-5) == 1.0
+    assert m.allclose_all_rows([0.0], [2e-8], tolerance=1e-5) == 0.0
+    assert m.allclose([0.0], [2e-8], tolerance=1e-5) == 1.0
+    assert m.allclose_all_rows([1.0], [1.0 + 1.00001e-5], tolerance=1e-5) == 1.0
+    assert m.allclose([1.0], [1.0 + 1.00001e-5], tolerance=1e-5) == 0.0
+    with pytest.raises(GradingError, match="relative tolerance"):
+        grade(spec("allclose-all-rows"), numbers, numbers)
 
 
 def test_several_targets_are_averaged(tmp_path):

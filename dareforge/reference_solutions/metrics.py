@@ -8,6 +8,13 @@ Label metrics (exact-match, accuracy, macro-f1, map-at-k) compare labels by a ca
 value's text with surrounding whitespace stripped, and numbers reduced to their exact decimal value, so
 "1" == "1.0" == " 1 " but "a" != "A" and "007" == "7" (as labels, not as row keys: the grader joins keys
 on their exact text, or by integer value for keys whose answers are all integers).
+
+IF tasks have two rules. Our releases score an IF task by the *share of rows* that match the reference run
+(`exact-match`; `allclose`: ``|pred - true| <= tolerance * max(|true|, 1)``, tolerance
+`generate.regression_tolerance`, 1e-6), so one wrong row of 300 scores 0.997. DARE-bench scores it *all or
+nothing* (`exact-match-all-rows`; `allclose-all-rows`: numpy.allclose, rtol = tolerance, atol 1e-8), so that
+row scores 0; the DARE-bench layout export writes these names, with DARE-bench's tolerance 1e-5, so its
+evaluator and our grader agree (`dareforge.exports.dare_bench`).
 """
 
 from __future__ import annotations
@@ -117,6 +124,25 @@ def allclose(y_true: ArrayLike, y_pred: ArrayLike, tolerance: float) -> float:
     truth, pred = _numeric_pair(y_true, y_pred)
     slack = tolerance * np.maximum(np.abs(truth), 1.0)
     return float(np.mean((np.abs(pred - truth) <= slack) | (pred == truth)))
+
+
+ALL_ROWS_ATOL = 1e-8
+"""The absolute tolerance of `allclose_all_rows`: numpy.allclose's default, which DARE-bench's evaluator uses."""
+
+
+def exact_match_all_rows(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """1 when every row's label equals the answer (canonical form, as `exact_match`), else 0: DARE-bench's IF
+    classification rule (its evaluator compares the whole column at once)."""
+    return 1.0 if exact_match(y_true, y_pred) == 1.0 else 0.0
+
+
+def allclose_all_rows(y_true: ArrayLike, y_pred: ArrayLike, tolerance: float) -> float:
+    """1 when ``numpy.allclose(y_true, y_pred, rtol=tolerance, atol=1e-8)``, else 0: DARE-bench's IF regression
+    rule (it calls numpy.allclose with its defaults, rtol 1e-5). Row by row ``|true - pred| <= 1e-8 +
+    tolerance * |pred|``: numpy measures the slack on the prediction, not on the answer as `allclose` does."""
+    _check_tolerance(tolerance)
+    truth, pred = _numeric_pair(y_true, y_pred)
+    return float(np.allclose(truth, pred, rtol=tolerance, atol=ALL_ROWS_ATOL))
 
 
 def macro_f1(y_true: ArrayLike, y_pred: ArrayLike) -> float:
@@ -312,6 +338,8 @@ METRICS: dict[str, Metric] = {
     for m in (
         Metric("exact-match", exact_match, higher_is_better=True, kind="label", is_pass=True),
         Metric("allclose", allclose, True, "numeric", params=("tolerance",), is_pass=True),
+        Metric("exact-match-all-rows", exact_match_all_rows, True, "label", is_pass=True),
+        Metric("allclose-all-rows", allclose_all_rows, True, "numeric", params=("tolerance",), is_pass=True),
         Metric("macro-f1", macro_f1, True, "label"),
         Metric("clipped-r2", clipped_r2, True, "numeric"),
         Metric("forecast-skill", forecast_skill, True, "numeric", params=("scale",)),
@@ -338,5 +366,6 @@ def get_metric(name: str) -> Metric:
 
 
 def is_pass_metric(name: str) -> bool:
-    """Whether `name` is pass/fail-style (exact-match, allclose): a correct solution scores exactly 1."""
+    """Whether `name` is pass/fail-style (exact-match, allclose and their all-rows forms): a correct solution
+    scores exactly 1."""
     return get_metric(name).is_pass
