@@ -307,18 +307,25 @@ def test_only_accepted_tasks_are_released_once_verdicts_exist(store, release, tm
 
 
 def test_export_dare_bench_layout(store, release, tmp_path):
-    job = ExportJob(store, release.release, dest=tmp_path / "eval")
+    job = ExportJob(store, release.release, dest=tmp_path / "data")
     report = export_format("dare-bench").export(job)
-    root = tmp_path / "eval"
-    questions = json.loads((root / "question_list.json").read_text())
-    keys = {"file_path", "question_v1", "question_v2", "task", "needed_files_v1", "needed_files_v2"}
-    assert questions and all(keys <= set(q) for q in questions) and not report.skipped
+    dest = tmp_path / "data"
+    # Each split in its own root (DARE-bench's data/eval/ holds evaluation tasks only), each with its list.
+    lists = {
+        root: json.loads((dest / root / "question_list.json").read_text())
+        for root in ("eval", "train")
+        if (dest / root / "question_list.json").is_file()
+    }
+    questions = [q for entries in lists.values() for q in entries]
+    keys = {"file_path", "question_v1", "question_v2", "task", "needed_files_v1", "needed_files_v2", "split"}
+    assert questions and all(keys <= set(q) for q in questions)
     by_folder = {q["file_path"]: q for q in questions}
+    root_of = {q["file_path"]: root for root, entries in lists.items() for q in entries}
     for folder, kind in (
         ("builtin_sklearn-iris_class", "classification"),
         ("builtin_vega-cars_reg", "regression"),
     ):
-        q, base = by_folder[folder], root / "databases" / folder
+        q, base = by_folder[folder], dest / root_of[folder] / "databases" / folder
         assert q["task"] == kind and q["needed_files_v1"] == ["train_v1.csv", "val_v1.csv", "metadata.txt"]
         for name in ("train_v1.csv", "val_v1.csv", "train_v2.csv", "val_v2.csv", "metadata.txt"):
             assert (base / "source" / name).is_file()
@@ -331,11 +338,12 @@ def test_export_dare_bench_layout(store, release, tmp_path):
             pd.read_csv(io.BytesIO(reference))
         )
         assert "`train_v1.csv`" in q["question_v1"] and "`prediction.csv`" in q["question_v1"]
-    assert "builtin_sklearn-iris-2_class" in by_folder  # the second IF seed, its MM repeated
-    assert (
-        by_folder["builtin_sklearn-iris-2_class"]["dareforge"]["v2_duplicate_of"]
-        == "builtin_sklearn-iris_class"
+    # The second IF seed is left out (reported), not paired with the source's MM task again in another folder.
+    assert "builtin_sklearn-iris-2_class" not in by_folder
+    assert report.skipped and all(
+        "one v1 task per source and target" in why for why in report.skipped.values()
     )
+    root = dest / root_of["builtin_statsmodels-co2_ts"]
     ts = root / "databases" / "builtin_statsmodels-co2_ts"
     assert by_folder["builtin_statsmodels-co2_ts"]["task"] == "time_series_analysis"
     for name in ("source/train.csv", "source/val_v1.csv", "source/val_v2.csv", "source/metadata.txt"):

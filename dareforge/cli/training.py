@@ -86,6 +86,14 @@ def export(
             "--dest", help="A benchmark's folder layout: the folder to write (default data/export/<format>)."
         ),
     ] = None,
+    if_rule: Annotated[
+        str,
+        typer.Option(
+            "--if-rule",
+            help="dare-bench: how the exported metric scores IF tasks, all-rows (DARE-bench's rule: 1 only when "
+            "every row matches) or row-share (our releases' rule: the share of rows that match).",
+        ),
+    ] = "all-rows",
     to: ToOption = None,
     hub: HubOption = None,
 ) -> None:
@@ -101,6 +109,10 @@ def export(
 
     name, version = parse_release(release)
     chosen = export_format(fmt)
+    if fmt == "dare-bench":
+        from dareforge.exports.dare_bench import DareBenchLayout
+
+        chosen = DareBenchLayout(fmt, if_rule=if_rule)
     if isinstance(chosen, FolderLayout):
         job = ExportJob(
             context(), load_release(context(), name, version), dest=dest or Path(f"data/export/{fmt}")

@@ -10,27 +10,46 @@ by task and variant: tabular v1 `simulated_pred_local.csv` (the reference run's 
 graded against the reference), tabular v2 `ground_truth.csv`, time series `ground_truth_v1.csv` /
 `ground_truth_v2.csv`; it joins on `row_id` when the ground truth has one, else on every non-target column.
 
-Our mapping (`dest` plays DARE-bench's `data/eval/`):
+Our mapping (`dest` plays DARE-bench's `data/`):
 
+- the splits kept apart, as DARE-bench keeps its evaluation tasks (`data/eval/`) apart from its training
+  tasks: our test split in `eval/`, our train split in `train/`, each with its own `question_list.json` and
+  `databases/` (point DARE-bench's `datasci_eval_root` or `evaluation.py --databases_dir/--question_list` at
+  `eval/`). Every entry also says its `split`.
 - folder `<source id, dots as underscores>_<class|reg|ts>` (the kind its families declare,
-  `Family.dare_bench`): v1 = the source's IF (or XF) task with the lowest seed, v2 = its MM (or CF)
-  task. Further IF seeds get folders `<slug>-2_<kind>`, ... whose v2 repeats the MM task; the entry's
-  `dareforge.v2_duplicate_of` names the folder that has it first (drop those entries when scoring v2, or the MM
-  task counts twice). A source missing one of the two variants (e.g. the gate rejected
-  its MM task) is skipped and reported: DARE-bench's loader needs both.
+  `Family.dare_bench`), or `<source id>-<target>_<kind>` for each target when a source frames two targets of
+  one kind: v1 = that target's IF (or XF) task with the lowest seed, v2 = its MM (or CF) task. A
+  DARE-bench folder is one source with one task of each variant, so a source's further IF seeds
+  (`generate.if_variants`, 2 by default) are not exported (the report lists them): pairing each with the
+  source's one MM task would pose that MM task again in another folder, and score it twice. A source missing
+  one of the two variants (e.g. the gate rejected its MM task) is skipped and reported: DARE-bench's loader
+  needs both. No task appears in two entries.
 - `source/`: tabular `train_v1.csv`, `val_v1.csv` (the IF task's train/test), `train_v2.csv`, `val_v2.csv`
   (the MM task's); time series `train.csv` (shared by XF and CF; `train_v1.csv`/`train_v2.csv` if they
   differ), `val_v1.csv` (XF test), `val_v2.csv` (CF test); and `metadata.txt` (title, description, columns).
 - `verify/`: the ground truth named as above, cut to the metric's key and target columns (our answers files
   may hold more, and DARE-bench joins on every non-target column), and `all_metadata.json` with `question`
-  (target, problem_type, needed files, time column, the IF spec's model and features) and `data_info`.
+  (target, problem_type, needed files, time column; for tabular folders the fields DARE-bench's
+  `reference_solution.py` reads: `selected_features`, `column_type_inference`, `model_type`, `imputer_type`,
+  `random_state`, `save_file_type`) and `data_info`.
 - the questions are our instructions with the file names swapped to the exported ones (`train.csv` ->
   `train_v1.csv`, `test.csv` -> `val_v1.csv`, `predictions.csv` -> `prediction.csv`, the file DARE-bench's
   scorer reads).
 
-DARE-bench's `reference_solution.py` cannot rebuild our IF workflows from `all_metadata.json` (their grammar
-differs), so do not let it re-simulate (`force_simulate`): `simulated_pred_local.csv` is our reference run on
-the stack in `dareforge.package_versions`; our `reference.py` is in the private release.
+How IF is scored (`if_rule`). Our releases score an IF task by the share of rows that match the reference run
+(`exact-match`, `allclose` within 1e-6 relative to max(|answer|, 1)). DARE-bench's `evaluation.py` scores it
+all or nothing: 1 when the whole column equals the reference (classification) or passes numpy.allclose with
+its defaults (rtol 1e-5, atol 1e-8, regression), else 0. The layout's default `if_rule="all-rows"` exports
+DARE-bench's rule: each folder's `all_metadata.json` records the v1 metric as `exact-match-all-rows` or
+`allclose-all-rows` (tolerance 1e-5), which our grader scores exactly as DARE-bench's evaluator does, and
+keeps our release's metric beside it (`release_metric`). `if_rule="row-share"` exports our release's metric
+unchanged; DARE-bench's evaluator then disagrees with it on every submission that misses a row.
+
+DARE-bench's `reference_solution.py` generates its code from our `all_metadata.json`, but that template
+(StandardScaler, one-hot, default hyperparameters, five estimators) is not our IF workflow (its filters,
+scalers, encoders, date parts and hyperparameters), and it reads `train_v1_no_err.*`, which we do not ship:
+do not let DARE-bench re-simulate (`force_simulate`). `simulated_pred_local.csv` is our reference run on the
+stack in `dareforge.package_versions`; our `reference.py` is in the private release.
 """
 
 from __future__ import annotations
@@ -38,13 +57,14 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
 from dareforge.families.registry import family_named
 from dareforge.generators.instructions import METRIC_WORDS
@@ -56,6 +76,12 @@ GROUND_TRUTH = {("class", 1): "simulated_pred_local.csv", ("reg", 1): "simulated
 GROUND_TRUTH.update({("class", 2): "ground_truth.csv", ("reg", 2): "ground_truth.csv"})
 GROUND_TRUTH.update({("ts", 1): "ground_truth_v1.csv", ("ts", 2): "ground_truth_v2.csv"})
 TOOLS = ["python_executor"]
+SPLIT_ROOTS = {"test": "eval", "train": "train"}
+"""Where each split of the release goes: DARE-bench's `data/eval/` holds its evaluation tasks only."""
+IF_RULES = ("all-rows", "row-share")
+ALL_ROWS_METRICS = {"exact-match": "exact-match-all-rows", "allclose": "allclose-all-rows"}
+DARE_BENCH_RTOL = 1e-5
+"""numpy.allclose's default relative tolerance, which DARE-bench's evaluator uses for IF regression."""
 
 
 @dataclass
@@ -63,8 +89,11 @@ class DareBenchReport(LayoutReport):
     folders: list[str] = field(default_factory=list)
 
     def summary(self) -> list[str]:
+        roots = [f.split("/")[0] for f in self.folders]
+        counts = ", ".join(f"{roots.count(r)} in {r}/" for r in SPLIT_ROOTS.values() if r in roots)
         lines = [
             f"exported {self.release.name}@{self.release.version} to {self.dest}: {len(self.folders)} folders"
+            + (f" ({counts})" if counts else "")
         ]
         return lines + [f"  skipped {key}: {why}" for key, why in sorted(self.skipped.items())]
 
@@ -99,12 +128,16 @@ def _rename(instruction: str, names: dict[str, str]) -> str:
     return instruction.replace(f"scored by the {ours}", f"scored by the {theirs}")
 
 
-def _dare_metric(metric: dict[str, Any]) -> dict[str, Any]:
-    """The metric as DARE-bench scores the task: clipped R² for a forecast, which our releases score by
-    forecast skill (the seasonal-naive scale only means something to that metric)."""
-    if metric["name"] != "forecast-skill":
-        return metric
-    return {**metric, "name": "clipped-r2", "scale": None, "dareforge_metric": "forecast-skill"}
+def _dare_metric(metric: dict[str, Any], if_rule: str) -> dict[str, Any]:
+    """The metric as DARE-bench scores the task (a MetricSpec our grader scores the same way): clipped R² for a
+    forecast, which our releases score by forecast skill; an IF task all or nothing under `if_rule="all-rows"`
+    (see the module doc)."""
+    if metric["name"] == "forecast-skill":
+        return {**metric, "name": "clipped-r2", "scale": None}
+    if if_rule == "all-rows" and metric["name"] in ALL_ROWS_METRICS:
+        tolerance = DARE_BENCH_RTOL if metric["name"] == "allclose" else None
+        return {**metric, "name": ALL_ROWS_METRICS[metric["name"]], "tolerance": tolerance}
+    return metric
 
 
 def _cut(data: bytes, columns: list[str]) -> bytes:
@@ -128,16 +161,28 @@ def _metadata_text(source: Source | None, source_id: str, columns: list[str]) ->
 
 
 def _spec_fields(task: _Task) -> dict[str, Any]:
-    """What DARE-bench's metadata says about an IF reference, from our sampled spec."""
+    """What DARE-bench's metadata says about an IF reference, from our sampled spec, in the form its
+    `reference_solution.py` reads (the raw columns the workflow reads, each typed `numerical` or `categorical`;
+    a date column counts as categorical, as DARE-bench types dates)."""
     if not task.private.get("spec"):
         return {}
     spec = json.loads(task.private["spec"])
     model = spec.get("model") or {}
+    numeric, categorical = spec.get("numeric", []), spec.get("categorical", [])
+    dates = [spec["date_parts"]["column"]] if spec.get("date_parts") else []
+    kinds = {
+        **{c: "numerical" for c in numeric},
+        **{c: "categorical" for c in categorical + dates},
+    }
     return {
         "model_type": model.get("name"),
         "random_state": (model.get("params") or {}).get("random_state"),
-        "numerical_features": spec.get("numeric", []),
-        "categorical_features": spec.get("categorical", []),
+        "numerical_features": numeric,
+        "categorical_features": categorical,
+        "selected_features": [*numeric, *categorical, *dates],
+        "column_type_inference": kinds,
+        "imputer_type": spec.get("numeric_imputer"),
+        "save_file_type": "csv",
     }
 
 
@@ -180,24 +225,36 @@ def _file_names(kind: str, v1: _Task, v2: _Task) -> tuple[dict[str, str], dict[s
 
 
 class DareBenchLayout(FolderLayout):
+    def __init__(self, name: str, if_rule: str = "all-rows"):
+        """`if_rule`: how the exported metric scores IF tasks, `all-rows` (DARE-bench's rule, the default) or
+        `row-share` (our releases' rule); see the module doc."""
+        if if_rule not in IF_RULES:
+            raise ExportError(f"unknown IF rule {if_rule!r}; choose one of {', '.join(IF_RULES)}")
+        super().__init__(name)
+        self.if_rule = if_rule
+
     def write(self, job: ExportJob, folder: Path) -> DareBenchReport:
-        """The job's release in DARE-bench's layout (see the module doc), every task tagged with its split."""
+        """The job's release in DARE-bench's layout (see the module doc), one list per split."""
         release = job.release
         private = {r["id"]: r for r in release.private_rows()}
         tasks = [_Task(r, private[r["id"]]) for r in release.rows()]
         sources = {s.id: s for s in job.ctx.store.read_records(Source)}
         report = DareBenchReport(release, Path(job.dest))
-        groups: dict[tuple[str, str], dict[int, list[_Task]]] = defaultdict(lambda: {1: [], 2: []})
+        # One folder per framing: a source may frame two targets of one kind (two classification targets),
+        # and an IF task must be paired with the MM task of its own target.
+        groups: dict[tuple[str, str, str], dict[int, list[_Task]]] = defaultdict(lambda: {1: [], 2: []})
         for task in tasks:
             slot = family_named(task.row["family"]).dare_bench
             if slot is None:
                 report.skipped[task.id] = f"family {task.row['family']} has no DARE-bench counterpart"
                 continue
-            groups[(task.row["source_id"], slot.kind)][slot.variant].append(task)
+            target = task.row["metric"]["target_columns"][0]
+            groups[(task.row["source_id"], slot.kind, target)][slot.variant].append(task)
+        framings = Counter((source_id, kind) for source_id, kind, _ in groups)
+        used: set[str] = set()
 
-        writer = _Writer(release, folder)
-        questions = []
-        for (source_id, kind), variants in sorted(groups.items()):
+        questions: dict[str, list[dict[str, Any]]] = {side: [] for side in SPLIT_ROOTS}
+        for (source_id, kind, target), variants in sorted(groups.items()):
             v1s = sorted(variants[1], key=lambda t: (t.row["seed"], t.id))
             v2s = sorted(variants[2], key=lambda t: (t.row["seed"], t.id))
             if not v1s or not v2s:
@@ -205,21 +262,50 @@ class DareBenchLayout(FolderLayout):
                 for task in v1s + v2s:
                     report.skipped[task.id] = f"{source_id} has no {missing} task to pair with"
                 continue
-            first = f"{_slug(source_id)}_{kind}"
-            for i in range(max(len(v1s), len(v2s))):
-                v1, v2 = v1s[min(i, len(v1s) - 1)], v2s[min(i, len(v2s) - 1)]
-                pair_folder = first if i == 0 else f"{_slug(source_id)}-{i + 1}_{kind}"
-                entry = _export_pair(writer, pair_folder, kind, v1, v2, sources.get(source_id), release)
-                entry["dareforge"]["v1_duplicate_of"] = first if i >= len(v1s) else None
-                entry["dareforge"]["v2_duplicate_of"] = first if i >= len(v2s) else None
-                questions.append(entry)
-                report.folders.append(pair_folder)
-        (folder / "question_list.json").write_text(json.dumps(questions, indent=2, ensure_ascii=False) + "\n")
+            v1, v2 = v1s[0], v2s[0]
+            named = _slug(source_id) if framings[(source_id, kind)] == 1 else _slug(f"{source_id}-{target}")
+            pair_folder = f"{named}_{kind}"
+            if pair_folder in used:
+                for task in v1s + v2s:
+                    report.skipped[task.id] = f"folder {pair_folder} is another framing's (its name collides)"
+                continue
+            used.add(pair_folder)
+            split = v1.row["split"]
+            if v2.row["split"] != split or split not in SPLIT_ROOTS:
+                for task in (v1, v2):
+                    report.skipped[task.id] = (
+                        f"{source_id}'s v1 is in split {split!r}, its v2 in {v2.row['split']!r}: a DARE-bench "
+                        "folder holds one split's tasks"
+                    )
+                continue
+            for n, extra in ((1, v1s[1:]), (2, v2s[1:])):
+                for task in extra:
+                    report.skipped[task.id] = (
+                        f"a DARE-bench folder holds one v{n} task per source and target: {pair_folder} has "
+                        f"{(v1, v2)[n - 1].id} (the lowest seed)"
+                    )
+            writer = _Writer(release, folder / SPLIT_ROOTS[split])
+            entry = _export_pair(
+                writer, pair_folder, kind, v1, v2, sources.get(source_id), release, self.if_rule
+            )
+            questions[split].append(entry)
+            report.folders.append(f"{SPLIT_ROOTS[split]}/{pair_folder}")
+        for split, entries in questions.items():
+            if entries:
+                path = folder / SPLIT_ROOTS[split] / "question_list.json"
+                path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
         return report
 
 
 def _export_pair(
-    writer: _Writer, folder: str, kind: str, v1: _Task, v2: _Task, source: Source | None, release: Release
+    writer: _Writer,
+    folder: str,
+    kind: str,
+    v1: _Task,
+    v2: _Task,
+    source: Source | None,
+    release: Release,
+    if_rule: str,
 ) -> dict[str, Any]:
     names1, names2 = _file_names(kind, v1, v2)
     for task, names in ((v1, names1), (v2, names2)):
@@ -251,11 +337,14 @@ def _export_pair(
     question["dareforge"] = {
         "release": release.name,
         "version": release.version,
+        "split": v1.row["split"],
+        "if_rule": if_rule,
         **{
             f"v{n}": {
                 "task_id": t.id,
                 "family": t.row["family"],
-                "metric": _dare_metric(t.row["metric"]),
+                "metric": _dare_metric(t.row["metric"], if_rule),
+                "release_metric": t.row["metric"],
                 "package_versions": t.row["package_versions"],
             }
             for n, t in ((1, v1), (2, v2))
