@@ -18,7 +18,7 @@ import pytest
 
 from dareforge.context import RunContext
 from dareforge.exports import ExportError
-from dareforge.exports.dare_bench import DareBenchLayout
+from dareforge.exports.dare_bench import DareBenchLayout, read_as_missing
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
 from dareforge.families.registry import family_named
@@ -183,6 +183,14 @@ def test_row_share_rule_exports_the_release_metric(store, release, tmp_path):
             assert v1["metric"] == v1["release_metric"]
     with pytest.raises(ExportError, match="unknown IF rule 'strict'"):
         DareBenchLayout("dare-bench", if_rule="strict")
+
+
+def test_answers_dare_bench_would_read_as_missing_are_found():
+    # DARE-bench's evaluator reads the ground truth with pandas' defaults: a label "NA" or "None" becomes NaN,
+    # equal to nothing, so such a task could never score 1 there; the layout leaves it out and says why.
+    assert read_as_missing(b"row_id,y\n1,cat\n2,dog\n", ["y"]) is None
+    assert read_as_missing(b"row_id,y\n1,cat\n2,None\n3,NA\n", ["y"]) == "None"
+    assert read_as_missing(b"row_id,y,z\n1,1.5,\n", ["y", "z"]) == ""
 
 
 # --- with DARE-bench's code ---------------------------------------------------------------------------

@@ -23,7 +23,9 @@ Our mapping (`dest` plays DARE-bench's `data/`):
   (`generate.if_variants`, 2 by default) are not exported (the report lists them): pairing each with the
   source's one MM task would pose that MM task again in another folder, and score it twice. A source missing
   one of the two variants (e.g. the gate rejected its MM task) is skipped and reported: DARE-bench's loader
-  needs both. No task appears in two entries.
+  needs both. No task appears in two entries. A folder whose answers hold a value pandas reads as missing
+  ("NA", "None", ...) is skipped and reported too: DARE-bench's evaluator reads them so, and would score no
+  submission of that task 1.
 - `source/`: tabular `train_v1.csv`, `val_v1.csv` (the IF task's train/test), `train_v2.csv`, `val_v2.csv`
   (the MM task's); time series `train.csv` (shared by XF and CF; `train_v1.csv`/`train_v2.csv` if they
   differ), `val_v1.csv` (XF test), `val_v2.csv` (CF test); and `metadata.txt` (title, description, columns).
@@ -272,11 +274,17 @@ class DareBenchLayout(FolderLayout):
             used.add(pair_folder)
             split = v1.row["split"]
             if v2.row["split"] != split or split not in SPLIT_ROOTS:
-                for task in (v1, v2):
+                for task in v1s + v2s:
                     report.skipped[task.id] = (
                         f"{source_id}'s v1 is in split {split!r}, its v2 in {v2.row['split']!r}: a DARE-bench "
                         "folder holds one split's tasks"
                     )
+                continue
+            writer = _Writer(release, folder / SPLIT_ROOTS[split])
+            unreadable = next((why for t in (v1, v2) if (why := _read_as_missing(writer, t))), None)
+            if unreadable:
+                for task in v1s + v2s:
+                    report.skipped[task.id] = unreadable
                 continue
             for n, extra in ((1, v1s[1:]), (2, v2s[1:])):
                 for task in extra:
@@ -284,7 +292,6 @@ class DareBenchLayout(FolderLayout):
                         f"a DARE-bench folder holds one v{n} task per source and target: {pair_folder} has "
                         f"{(v1, v2)[n - 1].id} (the lowest seed)"
                     )
-            writer = _Writer(release, folder / SPLIT_ROOTS[split])
             entry = _export_pair(
                 writer, pair_folder, kind, v1, v2, sources.get(source_id), release, self.if_rule
             )
@@ -295,6 +302,32 @@ class DareBenchLayout(FolderLayout):
                 path = folder / SPLIT_ROOTS[split] / "question_list.json"
                 path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
         return report
+
+
+def read_as_missing(data: bytes, columns: list[str]) -> str | None:
+    """The first cell of `columns` in CSV `data` that pandas' read_csv defaults, which DARE-bench's evaluator
+    uses, read as missing ("NA", "None", "null", "", ...), as its text; None when there is none."""
+    missing = pd.read_csv(io.BytesIO(data), usecols=columns).isna().to_numpy()
+    if not missing.any():
+        return None
+    return pd.read_csv(io.BytesIO(data), usecols=columns, dtype=str, keep_default_na=False).to_numpy()[
+        missing
+    ][0]
+
+
+def _read_as_missing(writer: _Writer, task: _Task) -> str | None:
+    """Why DARE-bench could not score `task`: its evaluator would read an answer as missing, so no submission
+    could score 1. None when it reads them all."""
+    truth = family_named(task.row["family"]).files.truth
+    if truth not in task.secret:
+        return None  # `_export_pair` says what is missing
+    text = read_as_missing(writer.secret(task, truth), task.row["metric"]["target_columns"])
+    if text is None:
+        return None
+    return (
+        f"task {task.id}'s answers hold {text!r}, which DARE-bench's evaluator reads as missing: no submission "
+        "could score 1 there"
+    )
 
 
 def _export_pair(
