@@ -322,10 +322,14 @@ def _to_float(text: str) -> float | None:
 
 
 def _score(metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.DataFrame) -> float:
+    return _mean_score(metric, scorer, _aligned(metric, scorer, truth, table))
+
+
+def _mean_score(metric: MetricSpec, scorer: Metric, pairs: list[tuple[str, np.ndarray, np.ndarray]]) -> float:
     """The metric of the aligned answers and predictions, averaged over the targets."""
     scores = [
         scorer(y_true, y_pred, tolerance=metric.tolerance, k=metric.k, scale=scale_of(metric, column))
-        for column, y_true, y_pred in _aligned(metric, scorer, truth, table)
+        for column, y_true, y_pred in pairs
     ]
     return float(np.mean(scores))
 
@@ -363,12 +367,13 @@ def bootstrap_scores(
     answers: Path | str | pd.DataFrame,
     resamples: int,
     seed: int,
-) -> np.ndarray:
-    """The metric on `resamples` bootstrap resamples of the answer rows (drawn with replacement by a seeded
-    generator, every target on the same rows): how much a score owes to which test rows were drawn. The same
-    seed draws the same resamples for every submission of a task, so their scores are paired.
+) -> tuple[float, np.ndarray]:
+    """The submission's score (as `grade` scores it) and the metric on `resamples` bootstrap resamples of the
+    answer rows (drawn with replacement by a seeded generator, every target on the same rows): how much a
+    score owes to which test rows were drawn. The same seed draws the same resamples for every submission of
+    a task, so their scores are paired. Both come from one reading and alignment of the tables.
 
-    For a submission `grade` scores without an error; raises GradingError otherwise."""
+    A submission `grade` rejects raises InvalidPredictionError with grade's error; bad answers, GradingError."""
     if resamples < 1:
         raise GradingError(f"a bootstrap needs at least one resample; got {resamples}")
     scorer = get_metric(metric.name)
@@ -387,7 +392,7 @@ def bootstrap_scores(
         )
         for column, y_true, y_pred in pairs
     ]
-    return np.mean(per_target, axis=0)
+    return _mean_score(metric, scorer, pairs), np.mean(per_target, axis=0)
 
 
 def scale_of(metric: MetricSpec, target: str | None) -> float | None:
