@@ -1,7 +1,7 @@
 """Discrimination: does a goal task tell weak solvers from strong ones?
 
 The task's solver ladder (`reference_solutions.ladder`: the trivial predictor, then linear, tree, boosted and
-boosted-with-early-stopping scripts) is run on the task's public files as an agent's submission would be, one rung
+early-stopped boosted scripts) is run on the task's public files as an agent's submission would be, one rung
 after another in a single-threaded reference worker, and each rung's `predictions.csv` is graded with the
 task's own metric against `private/answers.csv`, with a bootstrap interval over the test rows.
 
@@ -104,8 +104,10 @@ class Discrimination:
             return Finding(f"private/{STRONG_SCRIPT} is not a strong reference the ladder can rebuild", None)
         runner = self.runner()
         started = time.process_time()
-        # Read once: every rung's grade and bootstrap would read it again.
-        answers = pd.read_csv(view.path("private", "answers.csv"), dtype=str, keep_default_na=False)
+        # Read once, as the grader reads a file (every cell as text): every rung's grade would read it again.
+        answers = pd.read_csv(
+            view.path("private", "answers.csv"), dtype=str, keep_default_na=False, encoding="utf-8-sig"
+        )
         budget = config.validate_.ladder_cpu_seconds
         scripted, spent = _scripted(view, spec, answers, strong_code, runner, budget)
         rungs = [_trivial(view, spec, answers), *scripted]
