@@ -397,8 +397,7 @@ class Task(Record):
         "hard (three or more, or a join across files). Prediction tasks: None (their ladder places them).",
     )
     operations: list[str] = Field(
-        default_factory=list,
-        description="Question tasks: the operations the reference program performs, in order.",
+        default_factory=list, description="Question tasks: the operations the reference program performs, in order."
     )
     package_versions: list[str] = Field(description="'name==version' of the stack that made the reference.")
     status: Literal["candidate", "rejected"] = "candidate"
