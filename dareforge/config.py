@@ -300,18 +300,9 @@ class ValidateConfig(Section):
     max_reference_share_of_limit: Share = Field(
         0.5, description="The reference must run within this share of the per-execution time limit."
     )
-    min_ladder_tau: float = Field(
-        0.5,
-        description="Least Kendall tau between the solver ladder's order and its scores, over the rung pairs "
-        "whose bootstrap intervals do not overlap (pairs within noise count neither way); below it, the "
-        "ladder's order disagrees badly with its scores.",
-    )
-    min_ladder_spread: Share = Field(
-        0.1, description="Least share of ladder rung pairs whose bootstrap intervals do not overlap."
-    )
-    ladder_cpu_seconds: NonNegativeFloat = Field(
-        60.0, description="CPU seconds per goal task for its solver ladder's scripts; 0: no ladder."
-    )
+    min_ladder_tau: float = Field(0.5, description="Least Kendall tau, ladder order vs scores, pairs apart.")
+    min_ladder_spread: Share = Field(0.1, description="Least share of ladder rung pairs apart.")
+    ladder_cpu_seconds: NonNegativeFloat = Field(60.0, description="Ladder CPU s per goal task; 0: off.")
     data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
     max_shortcut_share: Share = Field(
         0.5, description="Reject when more than this share of probed models solve a task without its data."
