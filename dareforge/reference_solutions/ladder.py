@@ -6,13 +6,13 @@ between solvers should score them: a linear model, a depth-limited tree, gradien
 gradient boosting that searches for its number of trees (at twice the default learning rate, stopped once
 five more do not lower the loss on a seeded holdout of a fifth of the training rows). A search over
 settings would refit the model once per setting: on the builtin catalog a four-setting grid made the ladder
-cost seven times generate's CPU per task, where its budget is half (`python -m bench ladder`); early
-stopping costs less than the default model's fit and scores within its noise on every task there. Every rung
-reads the strong reference's own features through its own preprocessing (`reference_code.Estimator`): the
-rungs differ in the model only. On a forecast, the rungs above
-the linear one choose between their model and the linear trend-and-season one on the latest training rows, as
-the strong reference does: a tree alone forecasts a trending series as flat, which ranks tree models below
-the linear one for a reason no solver would accept. Every model is seeded.
+cost more than generate itself, where its budget is half (`python -m bench ladder`); early stopping costs
+less than the default model's fit and scores within its noise on every task there. Every rung reads the
+strong reference's own features through its own preprocessing (`reference_code.Estimator`): the rungs
+differ in the model only. On a forecast, the rungs above the linear one choose between their model and the
+linear trend-and-season one on the latest training rows, as the strong reference does: a tree alone
+forecasts a trending series as flat, which ranks tree models below the linear one for a reason no solver
+would accept. Every model is seeded.
 """
 
 from __future__ import annotations
