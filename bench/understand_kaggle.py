@@ -175,16 +175,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         learnable = learnable_listed(tmp, folder / "mirror", choices)
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = _context(tmp, folder / "mirror")
-        crawl(ctx)
-        filter_sources(ctx)
-        understand(ctx)
-        prepare(ctx)
-        generate(ctx)
-        validate(ctx)
+        ctx = run_dev_set(tmp, folder)
         measure(ctx, choices, learnable)
         for line in tier_lines(ctx, "dev-kaggle"):
             print(line)
+
+
+def run_dev_set(tmp: str, folder: Path) -> RunContext:
+    """The dev set's sources through the whole pipeline to the gate, in a store under `tmp`."""
+    ctx = _context(tmp, folder / "mirror")
+    crawl(ctx)
+    filter_sources(ctx)
+    understand(ctx)
+    prepare(ctx)
+    generate(ctx)
+    validate(ctx)
+    return ctx
 
 
 if __name__ == "__main__":

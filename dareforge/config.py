@@ -300,9 +300,9 @@ class ValidateConfig(Section):
     max_reference_share_of_limit: Share = Field(
         0.5, description="The reference must run within this share of the per-execution time limit."
     )
-    min_ladder_tau: float = Field(0.0, description="Least Kendall tau between the ladder's rungs and scores.")
+    min_ladder_tau: float = Field(0.5, description="Least Kendall tau, ladder order vs scores, pairs apart.")
     min_ladder_spread: Share = Field(0.1, description="Least share of ladder rung pairs apart.")
-    ladder_cpu_seconds: NonNegativeFloat = Field(0.0, description="The ladder's CPU per task; 0: no ladder.")
+    ladder_cpu_seconds: NonNegativeFloat = Field(60.0, description="Ladder CPU s per goal task; 0: off.")
     data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
     max_shortcut_share: Share = Field(
         0.5, description="Reject when more than this share of probed models solve a task without its data."

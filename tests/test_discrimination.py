@@ -24,7 +24,7 @@ from dareforge.reference_solutions.reference_code import (
     strong_spec_of,
 )
 from dareforge.schema import Task, Validation, Verdict
-from dareforge.validators.discrimination import Discrimination
+from dareforge.validators.discrimination import Discrimination, RungResult, decided_tau
 from dareforge.validators.validate import task_view, validate
 from tests.stores import generate_tasks, prediction_only
 from tests.test_report import _tables
@@ -47,10 +47,7 @@ def _noise(seed: int = 4) -> pd.DataFrame:
     )
 
 
-LADDER_BUDGET = 300.0
-
-
-def test_the_ladder_runs_only_with_a_budget_for_it(tmp_path):
+def test_the_ladder_runs_by_default_and_a_zero_budget_turns_it_off(tmp_path):
     from dareforge.validators.validate import task_checks
 
     def names(budget: float) -> list[str]:
@@ -59,8 +56,29 @@ def test_the_ladder_runs_only_with_a_budget_for_it(tmp_path):
         cfg.validate_.ladder_cpu_seconds = budget
         return [c.name for c in task_checks(RunContext.from_config(cfg, show_progress=False))]
 
-    assert "discrimination" not in names(Config().validate_.ladder_cpu_seconds)
-    assert names(LADDER_BUDGET)[-1] == "discrimination"
+    assert names(Config().validate_.ladder_cpu_seconds)[-1] == "discrimination"
+    assert "discrimination" not in names(0.0)
+
+
+def _rung(name: str, score: float, low: float, high: float) -> RungResult:
+    return RungResult(name, score, low, high)
+
+
+def test_tau_counts_only_the_rung_pairs_the_test_rows_tell_apart():
+    trivial, linear = _rung("trivial", 0.1, 0.05, 0.15), _rung("linear", 0.5, 0.4, 0.6)
+    # Two boosted models within each other's noise: their order says nothing, whichever scores higher.
+    boosted, stopped = _rung("boosted", 0.82, 0.75, 0.9), _rung("boosted+stopping", 0.8, 0.72, 0.88)
+    assert decided_tau([trivial, linear, boosted, stopped]) == 1.0
+    # A decided pair in reverse order counts against: the tree is clearly below the linear model it
+    # should beat. Of the 10 pairs, trivial-tree and the boosted pair overlap; of the 8 decided, 7 are in
+    # order and linear-tree is reversed.
+    tree = _rung("tree", 0.2, 0.12, 0.28)
+    assert decided_tau([trivial, linear, tree, boosted, stopped]) == pytest.approx((7 - 1) / 8)
+    # All within noise: no evidence of any order.
+    noise = [_rung(str(i), 0.5 + 0.01 * i, 0.4, 0.6) for i in range(4)]
+    assert decided_tau(noise) == 0.0
+    with pytest.raises(ValueError, match="linear"):
+        decided_tau([trivial, RungResult("linear", error="it crashed"), boosted])
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +94,6 @@ def validated(tmp_path_factory):
     cfg.builtin.include = ["sklearn-iris"]
     cfg.mirror.paths = [str(root / "mirror")]
     cfg.generate.if_variants = 0
-    cfg.validate_.ladder_cpu_seconds = LADDER_BUDGET  # the ladder is opt-in
     # The understand stage would find no task in a noise label; the gate is what this test is about.
     cfg.understand.max_single_column_score = 1.01
     cfg.sources = {NOISE: SourceOverride(target=["label"])}

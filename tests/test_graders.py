@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -523,3 +524,28 @@ def test_other_numbers_never_match_an_integer_key(tmp_path, text):
     submission = write(tmp_path, "submission.csv", f"id,y\n{text},a\n13,b\n")
     result = grade(spec(), submission, answers)
     assert result.score == 0.0 and "1 expected key(s) are missing, e.g. id='12'" in result.error
+
+
+@pytest.mark.parametrize(
+    ("name", "scale"), [("macro-f1", None), ("clipped-r2", None), ("forecast-skill", 1.3)]
+)
+def test_a_goal_metric_on_many_resamples_at_once_is_the_metric_of_each_resample(name, scale):
+    # The at-once form is what the solver ladder's bootstrap uses: it must score every resample as the
+    # metric itself scores that resample's rows (R² on large, offset values: its sums must not lose them).
+    rng = np.random.default_rng(1)
+    rows, resamples = 50, 30
+    if name == "macro-f1":
+        truth, predicted = rng.choice(list("abc"), rows), rng.choice(list("abcd"), rows)
+    else:
+        centre, spread = (1e9, 1e6) if name == "clipped-r2" else (0.0, 1.0)
+        truth, predicted = rng.normal(centre, spread, rows), rng.normal(centre, spread, rows)
+    drawn = rng.integers(0, rows, size=(resamples, rows))
+    counts = np.stack([np.bincount(d, minlength=rows) for d in drawn])
+    metric = get_metric(name)
+    assert metric.resampled is not None
+    at_once = metric.on_resamples(truth, predicted, counts, scale=scale)
+    one_by_one = [metric(truth[d], predicted[d], scale=scale) for d in drawn]
+    assert at_once == pytest.approx(one_by_one, abs=1e-12)
+    # Without an at-once form, the metric is called on each resample: the same scores.
+    looped = dataclasses.replace(metric, resampled=None).on_resamples(truth, predicted, counts, scale=scale)
+    assert looped == pytest.approx(one_by_one, abs=1e-12)

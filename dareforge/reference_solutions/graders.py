@@ -322,7 +322,16 @@ def _to_float(text: str) -> float | None:
 
 
 def _score(metric: MetricSpec, scorer: Metric, truth: pd.DataFrame, table: pd.DataFrame) -> float:
-    return _mean_score(metric, scorer, _aligned(metric, scorer, truth, table), slice(None))
+    return _mean_score(metric, scorer, _aligned(metric, scorer, truth, table))
+
+
+def _mean_score(metric: MetricSpec, scorer: Metric, pairs: list[tuple[str, np.ndarray, np.ndarray]]) -> float:
+    """The metric of the aligned answers and predictions, averaged over the targets."""
+    scores = [
+        scorer(y_true, y_pred, tolerance=metric.tolerance, k=metric.k, scale=scale_of(metric, column))
+        for column, y_true, y_pred in pairs
+    ]
+    return float(np.mean(scores))
 
 
 def _aligned(
@@ -352,43 +361,38 @@ def _aligned(
     return pairs
 
 
-def _mean_score(
-    metric: MetricSpec,
-    scorer: Metric,
-    pairs: list[tuple[str, np.ndarray, np.ndarray]],
-    rows: slice | np.ndarray,
-) -> float:
-    """The metric on `rows` of the aligned answers and predictions, averaged over the targets."""
-    scores = [
-        scorer(
-            y_true[rows], y_pred[rows], tolerance=metric.tolerance, k=metric.k, scale=scale_of(metric, column)
-        )
-        for column, y_true, y_pred in pairs
-    ]
-    return float(np.mean(scores))
-
-
 def bootstrap_scores(
     metric: MetricSpec,
     submission: Path | str | pd.DataFrame,
     answers: Path | str | pd.DataFrame,
     resamples: int,
     seed: int,
-) -> np.ndarray:
-    """The metric on `resamples` bootstrap resamples of the answer rows (drawn with replacement by a seeded
-    generator, every target on the same rows): how much a score owes to which test rows were drawn.
+) -> tuple[float, np.ndarray]:
+    """The submission's score (as `grade` scores it) and the metric on `resamples` bootstrap resamples of the
+    answer rows (drawn with replacement by a seeded generator, every target on the same rows): how much a
+    score owes to which test rows were drawn. The same seed draws the same resamples for every submission of
+    a task, so their scores are paired. Both come from one reading and alignment of the tables.
 
-    For a submission `grade` scores without an error; raises GradingError otherwise."""
+    A submission `grade` rejects raises InvalidPredictionError with grade's error; bad answers, GradingError."""
+    if resamples < 1:
+        raise GradingError(f"a bootstrap needs at least one resample; got {resamples}")
     scorer = get_metric(metric.name)
     try:
         pairs = _aligned(metric, scorer, _load_answers(metric, scorer, answers), _read_table(submission))
     except Rejected as exc:
         raise InvalidPredictionError(str(exc)) from None
     rows = len(pairs[0][1])
-    rng = np.random.default_rng(seed)
-    return np.array(
-        [_mean_score(metric, scorer, pairs, rng.integers(0, rows, size=rows)) for _ in range(resamples)]
-    )
+    drawn = np.random.default_rng(seed).integers(0, rows, size=(resamples, rows))
+    # How often each row is in each resample: resample r's draws are offset into a block of its own.
+    counts = np.bincount((drawn + rows * np.arange(resamples)[:, None]).ravel(), minlength=resamples * rows)
+    counts = counts.reshape(resamples, rows)
+    per_target = [
+        scorer.on_resamples(
+            y_true, y_pred, counts, tolerance=metric.tolerance, k=metric.k, scale=scale_of(metric, column)
+        )
+        for column, y_true, y_pred in pairs
+    ]
+    return _mean_score(metric, scorer, pairs), np.mean(per_target, axis=0)
 
 
 def scale_of(metric: MetricSpec, target: str | None) -> float | None:

@@ -1,20 +1,26 @@
 """Discrimination: does a goal task tell weak solvers from strong ones?
 
 The task's solver ladder (`reference_solutions.ladder`: the trivial predictor, then linear, tree, boosted and
-boosted-with-search scripts) is run on the task's public files as an agent's submission would be, one rung
+early-stopped boosted scripts) is run on the task's public files as an agent's submission would be, one rung
 after another in a single-threaded reference worker, and each rung's `predictions.csv` is graded with the
 task's own metric against `private/answers.csv`, with a bootstrap interval over the test rows.
 
-The finding's score is Kendall's tau between the rungs' order and their scores (1: the scores rise with the
-rungs). Its details hold every rung (score, interval, CPU seconds, or why it failed) and:
+The finding's score is Kendall's tau between the rungs' order and their scores over the pairs of rungs the
+test rows tell apart (`decided_tau`): (concordant - discordant) / decided pairs, a pair decided when the two
+rungs' bootstrap intervals do not overlap; 1 when every decided pair is in ladder order, -1 when every one is
+reversed, 0 when no pair is decided. Rungs within each other's noise (two boosted models that both saturate
+a task) count neither way: plain tau would count their random order as disagreement. Its details hold every
+rung (score, interval, CPU seconds, or why it failed) and:
 
 - `spread`: the share of pairs of rungs whose intervals do not overlap (0 when every rung is within every
   other's noise, as on a target that is noise; 1 when each rung is clearly apart from each other);
 - `difficulty`: the share of scored rungs the stored strong reference scores above;
 - `headroom`: the metric's best possible score (1 for the goal metrics) minus the best rung's;
-- `cpu_seconds`: what the ladder cost.
+- `cpu_seconds`: what the ladder cost: the CPU seconds of the scripts it ran and of its own grading.
 
-The gate rejects on `validate.min_ladder_tau` and `validate.min_ladder_spread`; the check flags nothing.
+The gate rejects on `validate.min_ladder_tau` (the order disagrees badly with the scores) and
+`validate.min_ladder_spread` (too few rungs apart: the task cannot tell solvers apart); the check flags
+nothing.
 """
 
 from __future__ import annotations
@@ -23,17 +29,17 @@ import itertools
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import kendalltau
 
 from dareforge.config import Config
 from dareforge.families.timeseries import model_free_forecasts
 from dareforge.generators.references import last_line, trivial_predictions
-from dareforge.reference_solutions.graders import bootstrap_scores, grade
+from dareforge.reference_solutions.graders import InvalidPredictionError, bootstrap_scores, grade
 from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
 from dareforge.reference_solutions.reference_code import (
     PREDICTIONS,
@@ -80,6 +86,13 @@ class Discrimination:
             self._runner, self._runner_pid = ReferenceRunner(threads=1).start(), os.getpid()
         return self._runner
 
+    def close(self) -> None:
+        """Stop this process's worker now (a bench accounts its CPU seconds once it is reaped); the next task
+        starts another."""
+        if self._runner is not None and self._runner_pid == os.getpid():
+            self._runner.close()
+        self._runner = None
+
     def run(self, view: TaskView, config: Config) -> Finding:
         if not view.family.scored_against_baseline:
             return Finding("only goal-graded tasks are ranked by a solver ladder", None)
@@ -90,12 +103,20 @@ class Discrimination:
         if spec is None:
             return Finding(f"private/{STRONG_SCRIPT} is not a strong reference the ladder can rebuild", None)
         runner = self.runner()
+        started = time.process_time()
+        # Read once, as the grader reads a file (every cell as text): every rung's grade would read it again.
+        answers = pd.read_csv(
+            view.path("private", "answers.csv"), dtype=str, keep_default_na=False, encoding="utf-8-sig"
+        )
         budget = config.validate_.ladder_cpu_seconds
-        rungs = [_trivial(view, spec), *_scripted(view, spec, strong_code, runner, budget)]
-        return _finding(view, rungs)
+        scripted, spent = _scripted(view, spec, answers, strong_code, runner, budget)
+        rungs = [_trivial(view, spec, answers), *scripted]
+        # The worker's CPU seconds in the scripts it ran, and this process's in everything else (the trivial
+        # rung, the grading and the bootstrap intervals; waiting for the worker costs none).
+        return _finding(view, rungs, spent + time.process_time() - started)
 
 
-def _trivial(view: TaskView, spec: StrongSpec) -> RungResult:
+def _trivial(view: TaskView, spec: StrongSpec, answers: pd.DataFrame) -> RungResult:
     """The best trivial predictor (the task's bar), computed here: it needs no script."""
     metric = view.task.metric
     series = view.family.kind == TaskType.TIME_SERIES
@@ -107,17 +128,22 @@ def _trivial(view: TaskView, spec: StrongSpec) -> RungResult:
     test = pd.read_csv(view.path("public", "test.csv"), dtype=str, keep_default_na=False)
     group = view.prepared.entity_column if series else None
     candidates = trivial_predictions(metric, view.train, test, spec.classification, group, forecasts)
-    answers = view.path("private", "answers.csv")
     best = max(candidates, key=lambda predictions: grade(metric, predictions, answers).score)
-    return _graded(view, TRIVIAL, best, 0.0)
+    return _graded(view, answers, TRIVIAL, best, 0.0)
 
 
 def _scripted(
-    view: TaskView, spec: StrongSpec, strong_code: str, runner: ReferenceRunner, budget: float
-) -> list[RungResult]:
-    """Each scripted rung run on a copy of the public files within what is left of the CPU budget; a rung whose
-    script is byte for byte the strong reference (`strong_code`), run on these files when the task was made,
-    is graded on its stored predictions, at the stored reference's CPU seconds."""
+    view: TaskView,
+    spec: StrongSpec,
+    answers: pd.DataFrame,
+    strong_code: str,
+    runner: ReferenceRunner,
+    budget: float,
+) -> tuple[list[RungResult], float]:
+    """Each scripted rung run on a copy of the public files within what is left of the CPU budget, and the CPU
+    seconds the runs spent; a rung whose script is byte for byte the strong reference (`strong_code`), run on
+    these files when the task was made, is graded on its stored predictions (it records the stored reference's
+    CPU seconds and spends none)."""
     results, spent = [], 0.0
     with tempfile.TemporaryDirectory(prefix="ladder-") as scratch:
         for rung in model_rungs(spec):
@@ -128,7 +154,8 @@ def _scripted(
             code = rung.code(spec)
             if code == strong_code and view.has("private", STRONG_PREDICTIONS):
                 seconds = view.task.scores.reference_seconds or 0.0
-                results.append(_graded(view, rung.name, view.path("private", STRONG_PREDICTIONS), seconds))
+                stored = view.path("private", STRONG_PREDICTIONS)
+                results.append(_graded(view, answers, rung.name, stored, seconds))
                 continue
             folder = Path(scratch) / rung.name.replace("+", "-")
             shutil.copytree(view.folder / "public", folder)
@@ -140,45 +167,63 @@ def _scripted(
                 why = "over the ladder's CPU budget" if outcome.ok else last_line(outcome.error)
                 results.append(RungResult(rung.name, cpu_seconds=outcome.cpu_seconds, error=why))
                 continue
-            results.append(_graded(view, rung.name, folder / PREDICTIONS, outcome.cpu_seconds))
-    return results
+            results.append(_graded(view, answers, rung.name, folder / PREDICTIONS, outcome.cpu_seconds))
+    return results, spent
 
 
-def _graded(view: TaskView, name: str, predictions: Path | pd.DataFrame, cpu_seconds: float) -> RungResult:
-    metric, answers = view.task.metric, view.path("private", "answers.csv")
-    result = grade(metric, predictions, answers)
-    if result.error:
-        return RungResult(name, cpu_seconds=cpu_seconds, error=result.error)
-    low, high = np.percentile(bootstrap_scores(metric, predictions, answers, RESAMPLES, SEED), INTERVAL)
+def _graded(
+    view: TaskView, answers: pd.DataFrame, name: str, predictions: Path | pd.DataFrame, cpu_seconds: float
+) -> RungResult:
+    try:
+        score, resampled = bootstrap_scores(view.task.metric, predictions, answers, RESAMPLES, SEED)
+    except InvalidPredictionError as exc:  # what `grade` would say of these predictions
+        return RungResult(name, cpu_seconds=cpu_seconds, error=str(exc))
+    low, high = np.percentile(resampled, INTERVAL)
     # A bootstrap's percentiles need not hold the full sample's score (a skewed metric); the interval does.
-    return RungResult(
-        name, result.score, min(float(low), result.score), max(float(high), result.score), cpu_seconds
-    )
+    return RungResult(name, score, min(float(low), score), max(float(high), score), cpu_seconds)
 
 
-def _finding(view: TaskView, rungs: list[RungResult]) -> Finding:
-    scored = [(order, r) for order, r in enumerate(rungs) if r.score is not None]
-    cpu_seconds = sum(r.cpu_seconds for r in rungs)
+def decided_tau(rungs: list[RungResult]) -> float:
+    """Kendall's tau over the pairs of scored `rungs` (in ladder order, weakest first) that the test rows tell
+    apart: (concordant - discordant) / decided, a pair being decided when the rungs' bootstrap intervals do
+    not overlap, concordant when the stronger rung scores higher. Pairs within each other's noise say nothing
+    of the order (two boosted models that both saturate a task tie up to which rows were drawn), so they
+    count neither way; 0 when no pair is decided (no evidence of order either way)."""
+    unscored = [r.name for r in rungs if r.score is None or r.low is None or r.high is None]
+    if unscored:
+        raise ValueError(f"rungs without a score and an interval cannot be ranked: {', '.join(unscored)}")
+    concordant = discordant = 0
+    for weaker, stronger in itertools.combinations(rungs, 2):
+        if weaker.high < stronger.low:
+            concordant += 1
+        elif stronger.high < weaker.low:
+            discordant += 1
+    decided = concordant + discordant
+    return (concordant - discordant) / decided if decided else 0.0
+
+
+def _finding(view: TaskView, rungs: list[RungResult], cpu_seconds: float) -> Finding:
+    scored = [r for r in rungs if r.score is not None]
     details = {"rungs": [asdict(r) for r in rungs], "cpu_seconds": cpu_seconds}
     failed = [r.name for r in rungs if r.error]
     if len(scored) < 3:
         return Finding(
             f"too few ladder rungs scored to rank ({', '.join(failed)} failed)", None, details=details
         )
-    scores = [r.score for _, r in scored]
-    tau = kendalltau([order for order, _ in scored], scores).statistic
-    # Constant scores have no order: as indistinguishable as rungs get.
-    tau = 0.0 if np.isnan(tau) else float(tau)
-    pairs = list(itertools.combinations([r for _, r in scored], 2))
+    scores = [r.score for r in scored]
+    tau = decided_tau(scored)
+    pairs = list(itertools.combinations(scored, 2))
     spread = sum(a.high < b.low or b.high < a.low for a, b in pairs) / len(pairs)
     strong = view.task.scores.strong
     difficulty = None if strong is None else sum(strong > s for s in scores) / len(scores)
     headroom = BEST_SCORE - max(scores)
     details.update(tau=tau, spread=spread, difficulty=difficulty, headroom=headroom)
-    ranked = ", ".join(f"{r.name} {r.score:.3f} [{r.low:.3f}, {r.high:.3f}]" for _, r in scored)
+    ranked = ", ".join(f"{r.name} {r.score:.3f} [{r.low:.3f}, {r.high:.3f}]" for r in scored)
     note = f"; failed: {', '.join(failed)}" if failed else ""
     return Finding(
-        f"ladder tau {tau:.2f}, {spread:.0%} of rung pairs apart: {ranked}{note}", tau, details=details
+        f"ladder tau {tau:.2f} over the {spread:.0%} of rung pairs apart: {ranked}{note}",
+        tau,
+        details=details,
     )
 
 

@@ -39,7 +39,7 @@ RUN_CHECKS: tuple[RunCheck, ...] = (
 
 def task_checks(ctx: RunContext) -> tuple[Check, ...]:
     """The per-task checks this run makes: the solver ladder (`discrimination`) only with a CPU budget for it,
-    `validate.ladder_cpu_seconds` (off by default: it costs several times generate's time per task)."""
+    `validate.ladder_cpu_seconds` (0 turns it off)."""
     ladder = discrimination.TASK_CHECKS if ctx.config.validate_.ladder_cpu_seconds > 0 else ()
     return (*TASK_CHECKS, *ladder)
 
