@@ -76,6 +76,8 @@ class HarborReport(LayoutReport):
     controlled: int = 0
     oracle_passed: int = 0
     noop_failed: int = 0
+    rewards: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    """task id -> (the oracle's reward, the no-op's reward) in the control runs."""
 
     def summary(self) -> list[str]:
         lines = [
@@ -291,6 +293,7 @@ class HarborLayout(FolderLayout):
         left_out: dict[str, tuple[str, str]] = {}
         for task, (oracle, noop) in zip(tasks, runs, strict=True):
             report.controlled += 1
+            report.rewards[task.id] = (oracle.reward, noop.reward)
             report.oracle_passed += oracle.reward == 1.0
             report.noop_failed += noop.reward == 0.0
             why = control_verdict(oracle, noop)
