@@ -6,8 +6,9 @@ its oracle agent, copies `tests/` to `/tests` after the agent ran, and runs `bas
 the reward in `/logs/verifier/reward.txt`. Here the same folders are bound at the same paths inside a sandbox
 built by `dareforge.sandbox.isolation` (read-only /usr and Python runtime, no network, own PID namespace,
 resource limits, an unprivileged uid when run as root): `/app` is a fresh copy of `environment/app/`
-(read-write), `/solution` and `/tests` are read-only, `/logs` is read-write. The interpreter is this
-process's (the stack the release's references ran on, which the task's Dockerfile pins), not the image's.
+(read-write), `/solution` and `/tests` are read-only, `/logs` is read-write; the sandbox's seccomp filter
+applies. The interpreter is this process's (the stack the release's references ran on, which the task's
+Dockerfile pins), not the image's.
 
 An oracle run executes `solution/solve.sh` then `tests/test.sh`; a no-op run only `tests/test.sh`; `place` puts
 given files in `/app` first (a test's submissions).
@@ -132,6 +133,20 @@ class Controller:
             return ControlRun(reward, details, failure)
 
     def _script(self, root: Path, uid: int | None, script: str, timeout: float, name: str) -> str | None:
+        program = isolation.seccomp_program()
+        seccomp_fd = None
+        if program is not None:
+            (root / "seccomp.bpf").write_bytes(program)
+            seccomp_fd = os.open(root / "seccomp.bpf", os.O_RDONLY)
+        try:
+            return self._confined(root, uid, script, timeout, name, seccomp_fd)
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+
+    def _confined(
+        self, root: Path, uid: int | None, script: str, timeout: float, name: str, seccomp_fd: int | None
+    ) -> str | None:
         prefix = isolation.command(
             bwrap=str(self.bwrap),
             inputs=root / "inputs",
@@ -139,7 +154,7 @@ class Controller:
             ipc_dir=root / "ipc",
             etc_dir=root / "etc",
             tmp_bytes=self.config.memory_mb * 1024 * 1024 // 4,
-            seccomp_fd=None,
+            seccomp_fd=seccomp_fd,
             info_fd=None,
         )
         binds = ["--bind", str(root / "app"), APP, "--bind", str(root / "logs"), LOGS]
@@ -157,7 +172,14 @@ class Controller:
         argv = [*prefix[:-1], *binds, "--", *launcher, "/bin/bash", script]
         try:
             done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, env=_env(), cwd="/", check=False
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=_env(),
+                cwd="/",
+                check=False,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
             )
         except subprocess.TimeoutExpired:
             return f"{name} did not finish within {timeout:g} s"
