@@ -123,7 +123,7 @@ def test_an_unknown_format_is_an_error_listing_the_registered_ones(built, task_l
     with pytest.raises(ExportError) as unknown:
         export_format("parquet-dump")
     assert str(unknown.value) == (
-        "no export format 'parquet-dump'; the registered formats are sft, rl, dare-bench, kramabench, task-list"
+        "no export format 'parquet-dump'; the registered formats are sft, rl, dare-bench, kramabench, harbor, task-list"
     )
     store = built[0].config.store.root
     result = CliRunner().invoke(app, ["-q", "--store", store, "export", "--format", "parquet-dump"])

@@ -102,6 +102,9 @@ def export(
     sft keeps verified trajectories (gold and sampled) of the release's synthesize.split tasks that pass the
     judge thresholds and the diversity filter, chosen by the strategy; rl holds the same tasks as prompts and
     DARE-bench's reward (0.1 well-formed + 1.0 IF match or the MM/TS metric). Both load with `datasets`.
+    harbor writes one Harbor task folder per task to --dest and keeps a task only when its oracle earns reward 1
+    and a no-op 0, both run in the sandbox (its README lists the tasks left out and why). The folder layouts
+    hold answers: keep them as private as the private release.
     """
     from dareforge.exports.export_format import ExportJob, FolderLayout
     from dareforge.publish.release import load_release

@@ -30,6 +30,10 @@ FORMATS: dict[str, Registered] = {
     "kramabench": Registered(
         "dareforge.exports.kramabench:KramaBenchLayout", "KramaBench's workload (QA and Lake tasks)"
     ),
+    "harbor": Registered(
+        "dareforge.exports.harbor:HarborLayout",
+        "Harbor (Terminal-Bench 2) task folders, each kept when its oracle earns 1 and a no-op 0",
+    ),
 }
 
 

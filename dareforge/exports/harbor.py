@@ -1,0 +1,364 @@
+"""A release as Harbor tasks (registered as `harbor`): the task format of Terminal-Bench 2
+(github.com/laude-institute/harbor), one folder per released task, each checked by a control run before it is
+kept.
+
+A task folder `<family>-<task id>/` (lower case) holds what Harbor's `Task` reads:
+
+- `instruction.md`: our instruction, its line on code runs replaced by where the files are (`/app`, the working
+  folder) and the time the agent has;
+- `task.toml` in Harbor's current schema (`schema_version` 1.1): `[task]` (name `dareforge/<folder>`,
+  description, keywords), `[metadata]` (family, grading, metric, pass bar, what the reward means, the task's
+  provenance: source, its title, address and license, release name, version and content fingerprint, generator
+  version and seed, split, the package versions; a question's tier and operations), `[verifier]` (timeout: one
+  code run's seconds), `[agent]` (timeout: turns x seconds per run, the budget our protocol gives) and
+  `[environment]` (1 CPU and the sandbox's `memory_mb`);
+- `environment/Dockerfile`: `python:<version>-slim` with the task's `package_versions` pinned, working folder
+  `/app` holding `environment/app/`, the task's public files;
+- `solution/solve.sh`: the task's seeded reference from the private release, run in `/app`: an IF task's
+  `reference.py` (the workflow the instruction states), an MM/TS task's `strong_reference.py`, a question's
+  certified `reference.py` (a Lake's recorded `cleaning.py` first);
+- `tests/`: `test.sh`, dareforge's grader and the private file it grades against (see `harbor_grader`); the
+  answers are only here, never in `environment/`, `solution/` or the instruction.
+
+The reward Harbor reads (`/logs/verifier/reward.txt`) is binary: 1 when the grade passes dareforge's bar for the
+family (IF: every prediction matches the reference run; MM/TS: the metric reaches the family's pass bar;
+QA/Lake: the answer's score reaches `ANSWER_PASS_BAR`), else 0; the score itself is in
+`/logs/verifier/grade.json`. A Lake task's sub-questions are not exported (Harbor grades one reward per task).
+
+Control runs (`harbor_control`, no Docker): every task's oracle (`solve.sh`, then `test.sh`) must earn reward 1
+and a no-op agent (`test.sh` on the untouched `/app`) reward 0, or the task is left out and the card says why.
+`README.md` at the top is the export's card: the counts, and every task left out with its reason. The folder
+holds the answers: it is as private as the private release it is cut from. Same release, same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dareforge.agents.grading import PASS_BARS
+from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
+from dareforge.exports.harbor_control import Controller, ControlRun
+from dareforge.exports.harbor_grader import grader_files, grading_config
+from dareforge.families.family import Family, Grading
+from dareforge.families.registry import REGISTERED, family_of
+from dareforge.generators.questions.build import CLEANING, REFERENCE
+from dareforge.publish.release import Release, ReleaseError
+from dareforge.reference_solutions.reference_code import STRONG_SCRIPT
+from dareforge.schema import Source, Task
+
+SCHEMA_VERSION = "1.1"
+"""Harbor's task.toml schema version this layout writes (`TaskConfig.schema_version`)."""
+ORG = "dareforge"
+APP_DIR = "app"
+CONTROL_WORKERS = 4
+SOLUTIONS = {Grading.EXACT: [REFERENCE], Grading.GOAL: [STRONG_SCRIPT], Grading.ANSWER: [CLEANING, REFERENCE]}
+"""The private scripts a family's oracle runs, in order (a missing optional one, e.g. a QA task's cleaning
+step, is skipped)."""
+RUNS_LINE = "You may run code at most "
+REWARD_RULE = {
+    Grading.EXACT: "1 when every prediction matches the reference run (score 1), else 0",
+    Grading.GOAL: "1 when the metric reaches the family's pass bar, else 0",
+    Grading.ANSWER: "1 when the answer's score reaches the pass bar, else 0",
+}
+
+
+@dataclass
+class HarborReport(LayoutReport):
+    tasks: list[str] = field(default_factory=list)
+    families: Counter = field(default_factory=Counter)
+    controlled: int = 0
+    oracle_passed: int = 0
+    noop_failed: int = 0
+    rewards: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    """task id -> (the oracle's reward, the no-op's reward) in the control runs."""
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"exported {len(self.tasks)} of {self.controlled} tasks of {self.release.name}@"
+            f"{self.release.version} to {self.dest} as Harbor tasks; control runs: the oracle earned 1 on "
+            f"{self.oracle_passed}, a no-op 0 on {self.noop_failed}"
+        ]
+        return lines + [f"  left out {key}: {why}" for key, why in sorted(self.skipped.items())]
+
+
+def folder_name(task: Task) -> str:
+    return f"{task.family.lower()}-{task.id}"
+
+
+def bar_of(family: Family) -> float:
+    """The score that passes, as dareforge's `passed` decides with the default bars."""
+    return 1.0 if family.exact else PASS_BARS.get(family.name, family.pass_bar)
+
+
+def agent_seconds(task: Task) -> float:
+    return float(task.limits.turns * task.limits.seconds_per_execution)
+
+
+def instruction(task: Task, family: Family) -> str:
+    kept = [line for line in task.instruction.splitlines() if not line.startswith(RUNS_LINE)]
+    text = "\n".join(kept).rstrip()
+    output = family.files.output
+    return (
+        f"{text}\n\nThe files named above are in `/app`, your working directory; write `{output}` there "
+        f"(`/app/{output}`): it is what is graded. You have {agent_seconds(task):g} seconds.\n"
+    )
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def toml_text(document: dict[str, Any]) -> str:
+    """Top-level scalars, then one table per dict value (values: scalars and lists; None is left out)."""
+    lines = [
+        f"{k} = {_toml_value(v)}" for k, v in document.items() if not isinstance(v, dict) and v is not None
+    ]
+    for name, table in document.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{name}]"]
+            lines += [f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def task_toml(
+    task: Task, family: Family, release: Release, split: str | None, source: Source | None, memory_mb: int
+) -> str:
+    metric = task.metric
+    metadata: dict[str, Any] = {
+        "author_name": ORG,
+        "category": "data-science",
+        "tags": ["dareforge", "data-science", "tabular", task.family],
+        "difficulty": task.difficulty,
+        "task_id": task.id,
+        "family": task.family,
+        "asks": family.words.asks,
+        "grading": str(family.grading),
+        "metric": metric.name,
+        "answer_type": metric.answer_type,
+        "pass_bar": bar_of(family),
+        "reward": REWARD_RULE[family.grading] + "; the score is in /logs/verifier/grade.json",
+        "operations": list(task.operations) or None,
+        "split": split,
+        "source_id": task.source_id,
+        "source_version": task.source_version,
+        "source_title": source.title if source else None,
+        "source_url": source.public_url if source else None,
+        "license": (source.license if source else None) or "not stated",
+        "release": release.name,
+        "release_version": release.version,
+        "release_fingerprint": release.manifest["content_fingerprint"],
+        "generator_version": task.generator_version,
+        "seed": task.seed,
+        "package_versions": list(task.package_versions),
+    }
+    first_line = task.instruction.strip().splitlines()[0] if task.instruction.strip() else task.family
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "task": {
+            "name": f"{ORG}/{folder_name(task)}",
+            "description": f"{task.family} ({family.words.asks}): {first_line}",
+            "keywords": ["dareforge", "data-science", task.family],
+        },
+        "metadata": metadata,
+        "verifier": {"timeout_sec": float(task.limits.seconds_per_execution)},
+        "agent": {"timeout_sec": agent_seconds(task)},
+        "environment": {"cpus": 1, "memory_mb": memory_mb},
+    }
+    return toml_text(document)
+
+
+def dockerfile(task: Task) -> str:
+    pins = [p for p in task.package_versions if not p.startswith("python==")]
+    python = next((p.split("==", 1)[1] for p in task.package_versions if p.startswith("python==")), "3.11")
+    lines = [f"FROM python:{python}-slim", ""]
+    if pins:
+        lines += ["RUN pip install --no-cache-dir " + " ".join(sorted(pins)), ""]
+    lines += ["WORKDIR /app", f"COPY {APP_DIR}/ /app/", ""]
+    return "\n".join(lines)
+
+
+def _private(release: Release, task: Task, name: str) -> bytes | None:
+    key = f"{release.private_prefix}/answers/{task.id}/{name}"
+    return release.store.read_bytes(key) if release.store.exists(key) else None
+
+
+def write_task(
+    release: Release, task: Task, target: Path, split: str | None, source: Source | None, memory_mb: int
+) -> None:
+    family = family_of(task)
+    files: dict[str, bytes] = {
+        "instruction.md": instruction(task, family).encode(),
+        "task.toml": task_toml(task, family, release, split, source, memory_mb).encode(),
+        "environment/Dockerfile": dockerfile(task).encode(),
+    }
+    for f in task.public_files:
+        files[f"environment/{APP_DIR}/{f.name}"] = release.store.read_bytes(
+            f"{release.prefix}/files/{task.id}/{f.name}"
+        )
+    steps = []
+    for name in SOLUTIONS[family.grading]:
+        script = _private(release, task, name)
+        if script is None and name == CLEANING:
+            continue
+        if script is None:
+            raise ReleaseError(
+                f"task {task.id} has no {name} in the private release {release.private_prefix}"
+            )
+        files[f"solution/{name}"] = script
+        steps.append(f"python /solution/{name}")
+    files["solution/solve.sh"] = (
+        "#!/bin/bash\n# The task's seeded reference from dareforge's private release, run in the working folder.\n"
+        "set -euo pipefail\ncd /app\n" + "\n".join(steps) + "\n"
+    ).encode()
+    truth = family.files.truth
+    answers = _private(release, task, truth)
+    if answers is None:
+        raise ReleaseError(f"task {task.id} has no {truth} in the private release {release.private_prefix}")
+    files[f"tests/{truth}"] = answers
+    files["tests/grading.json"] = grading_config(
+        task.metric.model_dump(), task.family, str(family.grading), bar_of(family), family.files.output, truth
+    )
+    files.update({f"tests/{name}": data for name, data in grader_files().items()})
+    for rel, data in sorted(files.items()):
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o755 if rel.endswith(".sh") else 0o644)
+
+
+def control_verdict(oracle: ControlRun, noop: ControlRun) -> str | None:
+    """Why a task is left out (None: kept): its oracle must earn 1 and a no-op 0."""
+    if oracle.reward != 1.0:
+        why = (
+            oracle.failure
+            or oracle.details.get("error")
+            or (f"score {oracle.details.get('score')} below the bar {oracle.details.get('bar')}")
+        )
+        return f"the oracle (solution/solve.sh) earned reward {oracle.reward}: {why}"
+    if noop.reward != 0.0:
+        why = noop.failure or f"score {noop.details.get('score')}"
+        return f"a no-op agent earned reward {noop.reward} (expected 0): {why}"
+    return None
+
+
+class HarborLayout(FolderLayout):
+    def write(self, job: ExportJob, folder: Path) -> HarborReport:
+        """Every task of the job's release as a Harbor task, kept when its control runs pass (module doc)."""
+        release = job.release
+        report = HarborReport(release, Path(job.dest))
+        controller = Controller(job.ctx.config.sandbox)
+        sources = {s.id: s for s in job.ctx.store.read_records(Source)}
+        order = {name: i for i, name in enumerate(REGISTERED)}
+        tasks = sorted(release.tasks(), key=lambda t: (order.get(t.family, len(order)), t.family, t.id))
+        splits = release.splits
+        memory = job.ctx.config.sandbox.memory_mb
+        for task in tasks:
+            write_task(
+                release,
+                task,
+                folder / folder_name(task),
+                splits.get(task.id),
+                sources.get(task.source_id),
+                memory,
+            )
+
+        def control(task: Task) -> tuple[ControlRun, ControlRun]:
+            where = folder / folder_name(task)
+            timeouts = {
+                "solve_timeout": agent_seconds(task),
+                "test_timeout": float(task.limits.seconds_per_execution),
+            }
+            return controller.run(where, oracle=True, **timeouts), controller.run(
+                where, oracle=False, **timeouts
+            )
+
+        workers = max(1, min(CONTROL_WORKERS, os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers) as pool:
+            runs = list(pool.map(control, tasks))
+        left_out: dict[str, tuple[str, str]] = {}
+        for task, (oracle, noop) in zip(tasks, runs, strict=True):
+            report.controlled += 1
+            report.rewards[task.id] = (oracle.reward, noop.reward)
+            report.oracle_passed += oracle.reward == 1.0
+            report.noop_failed += noop.reward == 0.0
+            why = control_verdict(oracle, noop)
+            if why is None:
+                report.tasks.append(folder_name(task))
+                report.families[task.family] += 1
+            else:
+                shutil.rmtree(folder / folder_name(task))
+                report.skipped[task.id] = why
+                left_out[task.id] = (task.family, why)
+        (folder / "README.md").write_text(card(report, left_out))
+        return report
+
+
+def card(report: HarborReport, left_out: dict[str, tuple[str, str]]) -> str:
+    release = report.release
+    lines = [
+        f"# {release.name} as Harbor tasks",
+        "",
+        f"{len(report.tasks)} data-science tasks of the release `{release.name}@{release.version}` (content "
+        f"fingerprint `{release.manifest['content_fingerprint'][:16]}`) in Harbor's task format "
+        "(Terminal-Bench 2, github.com/laude-institute/harbor), one folder per task: `instruction.md`, "
+        f"`task.toml` (schema {SCHEMA_VERSION}), `environment/Dockerfile` (the task's package versions pinned, its "
+        "files in `/app`), `solution/solve.sh` (the task's seeded reference) and `tests/test.sh` (dareforge's own "
+        "grader).",
+        "",
+        "Run one with Harbor, e.g. `harbor run --path <this folder>/<task folder> --agent oracle`.",
+        "",
+        "## Reward",
+        "",
+        "`/logs/verifier/reward.txt` is binary: 1 when the grade passes dareforge's bar for the task's family "
+        "(IF: every prediction matches the reference run; MM and TS: the metric reaches the family's pass bar, "
+        "in each `task.toml`; QA and Lake: the answer scores at least the pass bar), else 0. "
+        "`/logs/verifier/grade.json` holds the score, the error if the output was refused, and the bar. A Lake "
+        "task's sub-questions are not exported.",
+        "",
+        "## Control runs",
+        "",
+        "Every task ran twice in dareforge's bubblewrap sandbox with Harbor's paths bound (`/app`, `/solution`, "
+        "`/tests`, `/logs`), without Docker: the oracle (`solve.sh`, then `test.sh`) must earn 1 and a no-op "
+        "agent 0; a task that fails either is left out.",
+        "",
+        f"- Tasks controlled: {report.controlled}",
+        f"- Oracle earned 1: {report.oracle_passed} of {report.controlled}",
+        f"- No-op earned 0: {report.noop_failed} of {report.controlled}",
+        f"- Exported: {len(report.tasks)}",
+        "",
+        "| family | tasks |",
+        "|---|---:|",
+    ]
+    lines += [f"| {name} | {report.families[name]} |" for name in REGISTERED if report.families[name]]
+    lines += ["", "## Left out", ""]
+    if left_out:
+        lines += ["| task | family | reason |", "|---|---|---|"]
+        lines += [
+            f"| {task_id} | {family} | {why.replace('|', '/')} |"
+            for task_id, (family, why) in sorted(left_out.items())
+        ]
+    else:
+        lines += ["None."]
+    lines += [
+        "",
+        "## Privacy",
+        "",
+        f"Each `tests/` folder holds its task's answers: this folder is as private as `{release.name}-private`.",
+        "",
+    ]
+    return "\n".join(lines)

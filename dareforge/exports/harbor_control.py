@@ -1,0 +1,188 @@
+"""Control runs of an exported Harbor task without Docker: its scripts run in our bubblewrap sandbox with Harbor's
+paths bound where Harbor puts them.
+
+Harbor builds `environment/` into an image whose working folder is `/app`, copies `solution/` to `/solution` for
+its oracle agent, copies `tests/` to `/tests` after the agent ran, and runs `bash /tests/test.sh`, which leaves
+the reward in `/logs/verifier/reward.txt`. Here the same folders are bound at the same paths inside a sandbox
+built by `dareforge.sandbox.isolation` (read-only /usr and Python runtime, no network, own PID namespace,
+resource limits, an unprivileged uid when run as root): `/app` is a fresh copy of `environment/app/`
+(read-write), `/solution` and `/tests` are read-only, `/logs` is read-write; the sandbox's seccomp filter
+applies. The interpreter is this process's (the stack the release's references ran on, which the task's
+Dockerfile pins), not the image's.
+
+An oracle run executes `solution/solve.sh` then `tests/test.sh`; a no-op run only `tests/test.sh`; `place` puts
+given files in `/app` first (a test's submissions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from dareforge.config import SandboxConfig
+from dareforge.exports import ExportError
+from dareforge.sandbox import isolation
+from dareforge.sandbox.host_folders import chown_tree
+from dareforge.sandbox.kernel import _pick_uid
+
+APP, SOLUTION, TESTS, LOGS = "/app", "/solution", "/tests", "/logs"
+VERIFIER = f"{LOGS}/verifier"
+REWARD = "reward.txt"
+DETAILS = "grade.json"
+HOME = "/tmp/home"
+
+
+@dataclass(frozen=True)
+class ControlRun:
+    """What one run left: the reward Harbor would read (None: no reward file), the grader's details, and why
+    a script failed (its exit status and the last line it printed)."""
+
+    reward: float | None
+    details: dict
+    failure: str | None = None
+
+
+def _env() -> dict[str, str]:
+    env = {
+        "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": HOME,
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MALLOC_ARENA_MAX": "2",
+    }
+    if sys.prefix != sys.base_prefix:
+        env["VIRTUAL_ENV"] = sys.prefix
+    return env
+
+
+def _readable(root: Path) -> None:
+    """World-readable folders and files (the sandbox uid reads /solution and /tests)."""
+    root.chmod(0o755)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            (Path(folder) / name).chmod(0o755)
+        for name in files:
+            (Path(folder) / name).chmod(0o755 if name.endswith(".sh") else 0o644)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+class Controller:
+    """Runs a task folder's scripts in the sandbox (see the module doc); without bubblewrap it refuses (the
+    scripts are not run unconfined, whatever `sandbox.allow_unsandboxed` says)."""
+
+    def __init__(self, config: SandboxConfig):
+        found = isolation.probe()
+        if not found.available:
+            raise ExportError(
+                f"the harbor export runs every task's oracle and a no-op in the sandbox, which needs bubblewrap: "
+                f"{found.reason} (`make sysdeps` installs it)"
+            )
+        self.config = config
+        self.bwrap = isolation.probe().bwrap
+
+    def run(
+        self,
+        task_dir: Path,
+        *,
+        oracle: bool,
+        solve_timeout: float,
+        test_timeout: float,
+        place: dict[str, bytes] | None = None,
+    ) -> ControlRun:
+        with tempfile.TemporaryDirectory(prefix="dfharbor-") as scratch:
+            root = Path(scratch)
+            for part in ("solution", "tests"):
+                shutil.copytree(task_dir / part, root / part)
+            shutil.copytree(task_dir / "environment" / "app", root / "app")
+            for name, data in (place or {}).items():
+                (root / "app" / name).write_bytes(data)
+            for empty in ("logs/verifier", "logs/agent", "inputs", "work", "ipc", "etc"):
+                (root / empty).mkdir(parents=True)
+            _readable(root)
+            uid = _pick_uid() if os.geteuid() == 0 else None
+            if uid is not None:
+                chown_tree(root / "app", uid)
+                chown_tree(root / "logs", uid)
+            for name, text in isolation.etc_files(uid if uid is not None else os.getuid()).items():
+                (root / "etc" / name).write_text(text)
+            failure = None
+            if oracle:
+                failure = self._script(root, uid, f"{SOLUTION}/solve.sh", solve_timeout, "solution/solve.sh")
+            test_failure = self._script(root, uid, f"{TESTS}/test.sh", test_timeout, "tests/test.sh")
+            failure = failure or test_failure
+            reward_file = root / "logs" / "verifier" / REWARD
+            details_file = root / "logs" / "verifier" / DETAILS
+            reward = None
+            if reward_file.is_file():
+                try:
+                    reward = float(reward_file.read_text().strip())
+                except ValueError:
+                    reward = None
+            details = json.loads(details_file.read_text()) if details_file.is_file() else {}
+            return ControlRun(reward, details, failure)
+
+    def _script(self, root: Path, uid: int | None, script: str, timeout: float, name: str) -> str | None:
+        program = isolation.seccomp_program()
+        seccomp_fd = None
+        if program is not None:
+            (root / "seccomp.bpf").write_bytes(program)
+            seccomp_fd = os.open(root / "seccomp.bpf", os.O_RDONLY)
+        try:
+            return self._confined(root, uid, script, timeout, name, seccomp_fd)
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+
+    def _confined(
+        self, root: Path, uid: int | None, script: str, timeout: float, name: str, seccomp_fd: int | None
+    ) -> str | None:
+        prefix = isolation.command(
+            bwrap=str(self.bwrap),
+            inputs=root / "inputs",
+            workspace=root / "work",
+            ipc_dir=root / "ipc",
+            etc_dir=root / "etc",
+            tmp_bytes=self.config.memory_mb * 1024 * 1024 // 4,
+            seccomp_fd=seccomp_fd,
+            info_fd=None,
+        )
+        binds = ["--bind", str(root / "app"), APP, "--bind", str(root / "logs"), LOGS]
+        binds += ["--ro-bind", str(root / "tests"), TESTS]
+        if script.startswith(SOLUTION):
+            binds += ["--ro-bind", str(root / "solution"), SOLUTION]
+        spec = {
+            "rlimits": isolation.rlimits(self.config),
+            "nice": self.config.nice,
+            "uid": uid,
+            "mkdirs": [HOME],
+            "cwd": APP,
+        }
+        launcher = [sys.executable, "-I", "-S", "-c", isolation.LAUNCHER, json.dumps(spec)]
+        argv = [*prefix[:-1], *binds, "--", *launcher, "/bin/bash", script]
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=_env(),
+                cwd="/",
+                check=False,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+            )
+        except subprocess.TimeoutExpired:
+            return f"{name} did not finish within {timeout:g} s"
+        if done.returncode != 0:
+            return f"{name} exited with status {done.returncode}: {_last_line(done.stderr or done.stdout)}"
+        return None

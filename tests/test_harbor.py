@@ -1,0 +1,297 @@
+"""The `harbor` export: one Harbor task folder per released task, in Harbor's task.toml schema, with the answers
+only under tests/, dareforge's own grader inside, and control runs in the sandbox that keep a task only when its
+oracle earns reward 1 and a no-op 0.
+
+Runs on a small release of iris (Class-IF, Class-MM, QA, Lake) and CO2 (TS-XF, TS-CF): one IF, one MM, two TS, one
+QA and one Lake family. Its TS-XF strong reference scores below the family's bar, so that task is left out by
+its own control run; a second small release has an IF solution corrupted on purpose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import tomllib
+from datetime import date
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from dareforge.agents.grading import passed
+from dareforge.cli import app
+from dareforge.context import RunContext
+from dareforge.exports.export_format import ExportJob
+from dareforge.exports.formats import FORMATS, export_format
+from dareforge.exports.harbor import folder_name
+from dareforge.exports.harbor_control import Controller
+from dareforge.exports.harbor_grader import RESULTS_STANDIN, SCHEMA_STANDIN
+from dareforge.families.registry import family_of
+from dareforge.publish.release import build_release
+from dareforge.reference_solutions.graders import grade
+from dareforge.reference_solutions.results import GradeResult
+from dareforge.sandbox import probe
+from dareforge.schema import MetricSpec
+from tests.stores import generate_tasks, store_config
+
+pytestmark = pytest.mark.skipif(not probe().available, reason="the control runs need bubblewrap")
+
+DAY = date(2026, 1, 15)
+HARBOR_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
+"""Harbor's package name pattern (`[task] name`, org/name)."""
+HARBOR_FIELDS = {
+    None: {"schema_version", "task", "metadata", "verifier", "agent", "environment", "solution", "source"},
+    "task": {"name", "description", "authors", "keywords"},
+    "verifier": {"timeout_sec", "env", "user", "network_mode", "allowed_hosts"},
+    "agent": {"timeout_sec", "user", "network_mode", "allowed_hosts"},
+    "environment": {
+        "build_timeout_sec",
+        "docker_image",
+        "cpus",
+        "memory_mb",
+        "storage_mb",
+        "gpus",
+        "gpu_types",
+        "allow_internet",
+        "network_mode",
+        "allowed_hosts",
+        "mcp_servers",
+        "env",
+        "skills_dir",
+        "healthcheck",
+    },
+}
+"""The fields of Harbor's `TaskConfig` (schema 1.1) and its sections, as its models declare them."""
+ANSWER_FILES = {"answers.csv", "answer.json", "reference_predictions.csv", "strong_predictions.csv"}
+
+
+def _release(root: Path, sources: list[str], *, questions: bool):
+    cfg = store_config(root, sources)
+    cfg.generate.if_variants = 1
+    cfg.generate.qa_per_source = 1 if questions else 0
+    cfg.generate.lakes_per_source = 1 if questions else 0
+    ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
+    return ctx, build_release(ctx, "hb", today=DAY).release
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    ctx, release = _release(
+        tmp_path_factory.mktemp("harbor"), ["sklearn-iris", "statsmodels-co2"], questions=True
+    )
+    dest = tmp_path_factory.mktemp("harbor-out") / "harbor"
+    report = export_format("harbor").export(ExportJob(ctx, release, dest=dest))
+    return ctx, release, report
+
+
+def _kept(exported):
+    _, release, report = exported
+    return [t for t in release.tasks() if folder_name(t) in report.tasks]
+
+
+def test_harbor_is_registered_and_in_the_export_help():
+    assert "harbor" in FORMATS
+    result = CliRunner().invoke(app, ["export", "--help"], terminal_width=400)
+    assert result.exit_code == 0 and "harbor:" in result.output
+
+
+def test_every_family_present_is_exported_with_oracle_1_and_noop_0(exported):
+    _, release, report = exported
+    families = {t.family for t in release.tasks()}
+    assert {"Class-IF", "Class-MM", "TS-CF", "QA", "Lake"} <= families
+    kept = _kept(exported)
+    assert {t.family for t in kept} >= {"Class-IF", "Class-MM", "TS-CF", "QA", "Lake"}
+    for task in kept:
+        assert report.rewards[task.id] == (1.0, 0.0), task.family
+    assert report.controlled == len(release.tasks())
+    assert report.oracle_passed == sum(oracle == 1.0 for oracle, _ in report.rewards.values())
+    assert report.noop_failed == report.controlled  # nothing in /app earns nothing
+    assert sorted(p.name for p in report.dest.iterdir() if p.is_dir()) == sorted(report.tasks)
+
+
+def test_a_task_whose_oracle_misses_its_bar_is_left_out_with_the_reason_on_the_card(exported):
+    _, release, report = exported
+    # CO2's TS-XF strong reference scores below the family's bar of 0.6 (the release has no gate verdicts).
+    left = {t.id: t for t in release.tasks() if t.id in report.skipped}
+    assert left and all(report.rewards[i][0] == 0.0 for i in left)
+    assert not any((report.dest / folder_name(t)).exists() for t in left.values())
+    card = (report.dest / "README.md").read_text()
+    assert f"Oracle earned 1: {report.oracle_passed} of {report.controlled}" in card
+    assert f"No-op earned 0: {report.noop_failed} of {report.controlled}" in card
+    for task_id, why in report.skipped.items():
+        assert "below the bar" in why
+        assert f"| {task_id} | {left[task_id].family} | {why} |" in card
+
+
+def test_layout_and_task_toml_follow_harbors_schema(exported):
+    _, release, _ = exported
+    for task in _kept(exported):
+        folder = exported[2].dest / folder_name(task)
+        for part in (
+            "instruction.md",
+            "task.toml",
+            "environment/Dockerfile",
+            "solution/solve.sh",
+            "tests/test.sh",
+        ):
+            assert (folder / part).is_file(), part
+        config = tomllib.loads((folder / "task.toml").read_text())
+        assert set(config) <= HARBOR_FIELDS[None]
+        for section in ("task", "verifier", "agent", "environment"):
+            assert set(config[section]) <= HARBOR_FIELDS[section], section
+        assert config["schema_version"] == "1.1"
+        assert HARBOR_NAME.match(config["task"]["name"]) and config["task"]["name"].endswith(task.id)
+        limits = task.limits
+        assert config["agent"]["timeout_sec"] == float(limits.turns * limits.seconds_per_execution)
+        assert config["verifier"]["timeout_sec"] == float(limits.seconds_per_execution)
+        assert isinstance(config["environment"]["cpus"], int) and isinstance(
+            config["environment"]["memory_mb"], int
+        )
+        meta = config["metadata"]
+        assert meta["family"] == task.family and meta["task_id"] == task.id
+        assert meta["release"] == release.name and meta["release_version"] == release.version
+        assert meta["source_id"] == task.source_id and meta["license"]
+        assert meta["package_versions"] == task.package_versions
+        docker = (folder / "environment" / "Dockerfile").read_text()
+        for pin in task.package_versions:
+            name, version = pin.split("==")
+            assert (f"python:{version}-slim" if name == "python" else pin) in docker
+        assert sorted(p.name for p in (folder / "environment" / "app").iterdir()) == sorted(
+            f.name for f in task.public_files
+        )
+
+
+def test_task_toml_loads_with_harbors_own_model(exported):
+    config = pytest.importorskip(
+        "harbor.models.task.config",
+        reason="Harbor's package is not installed and no snapshot of its repository can be fetched here; the "
+        "fields are checked against its TaskConfig as read from its source instead",
+    )
+    for task in _kept(exported):
+        text = (exported[2].dest / folder_name(task) / "task.toml").read_text()
+        loaded = config.TaskConfig.model_validate_toml(text)
+        assert loaded.task is not None and loaded.task.name.endswith(task.id)
+
+
+def test_answers_are_only_under_tests(exported):
+    _, release, report = exported
+    for task in _kept(exported):
+        folder = report.dest / folder_name(task)
+        private = [
+            release.store.read_bytes(f"{release.private_prefix}/answers/{task.id}/{f.name}")
+            for f in task.private_files
+            if f.name in ANSWER_FILES or f.name.startswith("subtask-")
+        ]
+        assert private
+        outside = [p for p in folder.rglob("*") if p.is_file() and "tests" not in p.relative_to(folder).parts]
+        for path in outside:
+            assert path.name not in ANSWER_FILES, path
+            data = path.read_bytes()
+            assert all(data != answer for answer in private), path
+        truth = family_of(task).files.truth
+        graded_against = release.store.read_bytes(f"{release.private_prefix}/answers/{task.id}/{truth}")
+        assert (folder / "tests" / truth).read_bytes() == graded_against
+        assert graded_against.decode().strip() not in (folder / "instruction.md").read_text()
+
+
+def _wrong(task, truth: bytes) -> bytes:
+    """A submission that must not pass: every target value changed."""
+    if family_of(task).asks_question:
+        answer = json.loads(truth)["answer"]
+        if isinstance(answer, bool):
+            wrong = not answer
+        elif isinstance(answer, int | float):
+            wrong = answer * 3 + 1000
+        elif isinstance(answer, list):
+            wrong = ["no such item"]
+        else:
+            wrong = "no such answer"
+        return json.dumps({"answer": wrong}).encode()
+    frame = pd.read_csv(io.BytesIO(truth), dtype=str, keep_default_na=False)
+    for column in task.metric.target_columns:
+        values = frame[column]
+        numeric = pd.to_numeric(values, errors="coerce")
+        if numeric.notna().all() and task.metric.name not in ("exact-match", "accuracy", "macro-f1"):
+            frame[column] = (numeric * 3 + 1000).astype(str)
+        else:
+            labels = sorted(set(values))
+            frame[column] = [
+                labels[(labels.index(v) + 1) % len(labels)] if len(labels) > 1 else v + "x" for v in values
+            ]
+    return frame.to_csv(index=False).encode()
+
+
+def test_the_bundled_grader_scores_as_dareforge_on_gold_and_wrong_submissions(exported, tmp_path):
+    ctx, _, report = exported
+    controller = Controller(ctx.config.sandbox)
+    for task in _kept(exported):
+        family = family_of(task)
+        folder = report.dest / folder_name(task)
+        truth_path = folder / "tests" / family.files.truth
+        truth = truth_path.read_bytes()
+        for kind, submission in (("gold", truth), ("wrong", _wrong(task, truth))):
+            run = controller.run(
+                folder,
+                oracle=False,
+                solve_timeout=60,
+                test_timeout=120,
+                place={family.files.output: submission},
+            )
+            mine = tmp_path / f"{task.id}-{kind}"
+            mine.write_bytes(submission)
+            ours = grade(task.metric, mine, truth_path)
+            assert run.details["grader"] == "/tests/grader/dareforge", "graded by the bundle, not the host's"
+            assert run.details["score"] == ours.score, (task.family, kind)
+            assert run.reward == float(passed(task, ours.score)), (task.family, kind)
+            assert run.reward == (1.0 if kind == "gold" else 0.0), (task.family, kind, ours)
+
+
+def test_the_grader_standins_keep_the_fields_of_the_models_they_replace():
+    namespace: dict = {}
+    exec(SCHEMA_STANDIN.format(answer_metric="answer"), namespace)
+    assert [f.name for f in dataclasses.fields(namespace["MetricSpec"])] == list(MetricSpec.model_fields)
+    namespace = {}
+    exec(RESULTS_STANDIN, namespace)
+    assert [f.name for f in dataclasses.fields(namespace["GradeResult"])] == list(GradeResult.model_fields)
+
+
+@pytest.fixture(scope="module")
+def corrupted(tmp_path_factory):
+    """An iris release (Class-IF, Class-MM) whose IF reference was replaced by one that predicts one label."""
+    ctx, release = _release(tmp_path_factory.mktemp("harbor-bad"), ["sklearn-iris"], questions=False)
+    task = next(t for t in release.tasks() if t.family == "Class-IF")
+    target = task.metric.target_columns[0]
+    release.store.write_bytes(
+        f"{release.private_prefix}/answers/{task.id}/reference.py",
+        (
+            "import pandas as pd\n"
+            "test = pd.read_csv('test.csv')\n"
+            f"pd.DataFrame({{'row_id': test['row_id'], {target!r}: 'no-such-label'}}).to_csv('predictions.csv', index=False)\n"
+        ).encode(),
+    )
+    out = tmp_path_factory.mktemp("harbor-bad-out")
+    reports = [export_format("harbor").export(ExportJob(ctx, release, dest=out / f"run{i}")) for i in (1, 2)]
+    return task, reports
+
+
+def test_a_corrupted_solution_is_left_out_with_its_reason(corrupted):
+    task, (report, _) = corrupted
+    assert task.id in report.skipped and report.rewards[task.id] == (0.0, 0.0)
+    assert "earned reward 0.0" in report.skipped[task.id]
+    assert not (report.dest / folder_name(task)).exists()
+    assert [t for t in report.tasks if t.startswith("class-mm-")]
+    assert task.id in (report.dest / "README.md").read_text()
+
+
+def test_the_same_release_exports_to_the_same_bytes(corrupted):
+    _, (first, second) = corrupted
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    assert files(first.dest) == files(second.dest)
+    text = b"".join(files(first.dest).values())
+    assert str(first.dest).encode() not in text and b"/tmp/" not in text
