@@ -7,6 +7,7 @@ works on a copy.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import re
 import shutil
@@ -108,7 +109,7 @@ def test_report_has_every_section_and_embedded_pngs(built, page):
     ):
         assert heading in text
     images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", text)
-    assert len(images) == 4  # funnel, families, scores, verdicts
+    assert len(images) == 6  # funnel, families, scores, verdicts, the ladder, difficulty and headroom
     for image in images:
         data = base64.b64decode(image, validate=True)
         assert data.startswith(PNG) and len(data) > 5_000
@@ -152,13 +153,17 @@ def test_tables_match_the_release(built, page):
 
 def test_without_a_ladder_the_skill_sections_say_so_and_count_question_tiers(built, page):
     ctx, release = built
-    card = ctx.store.read_bytes(f"{release.prefix}/README.md").decode()
-    text = page[1]
-    assert release.manifest["skill"]["ladder"] == {}  # the ladder is opt-in: this store ran none
-    assert skill.NO_LADDER in card and f"<p>{html.escape(skill.NO_LADDER)}</p>" in text
-    assert "ladder-summary" not in text
+    assert release.manifest["skill"]["ladder"], "the ladder runs by default: this store's release has one"
+    tasks = release.tasks()
+    # The same release as if no ladder had run: no discrimination finding to sum up.
+    summary = skill.skill_summary(tasks, tasks, [], [])
+    assert summary["ladder"] == {}
+    unladdered = dataclasses.replace(release, manifest={**release.manifest, "skill": summary})
+    text = render_release_report(ctx, unladdered)
+    assert skill.NO_LADDER in "\n".join(skill_lines(summary))
+    assert f"<p>{html.escape(skill.NO_LADDER)}</p>" in text and "ladder-summary" not in text
     tiers: dict[str, Counter] = {}
-    for task in release.tasks():
+    for task in tasks:
         if family_named(task.family).asks_question:
             tiers.setdefault(task.family, Counter())[task.difficulty or "not tiered"] += 1
     assert tiers, "the store has no question task to tier"
@@ -166,6 +171,7 @@ def test_without_a_ladder_the_skill_sections_say_so_and_count_question_tiers(bui
     assert rows == {
         f: [str(n[t]) for t in ("easy", "medium", "hard", "not tiered")] for f, n in tiers.items()
     }
+    assert "ladder-summary" in page[1]
 
 
 def test_question_tiers_are_counted_per_family_and_their_hard_share_of_the_tiered(built):
