@@ -33,7 +33,7 @@ from dareforge.exports.export_format import (
 )
 from dareforge.exports.formats import export_format
 from dareforge.exports.reward import RewardSpec, reward, reward_spec, trajectory_reward
-from dareforge.exports.sft import chat_messages
+from dareforge.exports.sft import chat_messages, tool_chat
 from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.publish.hub import HubTarget
@@ -180,6 +180,8 @@ def test_sft_export_round_trip(built, trajectories, sft):
         assert (row["outcome"], row["score"], row["passed"]) == (t.outcome, t.score, t.passed)
     assert rows[trajectories[-1].id]["source"] == "gold:local/gold-replay"
     assert rows[trajectories[0].id]["source"] == "sampled:local/m"
+    tools = {r["id"]: r["messages"] for r in export.rows("tools")}  # JSON turns read back as dicts
+    assert tools[trajectories[0].id] == tool_chat(trajectories[0], by_family[trajectories[0].family])
     sharegpt = {r["id"]: r for r in export.rows("sharegpt")}
     turn = sharegpt[trajectories[0].id]["conversations"]
     assert [c["from"] for c in turn] == ["system", "human", "gpt", "human", "gpt"]

@@ -22,7 +22,7 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
-from dareforge.exports.kramabench import krama_answer
+from dareforge.exports.kramabench import krama_answer, krama_query
 from dareforge.exports.reward import reward, reward_spec
 from dareforge.families.generate import generate
 from dareforge.families.registry import family_of
@@ -41,6 +41,7 @@ from dareforge.generators.questions.build import (
 from dareforge.generators.questions.programs import PROGRAMS, is_multi_step
 from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
+from dareforge.generators.questions.table_questions import ANSWER_NOTE
 from dareforge.generators.questions.tiers import shortcut_solves, visible_frames
 from dareforge.llm import ChatResult
 from dareforge.probes.obscure import obscure_tasks, variants_of
@@ -649,6 +650,12 @@ def test_kramabench_answer_typing_of_booleans_and_number_lists():
     )
     assert krama_answer(spec("list_approximate"), [1.5, 2.0]) == ("list_approximate", [1.5, 2.0])
     assert krama_answer(spec("numeric_exact"), 7) == ("numeric_exact", 7)
+    instruction = "Question: Is it?\n\nAnswer format: true or false (a JSON boolean).\n" + ANSWER_NOTE
+    query = krama_query(instruction, ["t1/data.csv"], spec("boolean"))
+    assert query.startswith(
+        "This question's files are in the folder `t1/` of the input folder: `t1/data.csv`."
+    )
+    assert query.endswith('Answer format: the JSON string "true" or "false".') and ANSWER_NOTE not in query
 
 
 def test_kramabench_own_metrics_score_the_exported_answers_1(krama, monkeypatch):
