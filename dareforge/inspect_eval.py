@@ -4,7 +4,13 @@
 
 (`-T config=PATH` names the dareforge.yaml whose store holds the release; default: the usual lookup, `-T version=`
 a release version, default the latest.) The package registers this module with inspect_ai (entry point group
-`inspect_ai`), which is what makes `dareforge/release` a task name.
+`inspect_ai`), which is what makes `dareforge/release` a task name, and `dareforge/mockllm` a model: inspect's
+`mockllm` (its default reply, or `custom_outputs` given from Python) made to run offline. inspect's own mockllm
+counts the tokens of every output that carries no usage with tiktoken's o200k_base vocabulary, which tiktoken
+downloads on first use: offline each sample then fails with a ConnectionError (and `inspect eval` still exits
+0). `dareforge/mockllm` estimates them instead (`OFFLINE_CHARS_PER_TOKEN`), so a smoke run needs no network:
+
+    inspect eval dareforge/release -T release=dareforge -T split=test --model dareforge/mockllm --limit 1
 
 Task = dataset + solver + scorer + sandbox, each dareforge's own:
 
@@ -38,9 +44,11 @@ from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
 from inspect_ai.model import (
     GenerateConfig,
+    ModelAPI,
     ModelOutput,
     get_model,
     messages_from_openai,
+    modelapi,
 )
 from inspect_ai.scorer import Score, Target, accuracy, mean, scorer
 from inspect_ai.solver import Generate, TaskState, solver
@@ -64,6 +72,22 @@ from dareforge.scratch import temp_root
 
 TRAJECTORY = "dareforge_trajectory"
 """The sample metadata key holding the graded trajectory (JSON of `dareforge.schema.Trajectory`)."""
+
+OFFLINE_CHARS_PER_TOKEN = 4
+"""How `dareforge/mockllm` counts tokens: characters per token, the usual estimate for English text and code."""
+
+
+@modelapi(name="dareforge")
+def offline_mockllm() -> type[ModelAPI]:
+    """`--model dareforge/mockllm`: inspect's mockllm with token counts estimated, not looked up in tiktoken's
+    downloaded vocabulary (see the module doc)."""
+    from inspect_ai.model._providers.mockllm import MockLLM  # inspect exports the provider by name only
+
+    class OfflineMockLLM(MockLLM):
+        async def count_text_tokens(self, text: str) -> int:
+            return max(1, len(text) // OFFLINE_CHARS_PER_TOKEN)
+
+    return OfflineMockLLM
 
 
 @task

@@ -227,8 +227,14 @@ class Store:
         return sink.getvalue()
 
     def read_rows(self, key: str) -> list[dict[str, Any]]:
-        """The rows of any Parquet file in the store, as dicts."""
-        return pq.read_table(pa.BufferReader(self._arrow_buffer(key))).to_pylist()
+        """The rows of any Parquet file in the store, as dicts; JSON values decoded, as `datasets` loads them."""
+        table = pq.read_table(pa.BufferReader(self._arrow_buffer(key)))
+        rows = table.to_pylist()
+        coded = [f for f in table.schema if _has_json(f.type)]
+        for row in rows:
+            for f in coded:
+                row[f.name] = decode_json(row[f.name], f.type)
+        return rows
 
     def _records_at(self, cls: type[R], key: str) -> Iterator[R]:
         for row in self.read_rows(key):
@@ -261,3 +267,24 @@ class Store:
                 con.register(f"_{name}_empty", cls.arrow_schema().empty_table())
                 con.execute(f"create view {name} as select * from _{name}_empty")
         return con
+
+
+def _has_json(kind: pa.DataType) -> bool:
+    if isinstance(kind, pa.JsonType):
+        return True
+    if pa.types.is_list(kind):
+        return _has_json(kind.value_type)
+    return pa.types.is_struct(kind) and any(_has_json(f.type) for f in kind)
+
+
+def decode_json(value: Any, kind: pa.DataType) -> Any:
+    """A value read from a column of type `kind` with its JSON texts decoded, as `datasets` loads them."""
+    if value is None:
+        return None
+    if isinstance(kind, pa.JsonType):
+        return json.loads(value)
+    if pa.types.is_list(kind):
+        return [decode_json(v, kind.value_type) for v in value]
+    if pa.types.is_struct(kind):
+        return {f.name: decode_json(value[f.name], f.type) for f in kind}
+    return value

@@ -33,7 +33,7 @@ from dareforge.exports.export_format import (
 )
 from dareforge.exports.formats import export_format
 from dareforge.exports.reward import RewardSpec, reward, reward_spec, trajectory_reward
-from dareforge.exports.sft import chat_messages
+from dareforge.exports.sft import chat_messages, tool_chat
 from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.publish.hub import HubTarget
@@ -180,6 +180,8 @@ def test_sft_export_round_trip(built, trajectories, sft):
         assert (row["outcome"], row["score"], row["passed"]) == (t.outcome, t.score, t.passed)
     assert rows[trajectories[-1].id]["source"] == "gold:local/gold-replay"
     assert rows[trajectories[0].id]["source"] == "sampled:local/m"
+    tools = {r["id"]: r["messages"] for r in export.rows("tools")}  # JSON turns read back as dicts
+    assert tools[trajectories[0].id] == tool_chat(trajectories[0], by_family[trajectories[0].family])
     sharegpt = {r["id"]: r for r in export.rows("sharegpt")}
     turn = sharegpt[trajectories[0].id]["conversations"]
     assert [c["from"] for c in turn] == ["system", "human", "gpt", "human", "gpt"]
@@ -332,20 +334,52 @@ def smollm2_chat_template() -> str:
     return bytes(field.parts[field.data[0]]).decode()
 
 
+def trl_chat_template(name: str) -> str:
+    """One of the chat templates TRL ships (trl/chat_templates/<name>.jinja): TRL is installed without torch and
+    transformers (see the Makefile), so its package is located, not imported."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("trl")
+    if spec is None:
+        pytest.skip("trl is not installed (`make install` installs it)")
+    (folder,) = spec.submodule_search_locations
+    return (Path(folder) / "chat_templates" / f"{name}.jinja").read_text(encoding="utf-8")
+
+
 def render(template: str, messages: list[dict], tools: list[dict]) -> str:
     """A chat rendered the way `transformers`' apply_chat_template does (what TRL's SFTTrainer calls): a
-    sandboxed Jinja environment with trim_blocks, lstrip_blocks, loop controls, `raise_exception`, `tojson`."""
+    sandboxed Jinja environment with trim_blocks, lstrip_blocks, loop controls, the `{% generation %}` block
+    (TRL's training templates mark assistant output with it), `raise_exception`, `strftime_now`, `tojson`."""
+    from jinja2 import nodes
     from jinja2.exceptions import TemplateError
+    from jinja2.ext import Extension
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        tags = {"generation"}  # noqa: RUF012  (Jinja's own attribute)
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
 
     def raise_exception(message):
         raise TemplateError(message)
 
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(
+            value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
+
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, "jinja2.ext.loopcontrols"]
     )
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: date(2026, 1, 15).strftime(fmt)
     return env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=False)
 
 
@@ -375,8 +409,9 @@ def test_the_tools_config_loads_with_datasets_and_renders_through_a_real_chat_te
             found = text.find(turn, at)
             assert found >= at, (row["id"], m["role"])
             at = found + len(turn)
-        calls = [c for m in messages for c in m["tool_calls"]]
-        assert all(json.loads(c["function"]["arguments"]) for c in calls)
+        calls = [c for m in messages for c in m.get("tool_calls", ())]
+        assert calls and all(isinstance(c["function"]["arguments"], dict) for c in calls)
+        assert all(set(m) == {"role", "content"} for m in messages if m["role"] in ("system", "user"))
     two = next(r for r in rows if r["id"] == mixed[-1].id)
     assert [m["role"] for m in two["messages"]] == [
         "system",
@@ -389,6 +424,48 @@ def test_the_tools_config_loads_with_datasets_and_renders_through_a_real_chat_te
     broken = [two["messages"][i] for i in (0, 1, 2, 3, 5, 4)]  # the second answer after the next reply
     with pytest.raises(ExportError, match="before calls c1 were answered"):
         check_chat(broken, two["id"])
+
+
+TOOL_TEMPLATES = ("qwen3_training", "qwen3_6_training", "qwen2_5_training", "llama3_2")
+"""TRL's bundled templates the `tools` config is rendered with: Qwen3's training template writes `arguments`
+as they are (a mapping with `tojson`), Qwen3.6's walks them with `items` (a mapping only), Qwen2.5's always
+writes them with `tojson` (JSON text would come out quoted), and Llama 3.2's takes any turn holding a
+`tool_calls` key for a call and refuses a reply with several calls."""
+
+
+@pytest.mark.parametrize("name", TOOL_TEMPLATES)
+def test_the_tools_config_renders_through_trls_chat_templates(built, trajectories, tmp_path, name):
+    """Every row of the `tools` config, as `datasets` loads it, renders with TRL's bundled templates, and the
+    text holds every call's arguments; Llama 3.2's template, which refuses a reply with several calls, renders
+    every row whose replies make one call at most and refuses the others by saying so."""
+    from jinja2.exceptions import TemplateError
+
+    _, _, by_family, _ = built
+    task = by_family["Class-IF"]
+    mixed = [*trajectories, _tools_trajectory(task, 0), _tools_trajectory(task, 1, calls_per_reply=2)]
+    folder = Path(LocalTarget(tmp_path / "published").publish(_sft(built, mixed, name="sft-mixed").export))
+    rows = datasets.load_dataset(str(folder), "tools", split="test", cache_dir=str(tmp_path / "hf"))
+    template = trl_chat_template(name)
+    rendered = 0
+    for row in rows:
+        messages, tools = row["messages"], json.loads(row["tools"])
+        if name == "llama3_2" and any(len(m.get("tool_calls", ())) > 1 for m in messages):
+            with pytest.raises(TemplateError, match="only supports single tool-calls"):
+                render(template, messages, tools)
+            continue
+        text = render(template, messages, tools)
+        rendered += 1
+        for call in (c for m in messages for c in m.get("tool_calls", ())):
+            arguments = call["function"]["arguments"]
+            assert isinstance(arguments, dict) and arguments, (row["id"], call)
+            written = json.dumps(arguments, ensure_ascii=False)
+            assert written in text or all(v in text for v in arguments.values()), (name, row["id"], call)
+        for m in (
+            m for m in messages if m["role"] == "tool"
+        ):  # Llama 3.2's writes a tool's output with tojson
+            said = m["content"]
+            assert said.strip() in text or json.dumps(said, ensure_ascii=False) in text, (name, row["id"])
+    assert rendered == (rows.num_rows if name != "llama3_2" else rows.num_rows - 1)
 
 
 def test_the_llamafactory_config_follows_its_sharegpt_rules_and_is_registered(built, trajectories, tmp_path):
@@ -420,11 +497,11 @@ def test_the_llamafactory_config_follows_its_sharegpt_rules_and_is_registered(bu
         assert {t["name"] for t in json.loads(row["tools"])} == {"python", "submit"}
         messages = tools_rows[row["id"]]["messages"]
         calls = [turn for turn in turns if turn["from"] == "function_call"]
-        replies_with_calls = [m for m in messages if m["role"] == "assistant" and m["tool_calls"]]
+        replies_with_calls = [m for m in messages if m["role"] == "assistant" and m.get("tool_calls")]
         assert len(calls) == len(replies_with_calls)
         for turn, reply in zip(calls, replies_with_calls, strict=True):
             assert json.loads(turn["value"]) == [
-                {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+                {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
                 for c in reply["tool_calls"]
             ]
     two = next(r for r in rows if r["id"] == mixed[-1].id)

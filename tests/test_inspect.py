@@ -8,6 +8,7 @@ scripted solutions (served by tests/llm_server.py in the tags protocol, while in
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ from tests.test_agents import conversations, majority_code, step
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
 MOCK = "mockllm/model"
+ROOT = Path(__file__).resolve().parents[1]
 DONE = "predictions.csv is written."
 
 
@@ -141,3 +143,29 @@ def test_inspect_cli_runs_the_release_task_by_name(built, server, tmp_path):
         and score.value == {"score": 0.0, "passed": 0.0}
     )
     assert server.count == tasks[0].limits.turns + 1 and "<code>" in server.requests[0].messages[0]["content"]
+
+
+def test_the_readmes_offline_inspect_command_runs_offline(built, tmp_path):
+    """The README's `--model dareforge/mockllm` command exactly as written, run where the usual lookup finds the
+    test store's dareforge.yaml and tiktoken has no vocabulary cached (a download fails here): the eval succeeds
+    and grades its sample (mockllm's default reply holds no code: no-code, 0). This checkout's package is put
+    first on the path, since inspect loads dareforge through the installed entry point."""
+    cfg, tasks = built
+    (line,) = [x for x in (ROOT / "README.md").read_text().splitlines() if "--model dareforge/mockllm" in x]
+    command = shlex.split(line, comments=True)
+    assert command[:3] == ["inspect", "eval", "dareforge/release"]
+    command[0] = str(Path(sys.executable).parent / "inspect")
+    (tmp_path / "dareforge.yaml").write_text(
+        yaml.safe_dump({"store": cfg.model_dump(mode="json")["store"], "builtin": {"include": []}})
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("DAREFORGE_", "INSPECT_"))}
+    environ.update(TIKTOKEN_CACHE_DIR=str(tmp_path / "no-vocabulary"), PYTHONPATH=str(ROOT))
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = tmp_path.glob("logs/*.eval")
+    log = read_eval_log(str(path))
+    assert log.status == "success", log.error
+    assert log.eval.model == "dareforge/mockllm"
+    (sample,) = log.samples
+    assert sample.id == tasks[0].id and sample.scores["dareforge_grade"].answer == "no-code"
+    assert sample.scores["dareforge_grade"].value == {"score": 0.0, "passed": 0.0}

@@ -22,6 +22,7 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
+from dareforge.exports.kramabench import krama_answer, krama_query
 from dareforge.exports.reward import reward, reward_spec
 from dareforge.families.generate import generate
 from dareforge.families.registry import family_of
@@ -40,6 +41,7 @@ from dareforge.generators.questions.build import (
 from dareforge.generators.questions.programs import PROGRAMS, is_multi_step
 from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file, with_cleaning
+from dareforge.generators.questions.table_questions import ANSWER_NOTE
 from dareforge.generators.questions.tiers import shortcut_solves, visible_frames
 from dareforge.llm import ChatResult
 from dareforge.probes.obscure import obscure_tasks, variants_of
@@ -545,8 +547,35 @@ KRAMA_TYPES = {
     "list_exact",
     "list_approximate",
 }
-KRAMA_METRIC = {"string_exact": "success", "numeric_exact": "success", "numeric_approximate": "rae_score"}
-KRAMA_METRIC.update({"list_exact": "f1"})
+KRAMA_METRICS = {
+    "numeric_approximate": ["mean_absolute_error", "mean_squared_error", "mean_relative_absolute_error"],
+    "string_approximate": ["bleu", "rouge", "llm_paraphrase"],
+    "numeric_exact": ["success"],
+    "string_exact": ["success"],
+    "list_exact": ["f1", "precision", "recall"],
+    "list_approximate": ["f1_approximate"],
+}
+"""KramaBench's metrics per answer type (its benchmark/fixtures/answer_type_fixtures.json), used when its code
+is importable without that file."""
+KRAMA_LLM_METRICS = {"llm_paraphrase", "f1_approximate", "string_bootstrap"}
+"""KramaBench metrics that ask an OpenAI model: not run here (no network)."""
+
+
+def kramabench_metrics(monkeypatch):
+    """KramaBench's own `benchmark.metrics`, from an installed `benchmark` package or the checkout that the
+    KRAMABENCH variable names (a clone of mitdbg/Kramabench whose requirements are installed); skips when
+    neither imports, since KramaBench is not a dependency of dareforge."""
+    import os
+
+    if os.environ.get("KRAMABENCH"):
+        monkeypatch.syspath_prepend(os.environ["KRAMABENCH"])
+    try:
+        from benchmark import metrics
+    except ImportError as error:
+        pytest.skip(f"KramaBench's code does not import ({error}); set KRAMABENCH to a checkout of it")
+    if not hasattr(metrics, "metric_factory"):
+        pytest.skip("the importable `benchmark` package is not KramaBench's")
+    return metrics
 
 
 @pytest.fixture(scope="module")
@@ -581,27 +610,74 @@ def test_kramabench_workload_has_its_fields_files_and_id_scheme(built, krama):
         assert all((report.dest / "data" / "dareforge" / "input" / s).is_file() for s in item["data_sources"])
 
 
+def test_every_kramabench_query_names_its_files_by_their_path_in_the_input_folder(krama):
+    """KramaBench hands a system the query and its id only, and many task folders hold a `data.csv`: every
+    query and sub-query names each of its files as `<task id>/<file>`, and every path it names is a file
+    under the input folder."""
+    report, workload = krama
+    inputs = report.dest / "data" / "dareforge" / "input"
+    assert sum(e["data_sources"] == [f"{e['dareforge']['task_id']}/data.csv"] for e in workload) > 1
+    for entry in workload:
+        folder = entry["dareforge"]["task_id"]
+        for item in [entry, *entry["subtasks"]]:
+            named = set(re.findall(r"`(" + folder + r"/[^`]+)`", item["query"]))
+            assert named == set(item["data_sources"]), item["id"]
+            assert all((inputs / path).is_file() for path in named), item["id"]
+            assert item["query"].startswith("This question's files are in the folder " + f"`{folder}/`")
+
+
 def test_kramabench_answers_grade_1_under_their_own_types(krama):
     """The exported answers, graded as KramaBench types by our grader, score 1 against themselves; a boolean
-    went over as the string "true"/"false"."""
+    went over as the string "true"/"false", asked for as that text, and list items as text."""
     _, workload = krama
     for item in _krama_entries(workload):
         metric = answer_metric(answer_type=item["answer_type"])
         assert score_answer(metric, item["answer"], item["answer"])[0] == 1.0, item["id"]
+        if item["answer_type"] == "list_exact":
+            assert all(isinstance(v, str) for v in item["answer"]), item["id"]
     booleans = [e for e in workload if e["dareforge"]["answer_type"] == "boolean"]
     assert all(e["answer"] in ("true", "false") and e["answer_type"] == "string_exact" for e in booleans)
+    assert all('the JSON string "true" or "false"' in e["query"] for e in booleans)
 
 
-def test_kramabench_own_metrics_score_the_exported_answers_1(krama):
-    """With KramaBench's code installed (its `benchmark.metrics`), its metric for each answer type scores our
-    gold answers 1. Skipped when it is not installed: it is not a dependency of dareforge."""
-    metrics = pytest.importorskip("benchmark.metrics")
-    if not hasattr(metrics, "metric_factory"):
-        pytest.skip("the installed `benchmark` package is not KramaBench's")
+def test_kramabench_answer_typing_of_booleans_and_number_lists():
+    """Booleans and list items go over as the text KramaBench's metrics compare (see the module doc)."""
+    spec = lambda kind: answer_metric(answer_type=kind)  # noqa: E731
+    assert krama_answer(spec("boolean"), True) == ("string_exact", "true")
+    assert krama_answer(spec("list_exact"), [2003, 12.5, 0, True, "a"]) == (
+        "list_exact",
+        ["2003", "12.5", "0", "true", "a"],
+    )
+    assert krama_answer(spec("list_approximate"), [1.5, 2.0]) == ("list_approximate", [1.5, 2.0])
+    assert krama_answer(spec("numeric_exact"), 7) == ("numeric_exact", 7)
+    instruction = "Question: Is it?\n\nAnswer format: true or false (a JSON boolean).\n" + ANSWER_NOTE
+    query = krama_query(instruction, ["t1/data.csv"], spec("boolean"))
+    assert query.startswith(
+        "This question's files are in the folder `t1/` of the input folder: `t1/data.csv`."
+    )
+    assert query.endswith('Answer format: the JSON string "true" or "false".') and ANSWER_NOTE not in query
+
+
+def test_kramabench_own_metrics_score_the_exported_answers_1(krama, monkeypatch):
+    """With KramaBench's code importable (see `kramabench_metrics`), every metric its fixtures name for an
+    answer type scores each gold answer, task and sub-task, perfect against itself: 1, or an error of 0 (so
+    evaluate.py's rae_score 1/(1+error) is 1). Its LLM-judged metrics are left out (they call OpenAI)."""
+    metrics = kramabench_metrics(monkeypatch)
+    fixtures = Path(metrics.__file__).parent / "fixtures" / "answer_type_fixtures.json"
+    by_type = KRAMA_METRICS
+    if fixtures.is_file():
+        by_type = {t["name"]: t["metrics"] for t in json.loads(fixtures.read_text())}
     _, workload = krama
+    scored: dict[str, int] = {}
     for item in _krama_entries(workload):
-        metric = metrics.metric_factory(KRAMA_METRIC[item["answer_type"]])
-        assert metric(predicted=item["answer"], target=item["answer"])[0] == 1, item["id"]
+        names = [m for m in by_type[item["answer_type"]] if m not in KRAMA_LLM_METRICS]
+        for name in names:
+            result = metrics.metric_factory(name)(predicted=item["answer"], target=item["answer"])
+            value = result[0] if isinstance(result, tuple) else result  # later versions add token counts
+            perfect = 0 if name.endswith("error") else 1
+            assert value == perfect, (item["id"], item["answer_type"], name, item["answer"], value)
+        scored[item["answer_type"]] = scored.get(item["answer_type"], 0) + bool(names)
+    assert scored.get("list_exact") and scored.get("numeric_approximate") and scored.get("string_exact")
 
 
 def test_card_and_report_describe_the_question_families_and_their_answer_types(built, krama):

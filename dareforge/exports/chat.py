@@ -5,7 +5,8 @@
 `chat_form(trajectory, task, "tools")` is the tool-calling form of chat APIs and trainers (TRL's SFTTrainer
 renders it with the model's chat template and the `tools` schema): assistant turns with `tool_calls`
 (`{id, type: "function", function: {name, arguments}}`, arguments as JSON text, as the chat API sends them)
-and `tool` turns (`tool_call_id`) carrying the output.
+and `tool` turns (`tool_call_id`) carrying the output. Chat templates want the arguments as a mapping: the SFT
+export's `tools` config (`dareforge.exports.sft.tool_chat`) decodes them.
 
 A trajectory in the form of the protocol that played it is the conversation the model saw, as recorded.
 In the other form it is converted, turn by turn:

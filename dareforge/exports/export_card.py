@@ -81,8 +81,9 @@ def sft_card(meta: dict[str, Any]) -> str:
         "`sharegpt` config, `conversations` (`from`: system, human, gpt; `value`). Assistant turns hold "
         "`<reasoning>`, then `<code>` or `<answer>`. The `tools` config holds the same trajectories in the "
         "tool-calling form: assistant turns with `tool_calls` (a `python` call with the code, a `submit` call to "
-        "finish; arguments as JSON text) answered by `tool` turns (`tool_call_id`), and `tools`, the JSON text "
-        "of the tools schema, which TRL's SFTTrainer hands to the chat template. The `llamafactory` config holds "
+        "finish; `arguments` a mapping) answered by `tool` turns (`tool_call_id`), each turn a JSON object with "
+        "only its own keys (`datasets` 4.7 or later loads it as a dict), and `tools`, the JSON text of the tools "
+        "schema, which TRL's SFTTrainer hands to the chat template. The `llamafactory` config holds "
         "the tool-calling form in LLaMA-Factory's sharegpt layout (`conversations` with `function_call` and "
         "`observation` turns, `system`, `tools`); `dataset_info.json` registers it for LLaMA-Factory.",
         "",

@@ -9,10 +9,27 @@ having a third '-'. Our mapping (`dest` plays KramaBench's repository root):
 
 - `workload/<name>.json`, one entry per QA or Lake task of the release: id `<name>-<family>-<task id>`, its
   sub-tasks `<id>-<n>`; `query` is our instruction without the sentence about `answer.json` (a KramaBench system
-  returns its answer itself); `answer` the certified answer; a boolean answer becomes the string_exact answer
-  "true" or "false" (KramaBench has no boolean type); `dareforge` records the task id, family, split, our
-  own answer type, decimals and unit, and the question's tier and operations.
+  returns its answer itself), opened by a sentence naming the task's files by their paths in the input folder
+  (`<task id>/data.csv`): KramaBench hands a system only the query and its id, and every task's folder holds
+  files of the same names, so the query must say which are meant (every sub-task's query opens the same way);
+  `answer` the certified answer, typed as KramaBench's metrics compare it (`krama_answer`); `dareforge`
+  records the task id, family, split, our own answer type, decimals and unit, and the question's tier and
+  operations.
 - `data/<name>/input/<task id>/<file>`: the task's public files, so `data_sources` are `<task id>/<file>`.
+
+How answers are typed (KramaBench's `benchmark/metrics.py`): `success` compares texts case-insensitively after
+`strip()`, numbers numerically; list `f1`/`precision`/`recall` compare a text item with `str()` of the predicted
+item, case-insensitively. So a boolean answer becomes the string_exact answer "true" or "false" (KramaBench
+has no boolean type, and its `success` scores a JSON `true` against the text "true" 0, so the query asks for
+the text: `BOOLEAN_NOTE`), and a list_exact answer's booleans and numbers go over as their text ("true",
+"2003", "12.5"), which a system answering the numbers matches too. Numbers in lists are a known fault of
+KramaBench's: in its June 2025 code F1 finds a number item but never counts it toward precision, so an exact
+list of numbers scores 0, and precision and recall fail on a number item (they `strip()` it); in its later code
+they divide by a number item, so a 0 fails them. list_approximate keeps its numbers (there a text item goes to
+an LLM judge and a number is matched within a tolerance; no question of ours asks for one). Its June 2025
+`Evaluator` also casts both answers to `str()` before any metric, so a list is graded character by character
+and even the gold list scores below 1 there (0.76 for `["a.csv", "b.csv"]`): nothing in the export can mend
+that (its later evaluator passes answers as they are).
 
 The workload holds the answers: it is as private as the private release it is cut from.
 """
@@ -26,6 +43,7 @@ from typing import Any
 
 from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
 from dareforge.families.registry import family_of
+from dareforge.generators.questions.question import format_note
 from dareforge.generators.questions.scripts import ANSWER_FILE, subtask_file
 from dareforge.generators.questions.table_questions import ANSWER_NOTE
 from dareforge.publish.release import ReleaseError
@@ -33,6 +51,10 @@ from dareforge.schema import MetricSpec, Task
 
 KRAMABENCH_TYPES = {"boolean": "string_exact"}
 """Our answer types KramaBench lacks -> the type it grades them with; the others keep their names."""
+
+BOOLEAN_NOTE = 'the JSON string "true" or "false"'
+"""How a boolean question asks for its answer in KramaBench (ours ask for a JSON boolean): its `success` metric
+scores a JSON `true` against the text "true" 0 (it refuses a number or boolean against a text target)."""
 
 
 WORKLOAD = "dareforge"
@@ -60,16 +82,42 @@ class KramaBenchReport(LayoutReport):
 
 
 def krama_answer(metric: MetricSpec, answer: Any) -> tuple[str, Any]:
-    """(KramaBench answer type, answer as KramaBench compares it)."""
+    """(KramaBench answer type, answer as KramaBench's metrics compare it): see the module doc."""
     kind = metric.answer_type or "string_exact"
-    if kind == "boolean":
-        return KRAMABENCH_TYPES[kind], "true" if answer else "false"
+    if kind == "boolean" or isinstance(answer, bool):
+        return KRAMABENCH_TYPES.get(kind, kind), _text(answer)
+    if kind == "list_exact" and isinstance(answer, list):
+        return kind, [item if isinstance(item, str) else _text(item) for item in answer]
     return KRAMABENCH_TYPES.get(kind, kind), answer
 
 
-def krama_query(instruction: str) -> str:
-    """Our instruction as a KramaBench query: everything but the sentence on writing answer.json."""
-    return "\n".join(line for line in instruction.splitlines() if line != ANSWER_NOTE).strip()
+def _text(value: Any) -> str:
+    """A value as KramaBench compares it with a text target (`str()`, case-insensitively): booleans lower-case."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def krama_query(instruction: str, sources: list[str], metric: MetricSpec) -> str:
+    """Our instruction (or sub-question) as a KramaBench query: opened by the sentence naming the task's files
+    (`files_note`), without the sentence on writing answer.json, a boolean asked for as text (`BOOLEAN_NOTE`)."""
+    text = "\n".join(line for line in instruction.splitlines() if line != ANSWER_NOTE).strip()
+    if metric.answer_type == "boolean":
+        text = text.replace(format_note("boolean"), BOOLEAN_NOTE)
+    return f"{files_note(sources)}\n\n{text}"
+
+
+def files_note(sources: list[str]) -> str:
+    """Which files of KramaBench's input folder a query is about, by their paths there (`<task id>/<file>`)."""
+    folders = sorted({s.split("/", 1)[0] for s in sources})
+    paths = ", ".join(f"`{s}`" for s in sources)
+    if len(folders) != 1:
+        return f"This question's files, by their paths in the input folder: {paths}."
+    (folder,) = folders
+    return (
+        f"This question's files are in the folder `{folder}/` of the input folder: {paths}. "
+        f"A file named below without a folder is the one in `{folder}/`."
+    )
 
 
 class KramaBenchLayout(FolderLayout):
@@ -119,7 +167,7 @@ def _entry(release, task: Task, workload: str, sources: list[str], split: str | 
         subtasks.append(
             {
                 "id": f"{ident}-{n}",
-                "query": sub.question,
+                "query": krama_query(sub.question, sources, sub.metric),
                 "answer": sub_answer,
                 "answer_type": sub_kind,
                 "data_sources": sources,
@@ -127,7 +175,7 @@ def _entry(release, task: Task, workload: str, sources: list[str], split: str | 
         )
     return {
         "id": ident,
-        "query": krama_query(task.instruction),
+        "query": krama_query(task.instruction, sources, task.metric),
         "answer": answer,
         "answer_type": kind,
         "data_sources": sources,

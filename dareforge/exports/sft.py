@@ -7,9 +7,12 @@ row per trajectory in four configs:
   assistant, the format chat templates and TRL's SFT trainer read;
 - `sharegpt` (`sharegpt/<split>.parquet`): the same turns as `conversations`, `{from, value}` with
   system, human and gpt;
-- `tools` (`tools/<split>.parquet`): the tool-calling form, `messages` of `{role, content, tool_calls,
-  tool_call_id}` (roles system, user, assistant, tool) and `tools`, the JSON text of the tools schema: the layout
-  TRL's SFTTrainer reads (it passes `tools` to the chat template);
+- `tools` (`tools/<split>.parquet`): the tool-calling form, `messages` of `{role, content}` (roles system, user,
+  assistant, tool) with `tool_calls` (`{id, type: "function", function: {name, arguments}}`, arguments a
+  mapping) on a reply that makes calls and `tool_call_id` on a tool turn, each turn a JSON object that `datasets`
+  (4.7 or later) loads as a dict with only its own keys, and `tools`, the JSON text of the tools schema: the
+  layout TRL's SFTTrainer reads (it passes `tools` to the chat template, and the templates write `arguments`
+  with `tojson` and take any turn holding `tool_calls` for a call);
 - `llamafactory` (`llamafactory/<split>.parquet`): the tool-calling form in LLaMA-Factory's sharegpt layout,
   registered by the export's `dataset_info.json` (copy its entries into LLaMA-Factory's `data/dataset_info.json`
   with `file_name` pointing at the export): `conversations` of `{from, value}` with human, gpt, `function_call`
@@ -75,28 +78,13 @@ _COMMON = [
 
 MESSAGES_SCHEMA = pa.schema([*_COMMON, turns("messages", "role", "content")])
 SHAREGPT_SCHEMA = pa.schema([*_COMMON, turns("conversations", "from", "value")])
-_TOOL_CALL = pa.struct(
-    [
-        pa.field("id", pa.string(), False),
-        pa.field("type", pa.string(), False),
-        pa.field(
-            "function",
-            pa.struct([pa.field("name", pa.string(), False), pa.field("arguments", pa.string(), False)]),
-            False,
-        ),
-    ]
-)
-_TOOL_TURN = pa.struct(
-    [
-        pa.field("role", pa.string(), False),
-        pa.field("content", pa.string(), False),
-        pa.field("tool_calls", pa.list_(_TOOL_CALL), False),
-        pa.field("tool_call_id", pa.string()),
-    ]
-)
 TOOLS_SCHEMA = pa.schema(
-    [*_COMMON, pa.field("messages", pa.list_(_TOOL_TURN), False), pa.field("tools", pa.string(), False)]
+    [*_COMMON, pa.field("messages", pa.list_(pa.json_()), False), pa.field("tools", pa.string(), False)]
 )
+"""`messages` holds one JSON object per turn (`datasets` loads the column as a list of its `Json` feature), so
+each turn keeps exactly its own keys: a struct column would give every turn all four, a user turn an empty or
+null `tool_calls` that templates take for a call (Llama 3.2's renders any turn holding the key as one), and
+every call's `arguments` would have to be one type for all rows."""
 LLAMAFACTORY_SCHEMA = pa.schema(
     [
         *_COMMON,
@@ -124,16 +112,30 @@ def chat_messages(trajectory: Trajectory, task: Task | None = None) -> list[dict
 
 
 def tool_chat(trajectory: Trajectory, task: Task) -> list[dict[str, Any]]:
-    """The tool-calling chat, every turn with all four fields (the columns of the `tools` config)."""
-    return [
-        {
-            "role": m["role"],
-            "content": m["content"],
-            "tool_calls": m.get("tool_calls", []),
-            "tool_call_id": m.get("tool_call_id"),
-        }
-        for m in chat_form(trajectory, task, "tools")
-    ]
+    """The tool-calling chat as the `tools` config holds it: a turn has `tool_calls` only when it makes calls
+    and `tool_call_id` only when it answers one, and a call's `arguments` is the mapping chat templates expect
+    (they write it out with `tojson`); arguments that are not a JSON object (an unreadable call) stay the text
+    the model wrote."""
+    chat = []
+    for m in chat_form(trajectory, task, "tools"):
+        turn = {"role": m["role"], "content": m["content"]}
+        if m.get("tool_calls"):
+            turn["tool_calls"] = [
+                {**c, "function": {**c["function"], "arguments": _mapping(c["function"]["arguments"])}}
+                for c in m["tool_calls"]
+            ]
+        if m.get("tool_call_id") is not None:
+            turn["tool_call_id"] = m["tool_call_id"]
+        chat.append(turn)
+    return chat
+
+
+def _mapping(arguments: str) -> dict[str, Any] | str:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return value if isinstance(value, dict) else arguments
 
 
 def sharegpt(messages: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -147,9 +149,9 @@ def llamafactory(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) ->
     for m in messages:
         if m["role"] == "user":
             conversations.append({"from": "human", "value": m["content"]})
-        elif m["role"] == "assistant" and m["tool_calls"]:
+        elif m["role"] == "assistant" and m.get("tool_calls"):
             calls = [
-                {"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+                {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
                 for c in m["tool_calls"]
             ]
             conversations.append({"from": "function_call", "value": json.dumps(calls, ensure_ascii=False)})
@@ -164,14 +166,6 @@ def llamafactory(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) ->
         "system": system,
         "tools": json.dumps([t["function"] for t in tools], ensure_ascii=False, sort_keys=True),
     }
-
-
-def _arguments(text: str) -> Any:
-    """A call's arguments as JSON (LLaMA-Factory reads an object); a text that is not JSON stays text."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def dataset_info(name: str, splits: Iterable[str]) -> dict[str, Any]:
@@ -278,7 +272,13 @@ class SftExport(TrainingExport):
         tables = {
             "default": split_tables(rows, MESSAGES_SCHEMA),
             "sharegpt": split_tables(sharegpt_rows, SHAREGPT_SCHEMA),
-            "tools": split_tables(tool_rows, TOOLS_SCHEMA),
+            "tools": split_tables(
+                [
+                    {**r, "messages": [json.dumps(m, ensure_ascii=False) for m in r["messages"]]}
+                    for r in tool_rows
+                ],
+                TOOLS_SCHEMA,
+            ),
             "llamafactory": split_tables(factory_rows, LLAMAFACTORY_SCHEMA),
         }
         meta = {

@@ -30,9 +30,26 @@ def read_rows(store: Store, key: str) -> list[dict[str, Any]]:
 
 
 def parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
+    """`rows` as a Parquet file of `schema`. A JSON column (`pa.json_()`, also inside lists and structs) takes
+    each value as its JSON text: `datasets` loads it as its `Json` feature, each value decoded on its own, so
+    objects of differing keys keep exactly their own keys (a struct would give every one all keys, the missing
+    ones None)."""
     buffer = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer, compression="zstd")
+    storage = pa.schema([f.with_type(_storage(f.type)) for f in schema], metadata=schema.metadata)
+    table = pa.Table.from_pylist(rows, schema=storage)
+    pq.write_table(table if storage == schema else table.cast(schema), buffer, compression="zstd")
     return buffer.getvalue()
+
+
+def _storage(kind: pa.DataType) -> pa.DataType:
+    """`kind` with every extension type (JSON) replaced by its storage type (text), which `from_pylist` fills."""
+    if isinstance(kind, pa.BaseExtensionType):
+        return kind.storage_type
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_storage(kind.value_type)))
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_storage(f.type)) for f in kind])
+    return kind
 
 
 def sha256_key(store: Store, key: str) -> str:
