@@ -148,8 +148,9 @@ def test_inspect_cli_runs_the_release_task_by_name(built, server, tmp_path):
 def test_the_readmes_offline_inspect_command_runs_offline(built, tmp_path):
     """The README's `--model dareforge/mockllm` command exactly as written, run where the usual lookup finds the
     test store's dareforge.yaml and tiktoken has no vocabulary cached (a download fails here): the eval succeeds
-    and grades its sample (mockllm's default reply holds no code: no-code, 0). This checkout's package is put
-    first on the path, since inspect loads dareforge through the installed entry point."""
+    and grades its sample (mockllm's default reply holds no code: no-code, 0). inspect loads dareforge through
+    the installed entry point (the checkout's editable install); putting the checkout on PYTHONPATH as well
+    would let a stale `dareforge.egg-info` left in it by a build shadow that entry point."""
     cfg, tasks = built
     (line,) = [x for x in (ROOT / "README.md").read_text().splitlines() if "--model dareforge/mockllm" in x]
     command = shlex.split(line, comments=True)
@@ -159,7 +160,7 @@ def test_the_readmes_offline_inspect_command_runs_offline(built, tmp_path):
         yaml.safe_dump({"store": cfg.model_dump(mode="json")["store"], "builtin": {"include": []}})
     )
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("DAREFORGE_", "INSPECT_"))}
-    environ.update(TIKTOKEN_CACHE_DIR=str(tmp_path / "no-vocabulary"), PYTHONPATH=str(ROOT))
+    environ.update(TIKTOKEN_CACHE_DIR=str(tmp_path / "no-vocabulary"))
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=environ)
     assert done.returncode == 0, done.stderr[-2000:]
     (path,) = tmp_path.glob("logs/*.eval")
