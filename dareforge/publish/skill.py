@@ -46,18 +46,19 @@ LADDER_COLUMNS = [
     "median headroom",
 ]
 LADDER_TEXT = (
-    "Each prediction task's solver ladder (trivial, linear, tree, boosted, boosted with a search) is graded with "
-    "the task's metric. `laddered`: candidate tasks the ladder ran on; `non-discriminative`: the share of them "
-    "the gate rejected because the rungs were not told apart; the rest describe the released tasks: `mean tau` "
-    "(Kendall's tau between the rungs' order and their scores; 1: scores rise with the rungs), `median "
+    "Each prediction task's solver ladder (trivial, linear, tree, boosted, boosted with early stopping) is graded "
+    "with the task's metric, with a bootstrap interval over the test rows. `laddered`: candidate tasks the ladder "
+    "ran on; `non-discriminative`: the share of them the gate rejected because the rungs were not told apart; "
+    "the rest describe the released tasks: `mean tau` (Kendall's tau between the rungs' order and their scores "
+    "over the rung pairs whose intervals do not overlap; 1: scores rise with the rungs), `median "
     "difficulty` (the share of rungs the strong reference beats) and `median headroom` (1 minus the best "
     "rung's score)."
 )
 TIER_COLUMNS = [*TIERS, NOT_TIERED, "hard share"]
 TIER_TEXT = (
     "Question tasks are tiered by the operations their certified program needs: easy (one, or what a "
-    "one-step shortcut answers), medium (two), hard (three or more, or a join across files). `hard share` is of "
-    "the tiered tasks."
+    "one-step shortcut answers), medium (two), hard (three or more, or a join across files, with sub-tasks). "
+    "`hard share` is of the tiered tasks."
 )
 
 
