@@ -506,7 +506,7 @@ def _posed(plan: LakePlan, prepared: PreparedSource, title: str) -> Posed:
         operations=[
             "join" if plan.layout == "join" else "combine",
             "clean",
-            *PROGRAMS[q.program].operations_of(q),
+            *PROGRAMS[q.program].operations,
         ],
         joins_files=plan.layout == "join",
     )

@@ -110,8 +110,6 @@ class Question:
     answer_in_data: bool = False
     """The answer is a value read off the data (a name, a maximum), not a computed one: it may appear in the
     data files, where a computed answer never should."""
-    operations: tuple[str, ...] = ()
-    """What the body does, in order (see `OPERATIONS`): its length sets the question's tier."""
     steps: tuple[SubQuestion, ...] = ()
     """The pipeline's key intermediate results, each a sub-task with its own certified answer."""
 
@@ -165,8 +163,9 @@ Checks = dict[str, float]
 
 
 class Program(ABC):
-    """A kind of question. Subclasses set `name` and `operations` (what every question of the kind does; a
-    question may state its own) and implement `propose`; `problem` judges the run's `checks`."""
+    """A kind of question. Subclasses set `name` and `operations` (what every question of the kind does, in
+    order, from `OPERATIONS`: their number sets the question's tier) and implement `propose`; `problem` judges
+    the run's `checks`."""
 
     name = ""
     operations: tuple[str, ...] = ()
@@ -178,9 +177,6 @@ class Program(ABC):
     def problem(self, checks: Checks) -> str | None:
         """Why the answered candidate is degenerate in this program's terms, or None."""
         return None
-
-    def operations_of(self, question: Question) -> tuple[str, ...]:
-        return question.operations or self.operations
 
 
 # --- helpers -------------------------------------------------------------------------------------------

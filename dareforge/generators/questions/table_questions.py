@@ -82,6 +82,6 @@ def table_posed(question: Question, table: pd.DataFrame, title: str | None) -> P
             "data": DATA,
         },
         subtasks=subtasks_of(question),
-        operations=list(PROGRAMS[question.program].operations_of(question)),
+        operations=list(PROGRAMS[question.program].operations),
         visible_table=table,
     )
