@@ -9,6 +9,7 @@ code from `df` and certified with the main answer. The code of a sub-question re
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,12 +89,18 @@ def row_filter(table: Table, rng: np.random.Generator, avoid: set[str]) -> RowFi
     return None
 
 
-def _two_columns(table: Table, rng: np.random.Generator) -> tuple[str, str] | None:
-    """A numeric column and a different categorical one."""
-    if not table.numeric or not table.categorical:
-        return None
-    number, group = pick(rng, table.numeric), pick(rng, table.categorical)
-    return None if number == group else (number, group)
+class NumberByGroup(Program):
+    """A program on a numeric column and a different categorical one, drawn first; `ask` does the rest."""
+
+    def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
+        if not table.numeric or not table.categorical:
+            return None
+        number, group = pick(rng, table.numeric), pick(rng, table.categorical)
+        return None if number == group else self.ask(table, rng, number, group)
+
+    @abstractmethod
+    def ask(self, table: Table, rng: np.random.Generator, number: str, group: str) -> Question | None:
+        """The question on `number` by `group`, or None when the table has nothing for it."""
 
 
 def _ranked(stats: str, highest: bool) -> str:
@@ -101,17 +108,13 @@ def _ranked(stats: str, highest: bool) -> str:
     return f"{stats}.dropna().sort_values(ascending={not highest}, kind='stable')"
 
 
-class FilterGroupRank(Program):
+class FilterGroupRank(NumberByGroup):
     """Among the rows a filter keeps, the group with the highest (or lowest) mean, total or median."""
 
     name = "filter-group-rank"
     operations = ("filter", "group-aggregate", "rank")
 
-    def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
-        columns = _two_columns(table, rng)
-        if columns is None:
-            return None
-        number, group = columns
+    def ask(self, table: Table, rng: np.random.Generator, number: str, group: str) -> Question | None:
         where = row_filter(table, rng, {number, group})
         if where is None:
             return None
@@ -171,18 +174,14 @@ class FilterGroupRank(Program):
         return None
 
 
-class GroupGap(Program):
+class GroupGap(NumberByGroup):
     """A per-row derived value (a ratio of two columns, or whether a value is above the column's mean), its
     mean within each group, and the gap between the highest and the lowest group."""
 
     name = "group-gap"
     operations = ("derive", "group-aggregate", "rank", "compare")
 
-    def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
-        columns = _two_columns(table, rng)
-        if columns is None:
-            return None
-        number, group = columns
+    def ask(self, table: Table, rng: np.random.Generator, number: str, group: str) -> Question | None:
         positive = [
             c for c in table.numeric if c not in (number, group) and bool((table.frame[c].dropna() > 0).all())
         ]
@@ -230,17 +229,13 @@ class GroupGap(Program):
         return None
 
 
-class AboveGroupMean(Program):
+class AboveGroupMean(NumberByGroup):
     """The share of rows whose value is above the mean of their own group."""
 
     name = "above-group-mean"
     operations = ("group-aggregate", "derive", "filter", "aggregate")
 
-    def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
-        columns = _two_columns(table, rng)
-        if columns is None:
-            return None
-        number, group = columns
+    def ask(self, table: Table, rng: np.random.Generator, number: str, group: str) -> Question | None:
         largest = groups_of(table, group)
         if largest.empty or largest.iloc[0] < MIN_GROUP_ROWS:
             return None
@@ -294,17 +289,13 @@ class AboveGroupMean(Program):
         return None
 
 
-class TopGroupsStat(Program):
+class TopGroupsStat(NumberByGroup):
     """A statistic of a numeric column over the rows of the k most frequent groups."""
 
     name = "top-groups-stat"
     operations = ("group-aggregate", "rank", "filter", "aggregate")
 
-    def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
-        columns = _two_columns(table, rng)
-        if columns is None:
-            return None
-        number, group = columns
+    def ask(self, table: Table, rng: np.random.Generator, number: str, group: str) -> Question | None:
         k = int(rng.integers(2, 4))
         if len(groups_of(table, group)) <= k:
             return None
