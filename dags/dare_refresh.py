@@ -1,5 +1,5 @@
-"""Weekly refresh: crawl -> filter -> understand, prepare, generate (each per source) -> validate -> probe -> gate ->
-publish.
+"""Weekly refresh: crawl -> filter -> understand, prepare, generate, check (each per batch of sources) -> validate ->
+probe -> gate -> publish.
 
 The shortcut probe runs with the models `dareforge run` uses: the LLM endpoints configured, else the embedded local
 model when `make local-llm` installed it (started on the worker for the probe task only); models attempt each
@@ -106,6 +106,13 @@ def dare_refresh():
 
         return run_stage("generate", source_ids).written
 
+    @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
+    def check(source_ids: list[str]) -> list[str]:
+        """Store keys of the findings written for the batch's tasks (the per-task checks and the ladder)."""
+        from dareforge.orchestration import run_stage
+
+        return run_stage("check", source_ids).written
+
     @task(outlets=[Asset(TASKS_ASSET)], **STAGE_RETRIES)
     def validate() -> list[str]:
         from dareforge.orchestration import run_stage
@@ -142,9 +149,11 @@ def dare_refresh():
     sources = accepted_sources()
     framed = understand.expand(source_ids=sources)
     prepared = prepare.expand(source_ids=framed)
+    # The batches that generated go on to check, whether or not they wrote anything new.
+    checked = check.expand(source_ids=prepared)
     generated = generate.expand(source_ids=prepared)
     chain(crawl(), filter_sources(), sources)
-    chain(generated, validate(), probe(), gate(), publish())
+    chain(generated, checked, validate(), probe(), gate(), publish())
 
 
 dare_refresh()

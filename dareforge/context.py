@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dareforge import scratch
-from dareforge.config import Config, load_config
+from dareforge.config import Config
+from dareforge.config_loader import load_config
 from dareforge.store import Store
 
 log = logging.getLogger("dareforge")

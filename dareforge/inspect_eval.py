@@ -58,7 +58,7 @@ from dareforge.agents.attempts import release_task_files
 from dareforge.agents.evaluate import split_tasks
 from dareforge.agents.loop import run_agent
 from dareforge.agents.protocol import protocol_for
-from dareforge.config import load_config
+from dareforge.config_loader import load_config
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.exports import ExportError

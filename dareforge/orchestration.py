@@ -88,17 +88,21 @@ def on_each_release(doc: str | None) -> dict[str, Any]:
     }
 
 
-def source_batches(source_ids: list[str], most: int | None = None) -> list[list[str]]:
-    """The sources a mapped stage of the refresh runs on, one list per task instance: one source each up to
-    `most` (default `plan.MAX_MAPPED_INSTANCES`) sources, else `most` contiguous batches of near-equal size."""
-    from dareforge.plan import MAX_MAPPED_INSTANCES
+def source_batches(
+    source_ids: list[str], per_instance: int | None = None, most: int | None = None
+) -> list[list[str]]:
+    """The sources a mapped stage of the refresh runs on, one list per task instance: `per_instance` (default
+    `plan.SOURCES_PER_INSTANCE`) contiguous sources each, and at most `most` (default
+    `plan.MAX_MAPPED_INSTANCES`) instances, in batches of near-equal size."""
+    from dareforge.plan import MAX_MAPPED_INSTANCES, SOURCES_PER_INSTANCE
 
-    most = most or MAX_MAPPED_INSTANCES
-    if len(source_ids) <= most:
-        return [[source_id] for source_id in source_ids]
-    size, extra = divmod(len(source_ids), most)
+    per_instance, most = per_instance or SOURCES_PER_INSTANCE, most or MAX_MAPPED_INSTANCES
+    count = min(most, -(-len(source_ids) // per_instance))
+    if not count:
+        return []
+    size, extra = divmod(len(source_ids), count)
     batches, start = [], 0
-    for n in range(most):
+    for n in range(count):
         end = start + size + (n < extra)
         batches.append(source_ids[start:end])
         start = end
@@ -107,7 +111,7 @@ def source_batches(source_ids: list[str], most: int | None = None) -> list[list[
 
 def context() -> RunContext:
     """The run context of one Airflow task: `dareforge.yaml` (or $DAREFORGE_CONFIG) plus DAREFORGE_* env vars."""
-    from dareforge.config import load_config
+    from dareforge.config_loader import load_config
     from dareforge.context import RunContext
 
     return RunContext.from_config(load_config(), show_progress=False)

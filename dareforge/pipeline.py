@@ -13,7 +13,7 @@ adds the seconds. Adding a stage: write its module, add one `Stage` here, test i
 
 from __future__ import annotations
 
-import resource
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dareforge.errors import DareforgeError
-from dareforge.report import StageReport
+from dareforge.report import StageReport, cpu_seconds
 
 if TYPE_CHECKING:
+    from dareforge.config import Config
     from dareforge.context import RunContext
     from dareforge.trajectories.models import RunModels
 
@@ -38,6 +39,8 @@ class Run:
     release: str = "dareforge"
     models: RunModels | None = None
     copy_to: Path | None = None
+    jobs: int = 1
+    """Worker processes for the per-source stages (`dareforge.source_pool`); 1 runs them in this process."""
 
 
 @dataclass(frozen=True)
@@ -51,20 +54,86 @@ class Stage:
     """The task of `dare_refresh` that runs this stage; None when the refresh does not."""
     per_source: bool = False
     """The refresh maps the stage over the accepted sources, one task instance each."""
+    sources: Callable[[RunContext], list[str]] | None = None
+    """A per-source stage's sources when none are named (what its function takes by default)."""
+    finish: Callable[[StageReport], StageReport] | None = None
+    """A per-source stage's summary of a report merged from several processes."""
     needs_models: bool = False
 
     def run(self, run: Run, ids: list[str] | None = None) -> StageReport:
         run.ctx.remove_dead_scratch()
         started, cpu = time.perf_counter(), cpu_seconds()
-        report = self.call(run, ids)
-        report.seconds, report.cpu_seconds = time.perf_counter() - started, cpu_seconds() - cpu
+        if self.per_source and run.jobs > 1:
+            report = self._map(run, ids if ids is not None else self.sources(run.ctx))
+        else:
+            report = self.call(run, ids)
+        report.seconds = time.perf_counter() - started
+        report.cpu_seconds += cpu_seconds() - cpu  # plus the workers' own, which the report carries
         return report
 
+    def _map(self, run: Run, ids: list[str]) -> StageReport:
+        from dareforge.source_pool import Mapped, map_sources
 
-def cpu_seconds() -> float:
-    """User and system CPU of this process and of the children it has reaped."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        with run.ctx.progress() as progress:
+            bar = progress.add_task(self.name, total=len(ids), item="")
+            started = time.perf_counter()
+            report = map_sources(
+                run.ctx,
+                Mapped(self.name, self.call, Run),
+                ids,
+                run.jobs,
+                lambda source_id: progress.update(bar, advance=1, item=source_id),
+            )
+        report.seconds = time.perf_counter() - started  # the lines of some stages name it
+        return self.finish(report)
+
+
+def run_jobs(config: Config) -> int:
+    """Worker processes for the per-source stages of a run: `run.jobs`, or one per CPU when it is 0."""
+    return config.run.jobs or os.cpu_count() or 1
+
+
+# -- what a per-source stage takes by default, and its summary of a merged report ------------------------------
+def _accepted(ctx: RunContext) -> list[str]:
+    from dareforge.queries import accepted_source_ids
+
+    return accepted_source_ids(ctx)
+
+
+def _framed(ctx: RunContext) -> list[str]:
+    from dareforge.queries import framed_source_ids
+
+    return framed_source_ids(ctx)
+
+
+def _with_tasks(ctx: RunContext) -> list[str]:
+    from dareforge.queries import task_source_ids
+
+    return task_source_ids(ctx)
+
+
+def _finish_understand(report: StageReport) -> StageReport:
+    from dareforge.understand.understand_stage import finish_report
+
+    return finish_report(report)
+
+
+def _finish_prepare(report: StageReport) -> StageReport:
+    from dareforge.generators.prepare import finish_report
+
+    return finish_report(report)
+
+
+def _finish_generate(report: StageReport) -> StageReport:
+    from dareforge.families.generate import finish_report
+
+    return finish_report(report)
+
+
+def _finish_check(report: StageReport) -> StageReport:
+    from dareforge.validators.validate import finish_check_report
+
+    return finish_check_report(report)
 
 
 # -- the stages, each calling its module's function ------------------------------------------------------------
@@ -96,6 +165,12 @@ def _generate(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.families.generate import generate
 
     return generate(run.ctx, ids)
+
+
+def _check(run: Run, ids: list[str] | None) -> StageReport:
+    from dareforge.validators.validate import check
+
+    return check(run.ctx, ids)
 
 
 def _validate(run: Run, ids: list[str] | None) -> StageReport:
@@ -156,6 +231,8 @@ STAGES: tuple[Stage, ...] = (
         call=_understand,
         dag_task="understand",
         per_source=True,
+        sources=_accepted,
+        finish=_finish_understand,
     ),
     Stage(
         "prepare",
@@ -164,6 +241,8 @@ STAGES: tuple[Stage, ...] = (
         call=_prepare,
         dag_task="prepare",
         per_source=True,
+        sources=_framed,
+        finish=_finish_prepare,
     ),
     Stage(
         "generate",
@@ -172,6 +251,18 @@ STAGES: tuple[Stage, ...] = (
         call=_generate,
         dag_task="generate",
         per_source=True,
+        sources=_framed,
+        finish=_finish_generate,
+    ),
+    Stage(
+        "check",
+        reads=("tasks",),
+        writes=("validations",),
+        call=_check,
+        dag_task="check",
+        per_source=True,
+        sources=_with_tasks,
+        finish=_finish_check,
     ),
     Stage(
         "validate",

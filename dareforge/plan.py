@@ -28,6 +28,9 @@ MAPPED = ("understand", "prepare", "generate")
 SERIAL = ("crawl", "filter", "validate", "gate", "release")
 """Stages the refresh runs as one task instance: they use one core whatever the cluster's size."""
 SERIAL_INSTANCES = 8  # accepted_sources, crawl, filter, validate, probe, gate, publish, the run's own start
+SOURCES_PER_INSTANCE = 8
+"""Sources per mapped task instance of the refresh: each instance is a process that spends about 5 CPU-s
+starting (imports, reference workers) before its first source, about as much as 8 sources' own work."""
 MAX_MAPPED_INSTANCES = 512
 """Instances a mapped stage of the refresh gets at most: beyond, sources go in batches (one instance each), so a
 catalog of any size stays under Airflow's `max_map_length` (1024 by default) and the scheduler's load stays

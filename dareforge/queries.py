@@ -49,6 +49,13 @@ def framed_source_ids(ctx: RunContext) -> list[str]:
     return [s for s in accepted_source_ids(ctx) if s in framed]
 
 
+def task_source_ids(ctx: RunContext) -> list[str]:
+    """Sources that hold at least one task, sorted."""
+    return [
+        r[0] for r in ctx.store.connect().sql("select distinct source_id from tasks order by 1").fetchall()
+    ]
+
+
 def why_none(framings: list[Framing]) -> str:
     """Why a source has no chosen framing: the first few candidates' reasons."""
     reasons = [f"{f.target_columns[0] if f.target_columns else 'source'}: {f.reason}" for f in framings]

@@ -8,6 +8,7 @@ returns plain values taken from the report (store keys, labels, counts), so Airf
 
 from __future__ import annotations
 
+import resource
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -53,3 +54,9 @@ class StageReport:
     def labels(self, outcome: str) -> list[str]:
         """The labels that had `outcome`, in the order the stage handled them."""
         return list(self.outcomes.get(outcome, {}))
+
+
+def cpu_seconds() -> float:
+    """User and system CPU of this process and of the children it has reaped."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

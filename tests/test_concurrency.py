@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from dareforge.cli import app
 from dareforge.cli.run import RUN_LOCK
-from dareforge.config import load_config
+from dareforge.config_loader import load_config
 from dareforge.context import PROCESS_FOLDERS, RunContext
 from dareforge.pipeline import Run, stage
 from dareforge.publish.release import load_release, verify_release

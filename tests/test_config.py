@@ -4,7 +4,7 @@ from datetime import date
 
 import pytest
 
-from dareforge.config import env_var, load_config
+from dareforge.config_loader import env_var, load_config
 from dareforge.errors import ConfigError
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from dareforge.config import load_config
+from dareforge.config_loader import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 VALUES = yaml.safe_load((REPO / "deploy" / "values.yaml").read_text())

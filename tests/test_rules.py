@@ -4,7 +4,8 @@ from datetime import datetime
 
 import pytest
 
-from dareforge.config import Config, SourceOverride, load_config
+from dareforge.config import Config, SourceOverride
+from dareforge.config_loader import load_config
 from dareforge.crawlers.filter import filter_sources, judge_source
 from dareforge.crawlers.rules import NOT_A_COMPETITION, RULES, RuleOutcome
 from dareforge.errors import ConfigError

@@ -18,7 +18,8 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from dareforge.cli.filesystem import filesystem_problem
-from dareforge.config import StoreConfig, load_config
+from dareforge.config import StoreConfig
+from dareforge.config_loader import load_config
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 

@@ -8,7 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
-from dareforge.config import StoreConfig, env_var
+from dareforge.config import StoreConfig
+from dareforge.config_loader import env_var
 from dareforge.errors import MACHINE_ERRNOS, filesystem_errno
 
 PROBLEMS = {

@@ -70,7 +70,7 @@ def _run_lock(no_wait: bool) -> Iterator[None]:
 
 
 def _run(release: str) -> None:
-    from dareforge.pipeline import STAGES, Run, run_pipeline
+    from dareforge.pipeline import STAGES, Run, run_jobs, run_pipeline
 
     ctx = context()
     copy_to = Path(ctx.store.root) / "published" if ctx.store.is_local else None
@@ -78,7 +78,7 @@ def _run(release: str) -> None:
     out.print(f"store: {ctx.store.url}")
     # Each stage's summary as it finishes: a run that stops (RunStopped) has said what it did up to there.
     try:
-        for report in run_pipeline(Run(ctx, release, copy_to=copy_to), STAGES):
+        for report in run_pipeline(Run(ctx, release, copy_to=copy_to, jobs=run_jobs(ctx.config)), STAGES):
             show(report.lines)
     finally:
         out.print(

@@ -77,6 +77,18 @@ def generate(
 
 
 @command(panel=PANEL)
+def check(
+    source: Annotated[list[str] | None, typer.Option("--source", "-s", help="Only these source ids.")] = None,
+) -> None:
+    """Run the per-task checks (great-expectations suites, leakage, duplicates, solvability, the solver ladder)
+    on each source's tasks and store the findings; `validate` then adds the run-wide checks and gates.
+
+    The refresh runs it per source before validate; tasks whose findings are stored are not checked again.
+    """
+    show(stage("check").run(Run(context()), source).lines)
+
+
+@command(panel=PANEL)
 def validate(
     task: Annotated[list[str] | None, typer.Option("--task", "-t", help="Only these task ids.")] = None,
 ) -> None:

@@ -22,6 +22,7 @@ from dareforge.families.registry import families
 from dareforge.generators.prepare import load_prepared, prepare_failure
 from dareforge.generators.questions.folder_questions import DistractorPool
 from dareforge.generators.taskio import Runners, TaskWriter
+from dareforge.kept import kept
 from dareforge.queries import framed_source_ids
 from dareforge.report import SHOWN, StageReport
 from dareforge.schema import PreparedSource, Task
@@ -40,20 +41,22 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> StageRepor
     ids = source_ids if source_ids is not None else every
     # Lake distractors come from the other sources of the whole store, whichever sources this run generates.
     framings = DistractorPool.framings(ctx, every)
-    runners = Runners.start(ctx.config.generate.reference_timeout_s)
-    try:
-        with ctx.progress() as progress:
-            bar = progress.add_task("generate", total=len(ids), item="")
-            for source_id in ids:
-                progress.update(bar, item=source_id)
-                with ctx.source_lock(source_id):
-                    _generate_source(
-                        ctx, source_id, runners, report, DistractorPool(ctx, framings, source_id)
-                    )
-                progress.advance(bar)
-    finally:
-        runners.close()
+    timeout = ctx.config.generate.reference_timeout_s
+    runners = kept(("runners", timeout), lambda: Runners.start(timeout), Runners.close)
+    with ctx.progress() as progress:
+        bar = progress.add_task("generate", total=len(ids), item="")
+        for source_id in ids:
+            progress.update(bar, item=source_id)
+            with ctx.source_lock(source_id):
+                _generate_source(ctx, source_id, runners, report, DistractorPool(ctx, framings, source_id))
+            progress.advance(bar)
     report.seconds = time.perf_counter() - started
+    return finish_report(report)
+
+
+def finish_report(report: StageReport) -> StageReport:
+    """The summary lines, and why nothing is left when no task was generated (also for a report merged from
+    several processes)."""
     report.lines = summary_lines(report)
     if not sum(report.counts.values()):
         rejected = "select id, reject_reason from tasks where status = 'rejected'"

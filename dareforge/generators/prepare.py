@@ -70,6 +70,11 @@ def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> StageReport
             with ctx.source_lock(source_id):
                 _prepare_source(ctx, engine, source_id, report)
             progress.advance(bar)
+    return finish_report(report)
+
+
+def finish_report(report: StageReport) -> StageReport:
+    """Reuse count and summary lines (also for a report merged from several processes)."""
     report.reused = len(report.labels("unchanged"))
     report.lines = [
         f"prepare: {len(report.labels('prepared'))} prepared, {report.reused} unchanged, "

@@ -66,6 +66,12 @@ def understand(ctx: RunContext, source_ids: list[str] | None = None) -> StageRep
                 "questions" if f.questions_only else f.task_type.value for f in chosen if f.task_type
             )
             progress.advance(bar)
+    return finish_report(report)
+
+
+def finish_report(report: StageReport) -> StageReport:
+    """Reuse count, summary lines, and why nothing is left when no source was framed (also for a report merged
+    from several processes)."""
     report.reused = len(report.labels("unchanged"))
     report.lines = _summary(report)
     if not report.labels("framed"):

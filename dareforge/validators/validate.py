@@ -16,6 +16,8 @@ from collections import defaultdict
 from dareforge.context import RunContext
 from dareforge.errors import machine_at_fault
 from dareforge.generators.prepare import prepared_of
+from dareforge.kept import kept
+from dareforge.queries import task_source_ids
 from dareforge.report import SHOWN, StageReport
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators import discrimination, duplicates, leakage, solvability
@@ -79,13 +81,81 @@ def validate(ctx: RunContext, task_ids: list[str] | None = None, force: bool = F
         return _validate(ctx, task_ids, force)
 
 
-def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> StageReport:
-    from dareforge.validators import expectations
+class TaskChecker:
+    """The per-task checks of this run (great-expectations suites, leakage, duplicates, solvability, the ladder)
+    and the version their findings are stored under; the GX context is this process's (`kept`)."""
 
+    def __init__(self, ctx: RunContext):
+        from dareforge.validators import expectations
+
+        self.ctx = ctx
+        self.checks = task_checks(ctx)
+        gx_names = [cls.name for cls in expectations.CHECK_CLASSES]
+        self.names = {*gx_names, *(c.name for c in self.checks)}
+        self.version = checks_version(sorted(self.names), RUN_CHECKS, expectations.SUITES_VERSION)
+        self.gx: expectations.GXRun | None = None
+        self.context_seconds = 0.0
+
+    def check(self, view: TaskView) -> dict[str, Finding]:
+        from dareforge.validators import expectations
+
+        if self.gx is None:
+            # Only when some task needs checking: creating a GX context costs seconds.
+            started = time.perf_counter()
+            self.gx = kept("gx", expectations.GXRun)
+            self.context_seconds = time.perf_counter() - started
+        return {check.name: _run_check(check, view, self.ctx) for check in (*self.gx.checks, *self.checks)}
+
+    def complete(self, stored: dict[str, Validation]) -> bool:
+        """Whether a task's stored findings hold every per-task check of this run."""
+        return self.names <= stored.keys()
+
+
+def check(ctx: RunContext, source_ids: list[str] | None = None) -> StageReport:
+    """The per-task checks of each source's tasks (default: every source with tasks), stored per source; the
+    refresh maps it over sources before `validate`, which then only adds the run-wide checks, the verdicts and
+    the report. The report's outcomes: `checked` (tasks checked now); reused: tasks whose findings held."""
+    ids = source_ids if source_ids is not None else task_source_ids(ctx)
+    report = StageReport("check")
+    checker = TaskChecker(ctx)
+    with ctx.progress() as progress:
+        bar = progress.add_task("check", total=len(ids), item="")
+        for source_id in ids:
+            progress.update(bar, item=source_id)
+            with ctx.source_lock(source_id):
+                _check_source(ctx, checker, source_id, report)
+            progress.advance(bar)
+    report.seconds_in["gx context"] = checker.context_seconds
+    return finish_check_report(report)
+
+
+def _check_source(ctx: RunContext, checker: TaskChecker, source_id: str, report: StageReport) -> None:
+    tasks = sorted(
+        (t for t in ctx.store.read_partition(Task, source_id) if t.variant_of is None), key=lambda t: t.id
+    )
+    findings: dict[str, dict[str, Finding | Validation]] = defaultdict(dict)
+    for finding in ctx.store.read_partition(Validation, source_id):
+        if finding.checks_version == checker.version:
+            findings[finding.task_id][finding.check] = finding
+    todo = [t for t in tasks if not checker.complete(findings[t.id])]
+    report.reused += len(tasks) - len(todo)
+    for task in todo:
+        findings[task.id].update(checker.check(task_view(ctx, task)))
+        report.add("checked", task.id)
+    if todo:
+        report.written += _write_findings(ctx, tasks, findings, checker.version)
+
+
+def finish_check_report(report: StageReport) -> StageReport:
+    """The summary line (also for a report merged from several processes)."""
+    report.lines = [f"check: {len(report.labels('checked'))} tasks checked, {report.reused} unchanged"]
+    return report
+
+
+def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> StageReport:
     started = time.perf_counter()
     checked: list[str] = []  # tasks checked now; the others' stored findings held
     reused = 0
-    context_seconds = 0.0
     # Obscured variants exist only for the memorization probe: never released, so never validated.
     tasks = sorted(
         (
@@ -95,37 +165,29 @@ def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> Stage
         ),
         key=lambda t: t.id,
     )
-    gx_names = [cls.name for cls in expectations.CHECK_CLASSES]
-    checks = task_checks(ctx)
-    version = checks_version([*gx_names, *(c.name for c in checks)], RUN_CHECKS, expectations.SUITES_VERSION)
-    stored = {} if force else _stored_findings(ctx, version)
+    checker = TaskChecker(ctx)
+    stored = {} if force else _stored_findings(ctx, checker.version)
     views = [task_view(ctx, task) for task in tasks]
-    gx: expectations.GXRun | None = None
     findings: dict[str, dict[str, Finding | Validation]] = defaultdict(dict)
     with ctx.progress() as progress:
         bar = progress.add_task("validate", total=len(views), item="")
         for view in views:
             progress.update(bar, item=view.task.id)
-            if view.task.id in stored:
-                findings[view.task.id].update(stored[view.task.id])
+            held = stored.get(view.task.id, {})
+            findings[view.task.id].update(held)
+            if checker.complete(held):
                 reused += 1
             else:
-                if gx is None:
-                    # Created once per run, and only when some task needs checking: it costs seconds.
-                    context_started = time.perf_counter()
-                    gx = expectations.GXRun()
-                    context_seconds = time.perf_counter() - context_started
-                for check in (*gx.checks, *checks):
-                    findings[view.task.id][check.name] = _run_check(check, view, ctx)
+                findings[view.task.id].update(checker.check(view))
                 checked.append(view.task.id)
             progress.advance(bar)
-    for check in RUN_CHECKS:
-        for task_id, finding in check.run_all(views, ctx.config).items():
-            findings[task_id][check.name] = finding
-    findings_written = _write_findings(ctx, tasks, findings, version)
+    for run_check in RUN_CHECKS:
+        for task_id, finding in run_check.run_all(views, ctx.config).items():
+            findings[task_id][run_check.name] = finding
+    findings_written = _write_findings(ctx, tasks, findings, checker.version)
     gated = gate(ctx)
-    if gx is not None and ctx.config.validate_.data_docs and ctx.store.is_local:
-        gx.build_data_docs(ctx.store.local_path(f"{REPORT_DIR}/data_docs"))
+    if checker.gx is not None and ctx.config.validate_.data_docs and ctx.store.is_local:
+        checker.gx.build_data_docs(ctx.store.local_path(f"{REPORT_DIR}/data_docs"))
     html = write_report(ctx, "dareforge validation", [])
     report = StageReport(
         "validate",
@@ -133,7 +195,7 @@ def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> Stage
         reused=reused,
         outcomes={**gated.outcomes, "checked": dict.fromkeys(checked, "")},
         counts=gated.counts,
-        seconds_in={"gx context": context_seconds},
+        seconds_in={"gx context": checker.context_seconds},
         seconds=time.perf_counter() - started,
     )
     report.lines = _summary(ctx, report, html)
