@@ -5,6 +5,8 @@ release's card and report show its figures per family."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import date
 
 import numpy as np
@@ -185,6 +187,23 @@ def test_the_strong_spec_is_read_back_from_its_script_and_an_edited_script_is_re
     assert strong_spec_of(code.replace("random_state=0", "random_state=1"), "id") is None
     for rung in model_rungs(spec):
         assert rung.code(spec) != code or rung.name == "boosted"
+
+
+def test_the_strong_reference_runs_on_a_date_column_with_missing_dates(tmp_path):
+    """An R dataset's date column with gaps failed its strong reference (Timestamp.toordinal of NaT) and so its
+    MM task: a missing date is a missing feature."""
+    rng = np.random.default_rng(0)
+    when = pd.Series(pd.date_range("2001-01-01", periods=120, freq="D").astype(str))
+    when[::7] = ""
+    frame = pd.DataFrame({"id": range(120), "when": when, "a": rng.normal(size=120)})
+    frame["y"] = np.where(frame["a"] > 0, "up", "down")
+    frame.iloc[:90].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[90:].drop(columns="y").to_csv(tmp_path / "test.csv", index=False)
+    spec = StrongSpec(True, "id", ["y"], ["a"], [], ["when"], ["id"], None)
+    (tmp_path / "strong.py").write_text(strong_reference_code(spec))
+    done = subprocess.run([sys.executable, "strong.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(pd.read_csv(tmp_path / "predictions.csv")) == 30
 
 
 def test_the_release_card_and_report_show_the_ladder_per_family(validated):

@@ -37,6 +37,7 @@ FLOORS: dict[str, int] = {
             "table_views",
             "report",
             "kept",
+            "run_record",
         ],
         0,
     ),

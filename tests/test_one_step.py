@@ -97,3 +97,12 @@ def test_tiers_count_operations_and_need_sub_tasks_to_be_hard():
 def test_every_program_is_made_of_named_operations():
     for program in PROGRAMS.values():
         assert program.operations and set(program.operations) <= set(OPERATIONS), program.name
+
+
+def test_a_column_holding_inf_gives_no_infinite_candidate():
+    """An R dataset with an infinite value once failed every question of its source: the baseline's mean of that
+    column was inf, which the grader refuses as a submission."""
+    frame = pd.DataFrame({"ratio": [1.0, np.inf, 2.0, 3.0], "kind": ["a", "b", "a", "b"]})
+    metric = answer_metric(answer_type="numeric_approximate", decimals=2)
+    assert one_step_solves(metric, 1.0, frame)  # the minimum is still a candidate
+    assert not one_step_solves(metric, 7.25, frame)  # the sum and mean are inf: no candidate, no error

@@ -30,6 +30,12 @@ def run(
         bool,
         typer.Option("--no-wait", help="Fail at once when another `dareforge run` is using the store."),
     ] = False,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            help="Stop after this stage (e.g. release: the refresh without trajectories and exports)."
+        ),
+    ] = None,
 ) -> None:
     """The main job: crawl, filter, understand, prepare, generate, validate, probe, release, gold and sampled
     trajectories, SFT/RL exports, summary.
@@ -38,12 +44,16 @@ def run(
     else none (probe and sampling are skipped; gold trajectories need no model).
 
     One run at a time per store: a second one waits for the first (saying which process holds the store) and
-    then finds its work done, or with --no-wait stops with that message."""
+    then finds its work done, or with --no-wait stops with that message. The per-source stages run in
+    `run.jobs` worker processes (default: one per CPU). Each run's figures (wall and CPU seconds per stage, peak
+    memory, tasks accepted) go to reports/runs/ in the store.
+
+    Killed at any point (even kill -9), the next run goes on from there: finished sources and tasks are kept."""
     with _run_lock(no_wait):
         if airflow:
             _run_with_airflow(release)
         else:
-            _run(release)
+            _run(release, until)
 
 
 RUN_LOCK = "run"
@@ -69,18 +79,27 @@ def _run_lock(no_wait: bool) -> Iterator[None]:
         yield
 
 
-def _run(release: str) -> None:
-    from dareforge.pipeline import STAGES, Run, run_jobs, run_pipeline
+def _run(release: str, until: str | None) -> None:
+    from dareforge.pipeline import STAGES, Run, run_jobs, run_pipeline, stage
+    from dareforge.run_record import RunRecord
 
     ctx = context()
+    try:
+        stages = STAGES[: STAGES.index(stage(until)) + 1] if until else STAGES
+    except KeyError as exc:
+        raise typer.BadParameter(exc.args[0], param_hint="--until") from None
     copy_to = Path(ctx.store.root) / "published" if ctx.store.is_local else None
     out.rule("dareforge run")
     out.print(f"store: {ctx.store.url}")
+    record = RunRecord.start(run_jobs(ctx.config))
     # Each stage's summary as it finishes: a run that stops (RunStopped) has said what it did up to there.
     try:
-        for report in run_pipeline(Run(ctx, release, copy_to=copy_to, jobs=run_jobs(ctx.config)), STAGES):
+        for report in run_pipeline(Run(ctx, release, copy_to=copy_to, jobs=record.jobs), stages):
             show(report.lines)
+            record.add(report)
     finally:
+        key = record.finish(ctx)
+        show(record.lines(ctx.store.path(key)))
         out.print(
             'why a source was dropped: [bold]dareforge sql "select * from filter_decisions where not kept"[/]'
         )

@@ -181,7 +181,8 @@ for column in {dates!r}:
         when = pd.to_datetime(frame[column])
         for part in ("year", "month", "day", "dayofweek", "hour"):
             frame[f"{{column}}_{{part}}"] = getattr(when.dt, part)
-        frame[f"{{column}}_ordinal"] = when.map(pd.Timestamp.toordinal) + when.dt.hour / 24
+        # Timestamp.toordinal's day number (0001-01-01 is day 1), NaN where the date is missing
+        frame[f"{{column}}_ordinal"] = (when.dt.normalize() - pd.Timestamp("1970-01-01")).dt.days + 719163 + when.dt.hour / 24
     numeric += [f"{{column}}_{{part}}" for part in ("year", "month", "day", "dayofweek", "hour", "ordinal")]
     seasons += [f"{{column}}_month", f"{{column}}_dayofweek", f"{{column}}_hour"]
 for frame in (train, test):

@@ -8,6 +8,7 @@ Boolean questions are left out: any guess is right half the time, so "solved" sa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +45,7 @@ def one_step_answers(frame: pd.DataFrame) -> Iterator[tuple[str, Any]]:
         if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
             for stat in ("sum", "mean", "median", "std", "min", "max"):
                 result = getattr(values, stat)()
-                if pd.notna(result):
+                if pd.notna(result) and math.isfinite(result):  # a column holding inf: no answer is inf
                     yield "number", float(result)
 
 
