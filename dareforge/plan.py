@@ -1,20 +1,21 @@
-"""The cost model: from what one catalog run measured, the wall time, workers and token bill of a weekly refresh
-at any scale (10,000 tasks by default).
+"""The cost model: from what one catalog run measured, the wall time, workers, token bill and dollars of a
+weekly refresh at any scale (10,000 tasks by default).
 
-What is measured (`Measured`, by `bench/cost_model.py` on the builtin catalog, kept at `reports/costs/measured.json`
-in the store it is given, and shown in the release report):
-- CPU seconds per task of each refresh stage (this process and the children it reaped: reference workers);
-- Airflow's own CPU per task instance (a process that imports the task runtime and parses the DAG files);
+What is measured (`Measured`, by `bench/cost_model.py` on a seeded sample of the whole catalog, kept at
+`reports/costs/measured.json` in the store it is given, and shown in the release report):
+- CPU seconds per task of each refresh stage, as `dareforge run` spends them (per-source stages in worker
+  processes kept across sources), and how many of the tasks were accepted;
+- a mapped task instance's own start-up: parsing the DAG files, importing its stage, starting its reference
+  workers (a process per batch of `SOURCES_PER_INSTANCE` sources pays it once);
 - LLM tokens per probe attempt, per trajectory and per judgement, as the endpoint counted them.
 
 How the refresh spends them (`project`), following `dags/dare_refresh.py`: crawl, filter, validate, probe, gate
-and publish run as one task instance each, so their CPU is serial on one core; understand, prepare and generate
-are mapped per source (in batches past `MAX_MAPPED_INSTANCES` sources) and spread over min(slots, cores) of the
-cluster, as is Airflow's per-instance CPU. Not
-modelled: the scheduler's latency between dependent tasks (seconds per hop, not per task), network time of
-crawling and publishing, and the LLM's latency (the probe and sampling are bounded by the endpoint's
-throughput, which the bill's tokens divided by the endpoint's tokens per second gives).
-"""
+and publish run as one task instance each, so their CPU is serial on one core; understand, prepare, generate and
+check are mapped over batches of sources and spread over min(slots, cores) of the cluster, as is the instances'
+start-up. Dollars per verified task: the refresh's CPU at `VCPU_HOUR_USD` plus the token bill, over the accepted
+tasks. Not modelled: the scheduler's latency between dependent tasks (seconds per hop, not per task), network
+time of crawling and publishing, and the LLM's latency (the probe and sampling are bounded by the endpoint's
+throughput, which the bill's tokens divided by the endpoint's tokens per second gives)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 from dareforge.store import Store
 
-MAPPED = ("understand", "prepare", "generate")
+MAPPED = ("understand", "prepare", "generate", "check")
 """Stages the refresh maps over sources: they spread over the cluster's slots."""
 SERIAL = ("crawl", "filter", "validate", "gate", "release")
 """Stages the refresh runs as one task instance: they use one core whatever the cluster's size."""
@@ -37,6 +38,9 @@ catalog of any size stays under Airflow's `max_map_length` (1024 by default) and
 bounded."""
 MEASURED_KEY = "reports/costs/measured.json"
 WEEK_HOURS = 168.0
+VCPU_HOUR_USD = 0.0425
+"""A stated cloud price: one vCPU-hour of a general-purpose on-demand VM (about half of a 2-vCPU c7i.large's
+$0.085/h list price in us-east-1, late 2025); pass your own to `dollars_per_verified`."""
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,19 @@ class Measured:
     """Per unit ("probe attempt", "trajectory", "judgement"): mean (prompt, completion) tokens."""
     token_counter: str = ""
     """Who counted the tokens (the endpoint's usage; the scripted server counts whitespace words)."""
+    accepted: int = 0
+    """Of `tasks`, those the gate accepted (verified tasks)."""
+
+    @property
+    def accepted_share(self) -> float:
+        return self.accepted / max(self.tasks, 1) if self.accepted else 1.0
 
     def cpu_per_task(self, stage: str) -> float:
         return self.stage_cpu_s.get(stage, 0.0) / max(self.tasks, 1)
+
+    def cpu_per_accepted(self) -> float:
+        """CPU seconds of every stage per accepted task."""
+        return sum(self.stage_cpu_s.values()) / max(self.accepted or self.tasks, 1)
 
     @property
     def tasks_per_source(self) -> float:
@@ -105,7 +119,8 @@ def project(measured: Measured, tasks: int, shape: Shape) -> Projection:
     sources = math.ceil(tasks / measured.tasks_per_source)
     serial = tasks * sum(measured.cpu_per_task(s) for s in SERIAL)
     mapped = tasks * sum(measured.cpu_per_task(s) for s in MAPPED) / shape.parallel
-    instances = len(MAPPED) * min(sources, MAX_MAPPED_INSTANCES) + SERIAL_INSTANCES
+    batches = min(math.ceil(sources / SOURCES_PER_INSTANCE), MAX_MAPPED_INSTANCES)
+    instances = len(MAPPED) * batches + SERIAL_INSTANCES
     airflow = instances * measured.task_instance_cpu_s / shape.parallel
     return Projection(tasks, shape, serial, mapped, airflow)
 
@@ -173,6 +188,11 @@ def token_bill(
     return Bill(units, tokens, dollars)
 
 
+def dollars_per_verified(measured: Measured, vcpu_hour_usd: float = VCPU_HOUR_USD) -> float:
+    """The refresh's CPU (crawl to release) per verified task, in dollars at `vcpu_hour_usd`."""
+    return measured.cpu_per_accepted() * vcpu_hour_usd / 3600
+
+
 def plan_lines(measured: Measured, tasks: int = 10_000, hours: float = WEEK_HOURS, k: int = 8) -> list[str]:
     """The cost model as plain lines: per-task CPU by stage, wall time by cluster size, workers, token bill."""
     lines = [
@@ -196,6 +216,14 @@ def plan_lines(measured: Measured, tasks: int = 10_000, hours: float = WEEK_HOUR
             + (str(needed) if needed else "none suffice: the serial stages alone take longer")
         )
     bill = token_bill(measured, tasks, probe_models=3, probe_samples=1, k=k, train_share=0.5)
+    verified = tasks * measured.accepted_share
+    cpu_usd = dollars_per_verified(measured)
+    lines.append(
+        f"CPU per verified task: {measured.cpu_per_accepted():.2f} CPU-s = ${cpu_usd:.6f} at "
+        f"${VCPU_HOUR_USD}/vCPU-hour; with the token bill below: "
+        + ", ".join(f"{model} ${cpu_usd + d / verified:.4f}" for model, d in bill.dollars.items())
+        + " per verified task"
+    )
     for unit, n in bill.units.items():
         prompt, completion = bill.tokens[unit]
         lines.append(

@@ -6,11 +6,14 @@ import pytest
 
 from dareforge.plan import (
     MAX_MAPPED_INSTANCES,
+    SOURCES_PER_INSTANCE,
+    VCPU_HOUR_USD,
     Measured,
     Price,
     Shape,
     plan_lines,
     project,
+    dollars_per_verified,
     token_bill,
     workers_for,
 )
@@ -23,6 +26,7 @@ MEASURED = Measured(
     task_instance_cpu_s=2.0,
     tokens={"probe attempt": (1000, 100), "trajectory": (5000, 400), "judgement": (3000, 150)},
     token_counter="a test",
+    accepted=160,
 )
 
 
@@ -31,10 +35,10 @@ def test_mapped_stages_spread_over_the_cluster_and_serial_ones_do_not():
     assert one.serial_s == four.serial_s == 10_000 * (10 + 2 + 80) / 200
     assert one.mapped_s == 10_000 * 440 / 200 / 2  # 2 slots on 2 cores
     assert four.mapped_s == one.mapped_s / 4
-    # 2,000 sources: past MAX_MAPPED_INSTANCES each mapped stage runs 512 batches, not 2,000 instances.
-    assert one.airflow_s == pytest.approx((3 * MAX_MAPPED_INSTANCES + 8) * 2.0 / 2)
-    small = project(MEASURED, 1_000, Shape(1))  # 200 sources: one instance each
-    assert small.airflow_s == pytest.approx((3 * 200 + 8) * 2.0 / 2)
+    # 2,000 sources go SOURCES_PER_INSTANCE to an instance: 250 instances per mapped stage, each starting once
+    assert one.airflow_s == pytest.approx((4 * 2_000 / SOURCES_PER_INSTANCE + 8) * 2.0 / 2)
+    huge = project(MEASURED, 100_000, Shape(1))  # 20,000 sources: at most MAX_MAPPED_INSTANCES per stage
+    assert huge.airflow_s == pytest.approx((4 * MAX_MAPPED_INSTANCES + 8) * 2.0 / 2)
 
 
 def test_a_worker_has_the_parallelism_of_its_slots_or_its_cores_whichever_is_fewer():
@@ -70,3 +74,12 @@ def test_the_measurement_round_trips_through_the_store_and_reads_as_a_plan(tmp_p
     lines = plan_lines(MEASURED, tasks=10_000)
     assert any(line.startswith("10,000 tasks on 4 x (2 slots, 2 cores)") for line in lines)
     assert any("token bill" in line and "a test" in line for line in lines)
+
+
+def test_dollars_per_verified_task_price_every_stage_s_cpu_over_the_accepted_tasks():
+    cpu_per_verified = (10 + 2 + 100 + 40 + 300 + 80) / 160
+    assert MEASURED.cpu_per_accepted() == pytest.approx(cpu_per_verified)
+    assert dollars_per_verified(MEASURED) == pytest.approx(cpu_per_verified * VCPU_HOUR_USD / 3600)
+    assert dollars_per_verified(MEASURED, vcpu_hour_usd=3600.0) == pytest.approx(cpu_per_verified)
+    line = next(line for line in plan_lines(MEASURED) if line.startswith("CPU per verified task"))
+    assert f"{cpu_per_verified:.2f} CPU-s" in line and "per verified task" in line
