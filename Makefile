@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install sysdeps run test bench lint format constraints clean airflow local-llm cluster cluster-stop cluster-refresh test-cluster
+.PHONY: install sysdeps run test bench lint format constraints clean airflow local-llm cluster cluster-stop cluster-refresh test-cluster catalog
 
 install: $(STAMP) sysdeps
 
@@ -67,6 +67,11 @@ endif
 
 test: install
 	$(BIN)/python -m pytest
+
+# The whole catalog (~2,360 sources, 10,000+ verified tasks) in one refresh into data/catalog, with the profile
+# in dareforge.catalog.yaml: about 2 hours on 2 cores; run it again after any interruption to go on from there.
+catalog: install
+	$(BIN)/dareforge --config dareforge.catalog.yaml run
 
 bench: install
 	$(BIN)/python -m bench

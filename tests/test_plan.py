@@ -11,9 +11,9 @@ from dareforge.plan import (
     Measured,
     Price,
     Shape,
+    dollars_per_verified,
     plan_lines,
     project,
-    dollars_per_verified,
     token_bill,
     workers_for,
 )
