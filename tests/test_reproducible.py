@@ -3,7 +3,8 @@ stores give byte-identical released and exported files, and none of them holds a
 built them.
 
 Each build runs the pipeline `dareforge run` runs, without a model: crawl (two builtin sources and one mirror
-folder both builds read), filter, prepare, generate, validate, the release, gold trajectories played in the
+folder both builds read), filter, understand, prepare, generate, check (the first build in its own process, the
+second on two worker processes, as `dareforge run` maps them), validate, the release, gold trajectories played in the
 sandbox, the SFT and RL exports, then publishes all three to a folder and writes the DARE-bench layout. What
 varies between the builds is what varies between two runs on one machine: the store's folder, the time, and
 measured seconds (references, executions).
@@ -22,13 +23,13 @@ import pytest
 from dareforge.context import RunContext
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
+from dareforge.pipeline import Run, stage
 from dareforge.publish.release import build_release
 from dareforge.publish.targets import LocalTarget
 from dareforge.publish.versions import BUILDS
 from dareforge.trajectories import gold_trajectories
 from dareforge.trajectories.corpus import build_corpus
-from dareforge.validators.validate import validate
-from tests.stores import generate_tasks, store_config
+from tests.stores import store_config
 
 SOURCES = ["sklearn-iris", "sklearn-diabetes"]
 RELEASE = "bench"
@@ -53,14 +54,18 @@ def _mirror(root: Path) -> Path:
     return root
 
 
-def _build(root: Path, mirror: Path) -> Path:
+def _build(root: Path, mirror: Path, jobs: int) -> Path:
     cfg = store_config(root, SOURCES)
     cfg.mirror.paths = [str(mirror)]
     cfg.generate.if_variants = 1
     cfg.synthesize.split = "all"  # gold trajectories and the SFT export on both sides of the release
     cfg.validate_.ladder_cpu_seconds = 300.0  # the ladder's figures are in the release card; its seconds vary
-    ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
-    validate(ctx)
+    ctx = RunContext.from_config(cfg, show_progress=False)
+    run = Run(
+        ctx, RELEASE, jobs=jobs
+    )  # jobs > 1: the per-source stages in worker processes, as dareforge run
+    for name in ("crawl", "filter", "understand", "prepare", "generate", "check", "validate"):
+        stage(name).run(run)
     release = build_release(ctx, RELEASE, today=DAY).release
     assert release.manifest["skill"]["ladder"], "no ladder ran: the byte comparison leaves its figures out"
     gold = gold_trajectories(ctx, RELEASE, split="all", workers=2)
@@ -87,8 +92,8 @@ def _outputs(root: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> tuple[dict[str, bytes], dict[str, bytes], list[Path]]:
     mirror = _mirror(tmp_path_factory.mktemp("mirror"))
-    first = _build(tmp_path_factory.mktemp("first"), mirror)
-    second = _build(tmp_path_factory.mktemp("second"), mirror)
+    first = _build(tmp_path_factory.mktemp("first"), mirror, jobs=1)
+    second = _build(tmp_path_factory.mktemp("second"), mirror, jobs=2)
     return _outputs(first), _outputs(second), [first, second, mirror]
 
 

@@ -1,0 +1,52 @@
+"""`dareforge run` maps the per-source stages over worker processes kept across sources: the report reads as one
+process's would, and a worker that dies costs only its own source (tests/test_reproducible.py: the release is
+the same bytes as a run in one process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from dareforge.context import RunContext
+from dareforge.pipeline import Run
+from dareforge.report import StageReport
+from dareforge.source_pool import STRIKES, Mapped, map_sources
+from tests.stores import store_config
+
+FATAL = "the-source-that-kills-its-worker"
+
+
+def _stage(run: Run, ids: list[str]) -> StageReport:
+    """A stage whose one source kills the process running it (as the kernel's OOM killer would)."""
+    (source_id,) = ids
+    if source_id == FATAL:
+        os.kill(os.getpid(), signal.SIGKILL)
+    report = StageReport("fake")
+    report.add("done", source_id, f"in process {os.getpid()}")
+    report.counts["sources"] += 1
+    return report
+
+
+@pytest.fixture
+def ctx(tmp_path) -> RunContext:
+    return RunContext.from_config(store_config(tmp_path, []), show_progress=False)
+
+
+def test_reports_merge_in_the_order_given_whichever_worker_ran_each_source(ctx):
+    ids = [f"source-{n:02d}" for n in range(12)]
+    advanced: list[str] = []
+    report = map_sources(ctx, Mapped("fake", _stage, Run), ids, 2, advanced.append)
+    assert report.labels("done") == ids and sorted(advanced) == ids
+    assert report.counts["sources"] == 12 and not report.failures
+    workers = {why for why in report.outcomes["done"].values()}
+    assert 1 <= len(workers) <= 2  # processes kept across sources, not one per source
+
+
+def test_a_source_that_kills_its_worker_fails_alone_and_the_others_finish(ctx):
+    ids = ["a", "b", FATAL, "c", "d"]
+    report = map_sources(ctx, Mapped("fake", _stage, Run), ids, 2, lambda _: None)
+    assert report.labels("done") == ["a", "b", "c", "d"]  # the one in flight with it ran again
+    assert list(report.failures) == [FATAL]
+    assert f"died on this source {STRIKES + 1} times" in report.failures[FATAL]
