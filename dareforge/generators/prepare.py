@@ -140,9 +140,14 @@ def _prepare_source(ctx: RunContext, engine: Engine, source_id: str, report: Sta
         _remove_unused(ctx, source_id, records)
 
 
-def prepared_of(ctx: RunContext, task: Task) -> PreparedSource | None:
-    """The prepared framing a task was built from (its current preparation when that one is gone)."""
-    framings = load_prepared(ctx, task.source_id, task.framing)
+def prepared_of(
+    ctx: RunContext, task: Task, source_prepared: list[PreparedSource] | None = None
+) -> PreparedSource | None:
+    """The prepared framing a task was built from (its current preparation when that one is gone), among
+    `source_prepared` (its source's prepared records) when the caller has read them."""
+    if source_prepared is None:
+        source_prepared = load_prepared(ctx, task.source_id)
+    framings = [p for p in source_prepared if p.framing == task.framing]
     exact = [p for p in framings if p.version == task.prepared_version]
     return (exact or framings or [None])[0]
 

@@ -15,11 +15,11 @@ from collections import defaultdict
 
 from dareforge.context import RunContext
 from dareforge.errors import machine_at_fault
-from dareforge.generators.prepare import prepared_of
+from dareforge.generators.prepare import load_prepared, prepared_of
 from dareforge.kept import kept
 from dareforge.queries import task_source_ids
 from dareforge.report import SHOWN, StageReport
-from dareforge.schema import Task, Validation, Verdict
+from dareforge.schema import PreparedSource, Task, Validation, Verdict
 from dareforge.validators import discrimination, duplicates, leakage, solvability
 from dareforge.validators import validation_report as html_report
 from dareforge.validators.check import Check, Finding, RunCheck, TaskView
@@ -50,8 +50,9 @@ def checks_version(task_check_names: list[str], run_checks: tuple[RunCheck, ...]
     return f"{suites}|" + ",".join(sorted([*task_check_names, *(c.name for c in run_checks)]))
 
 
-def task_view(ctx: RunContext, task: Task) -> TaskView:
-    prepared = prepared_of(ctx, task)
+def task_view(ctx: RunContext, task: Task, prepared: list[PreparedSource] | None = None) -> TaskView:
+    """What the checks see of a task; `prepared`: its source's prepared records when the caller read them."""
+    prepared = prepared_of(ctx, task, prepared)
     if ctx.store.is_local:
         return TaskView(task, prepared, ctx.store.local_path(f"tasks/{task.id}"))
     # A cache shared by the processes on this machine (task files never change under a task id): each file is
@@ -139,8 +140,9 @@ def _check_source(ctx: RunContext, checker: TaskChecker, source_id: str, report:
             findings[finding.task_id][finding.check] = finding
     todo = [t for t in tasks if not checker.complete(findings[t.id])]
     report.reused += len(tasks) - len(todo)
+    prepared = load_prepared(ctx, source_id) if todo else []
     for task in todo:
-        findings[task.id].update(checker.check(task_view(ctx, task)))
+        findings[task.id].update(checker.check(task_view(ctx, task, prepared)))
         report.add("checked", task.id)
     if todo:
         report.written += _write_findings(ctx, tasks, findings, checker.version)
@@ -167,7 +169,11 @@ def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> Stage
     )
     checker = TaskChecker(ctx)
     stored = {} if force else _stored_findings(ctx, checker.version)
-    views = [task_view(ctx, task) for task in tasks]
+    by_source: dict[str, list[PreparedSource]] = {}  # read once per source, not once per task
+    views = [
+        task_view(ctx, task, by_source.setdefault(task.source_id, load_prepared(ctx, task.source_id)))
+        for task in tasks
+    ]
     findings: dict[str, dict[str, Finding | Validation]] = defaultdict(dict)
     with ctx.progress() as progress:
         bar = progress.add_task("validate", total=len(views), item="")
