@@ -151,3 +151,26 @@ def test_a_second_validate_checks_nothing_and_the_report_exists(validated):
     assert again.labels("checked") == [] and again.reused == 8
     html = ctx.store.read_bytes(f"{REPORT_DIR}/index.html").decode()
     assert "Rejected tasks" in html and "duplicate-source" in html
+
+
+def test_the_validation_report_lists_a_bounded_number_of_rejected_tasks_and_names_the_query_for_all():
+    from dareforge.schema import Verdict
+    from dareforge.validators.validation_report import SHOWN_REJECTED, render
+
+    verdicts = [
+        Verdict(
+            task_id=f"t{n:05d}",
+            source_id="s",
+            family="QA",
+            accepted=False,
+            reasons=["certificate: no"],
+            thresholds_fingerprint="f",
+        )
+        for n in range(SHOWN_REJECTED * 4)
+    ]
+    page = render("store", [], verdicts, [])
+    assert (
+        page.count("<tr>") == SHOWN_REJECTED + 1 + 2 + 1
+    )  # rejected + its header, family row + header, checks header
+    assert "t00000" in page and f"t{SHOWN_REJECTED * 4 - 1:05d}" not in page
+    assert "where not accepted" in page

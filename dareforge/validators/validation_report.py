@@ -1,4 +1,5 @@
-"""The HTML audit report: counts per check, verdicts per family, and every rejected task with its reasons."""
+"""The HTML audit report: counts per check, verdicts per family, and the rejected tasks with their reasons (the
+first `SHOWN_REJECTED` by id; the page names the query that lists them all)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import html
 from collections import Counter
 
 from dareforge.schema import Validation, Verdict
+
+SHOWN_REJECTED = 500
+"""Rejected tasks listed on the page: a whole-catalog store rejects thousands, which no one reads as rows."""
+ALL_REJECTED = 'dareforge sql "select task_id, source_id, family, reasons from verdicts where not accepted"'
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
@@ -37,8 +42,16 @@ def render(title: str, validations: list[Validation], verdicts: list[Verdict], n
     check_rows = [
         [name, c["findings"], c["flagged"], rejecting.get(name, 0)] for name, c in sorted(checks.items())
     ]
-    rejected = [[v.task_id, v.source_id, v.family, "; ".join(v.reasons)] for v in verdicts if not v.accepted]
+    rejected = sorted(
+        [v.task_id, v.source_id, v.family, "; ".join(v.reasons)] for v in verdicts if not v.accepted
+    )
     accepted = sum(v.accepted for v in verdicts)
+    more = (
+        f"<p>The first {SHOWN_REJECTED} of {len(rejected)} by id; all of them: <code>{html.escape(ALL_REJECTED)}"
+        "</code></p>"
+        if len(rejected) > SHOWN_REJECTED
+        else ""
+    )
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
         f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
@@ -49,7 +62,10 @@ def render(title: str, validations: list[Validation], verdicts: list[Verdict], n
         "<h2>Per check</h2>",
         _table(["check", "findings", "flagged", "tasks it rejects"], check_rows),
         "<h2 class='bad'>Rejected tasks</h2>",
-        _table(["task", "source", "family", "reasons"], rejected) if rejected else "<p>None.</p>",
+        _table(["task", "source", "family", "reasons"], rejected[:SHOWN_REJECTED])
+        if rejected
+        else "<p>None.</p>",
+        more,
         "</body></html>",
     ]
     return "\n".join(parts)
