@@ -67,8 +67,8 @@ class Stage:
             report = self._map(run, ids if ids is not None else self.sources(run.ctx))
         else:
             report = self.call(run, ids)
-        report.seconds = time.perf_counter() - started
-        report.cpu_seconds += cpu_seconds() - cpu  # plus the workers' own, which the report carries
+        # The workers' CPU too: the pool reaps them before the stage ends.
+        report.seconds, report.cpu_seconds = time.perf_counter() - started, cpu_seconds() - cpu
         return report
 
     def _map(self, run: Run, ids: list[str]) -> StageReport:

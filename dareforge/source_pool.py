@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dareforge.report import StageReport, cpu_seconds
+from dareforge.report import StageReport
 
 if TYPE_CHECKING:
     from dareforge.config import Config
@@ -49,11 +49,9 @@ def _start_worker(config: Config, log_level: int) -> None:
 
 
 def _run_source(call: StageCall, run_of: Callable[[RunContext], object], source_id: str) -> StageReport:
-    """One source through one stage in this worker; the report carries the CPU seconds it took here."""
-    started = cpu_seconds()
+    """One source through one stage in this worker."""
     report = call(run_of(_worker_ctx), [source_id])
     report.lines = []  # the parent writes the lines of the merged report
-    report.cpu_seconds = cpu_seconds() - started
     return report
 
 
@@ -69,7 +67,6 @@ def merge(stage_name: str, reports: list[StageReport]) -> StageReport:
         merged.counts.update(part.counts)
         for name, seconds in part.seconds_in.items():
             merged.seconds_in[name] = merged.seconds_in.get(name, 0.0) + seconds
-        merged.cpu_seconds += part.cpu_seconds
     return merged
 
 
