@@ -1,4 +1,5 @@
-"""What one `dareforge run` cost: wall and CPU seconds per stage, peak memory, tasks accepted, kept as a run log.
+"""What one `dareforge run` cost and met: wall and CPU seconds per stage, peak memory, tasks accepted, and every
+failure each stage reported, kept as a run log.
 
 The CPU seconds are this process's and its reaped children's (the per-source workers, reference workers and
 sandboxes), so the total is the run's whole bill; peak memory is the largest resident set of this process or of
@@ -42,6 +43,8 @@ class RunRecord:
     peak_rss_bytes: int = 0
     accepted: int = 0
     tasks: int = 0
+    failures: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Stage name -> what failed in it and why (sources, framings, tasks), as its report said."""
     _clock: float = 0.0
     _cpu: float = 0.0
 
@@ -55,6 +58,8 @@ class RunRecord:
             "seconds": round(report.seconds, 3),
             "cpu_seconds": round(report.cpu_seconds, 3),
         }
+        if report.failures:
+            self.failures[report.stage] = dict(report.failures)
 
     def finish(self, ctx: RunContext) -> str:
         """Totals, the store's task counts, and the record written; returns its key."""

@@ -39,7 +39,12 @@ def test_every_command_teaches_with_help(command):
     assert "Usage:" in result.output and len(result.output.splitlines()) > 5
 
 
-def test_run_summarises_and_sql_answers_why(cli):
+def test_run_until_a_stage_that_does_not_exist_names_the_stages(cli):
+    result = cli("run", "--until", "publish")
+    assert result.exit_code == 2 and "the stages are crawl, filter" in result.output
+
+
+def test_run_summarises_and_sql_answers_why(cli, tmp_path):
     result = cli("run")
     assert result.exit_code == 0, result.output
     assert "crawl: 4 sources seen (4 downloaded)" in result.output
@@ -55,6 +60,16 @@ def test_run_summarises_and_sql_answers_why(cli):
     assert re.search(r"QA [1-9]\d*,\s+Lake [1-9]", result.output)  # question tasks from the same run
     assert re.search(r"sft export: dareforge-sft@\S+ \(new version\)", result.output)
     assert re.search(r"rl export: dareforge-rl@\S+ \(new version\)", result.output)
+
+    # The run's own figures, kept as a run log: what each stage cost and what the run accepted.
+    assert re.search(
+        r"run: [\d.]+ min on \d+ worker\(s\), [\d,]+ CPU-s \([\d.]+ per accepted task", result.output
+    )
+    (log,) = (tmp_path / "store" / "reports" / "runs").glob("*.json")
+    record = json.loads(log.read_text())
+    assert record["accepted"] > 0 and record["tasks"] >= record["accepted"] and record["peak_rss_bytes"] > 0
+    assert {"crawl", "generate", "check", "validate", "release"} <= record["stages"].keys()
+    assert record["failures"]["understand"]["builtin.vega-airports"]
 
     again = cli("run")
     assert "crawl: 4 sources seen (4 unchanged); 0 records written" in again.output
