@@ -207,8 +207,9 @@ def test_the_kernel_runs_unprivileged_confined_and_alone(sandbox):
             "fds = {fd: link(fd) for fd in os.listdir('/proc/self/fd')}\n"
             "own = [len(open(f'/proc/self/{name}').read()) > 0 for name in ('io', 'environ')]\n"
             "nice = os.getpriority(os.PRIO_PROCESS, 0)\n"
+            "group = open('/proc/self/autogroup').read() if os.path.exists('/proc/self/autogroup') else None\n"
             "json.dump({'status': status, 'unshare_errno': refused, 'host': socket.gethostname(), 'own': own,\n"
-            "    'nice': nice,\n"
+            "    'nice': nice, 'autogroup': group,\n"
             "    'env': sorted(os.environ), 'ns': {n: os.readlink(f'/proc/self/ns/{n}') for n in\n"
             "    ('mnt', 'pid', 'net', 'ipc', 'uts')}, 'fds': fds}, open('facts.json', 'w'))",
         )
@@ -224,6 +225,8 @@ def test_the_kernel_runs_unprivileged_confined_and_alone(sandbox):
     assert facts["unshare_errno"] == 1  # EPERM: the filter refuses new user namespaces
     assert facts["host"] == "sandbox"
     assert facts["nice"] == CONFIG.nice > 0  # agent code yields the CPU to the engine
+    # ... and so does its session, which the scheduler weighs before any nice value (autogroups)
+    assert facts["autogroup"] is None or facts["autogroup"].split()[-1] == str(CONFIG.nice)
     assert facts["own"] == [True, True]  # its own /proc files are its own (a dumpable process)
     for name, inside in facts["ns"].items():
         assert inside != os.readlink(f"/proc/self/ns/{name}"), name
