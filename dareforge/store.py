@@ -27,7 +27,7 @@ from dareforge import locking
 from dareforge.errors import StoreError
 from dareforge.hashing import canonical_json, sha256_bytes
 from dareforge.schema import RECORDS, Record
-from dareforge.table_views import create_view
+from dareforge.table_views import create_view, partition_files
 
 MANIFEST = "_MANIFEST.json"
 LOCKS = ".locks"
@@ -196,6 +196,15 @@ class Store:
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
         return self.write_bytes(key, buffer.getvalue())
+
+    def tables_state(self, *tables: str) -> str | None:
+        """A digest that changes whenever a partition of `tables` is written or removed (local stores: every
+        write renames a new file into place); None for a remote store, whose listing costs a query's worth."""
+        if not self.is_local:
+            return None
+        files = {name: partition_files(Path(self.root) / TABLES / name) for name in tables}
+        listing = {name: sorted((p, sig) for p, (_, sig) in found.items()) for name, found in files.items()}
+        return sha256_bytes(json.dumps(listing).encode())
 
     def records_digest(self, key: str) -> str | None:
         metadata = pq.read_schema(pa.BufferReader(self._arrow_buffer(key))).metadata or {}

@@ -40,6 +40,22 @@ def test_identical_rewrite_touches_nothing_and_a_change_replaces_atomically(tmp_
     assert not [p for p in (tmp_path / "tables/sources").iterdir() if p.name.startswith(".tmp-")]
 
 
+def test_a_tables_state_changes_with_every_write_of_its_tables_and_only_theirs(tmp_path):
+    """generate reads the whole store's framings once per state of the tables they come from."""
+    store = Store(str(tmp_path))
+    empty = store.tables_state("sources")
+    store.write_records("builtin.x", [_source()])
+    written = store.tables_state("sources")
+    assert written != empty
+    assert store.tables_state("sources") == written  # nothing written since
+    store.write_records("builtin.x", [_source(title="Y")])
+    assert store.tables_state("sources") != written
+    unrelated = store.tables_state("filter_decisions")
+    store.write_records("builtin.y", [_source(id="builtin.y")])
+    assert store.tables_state("filter_decisions") == unrelated
+    assert Store("memory://tables-state").tables_state("sources") is None  # remote: no cheap listing
+
+
 def test_duckdb_views_exist_even_for_empty_tables(tmp_path):
     store = Store(str(tmp_path))
     con = store.connect()

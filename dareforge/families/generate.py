@@ -37,10 +37,8 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> StageRepor
     CPU seconds of the references it ran."""
     started = time.perf_counter()
     report = StageReport("generate")
-    every = framed_source_ids(ctx)
+    every, framings = _whole_store(ctx)
     ids = source_ids if source_ids is not None else every
-    # Lake distractors come from the other sources of the whole store, whichever sources this run generates.
-    framings = DistractorPool.framings(ctx, every)
     timeout = ctx.config.generate.reference_timeout_s
     runners = kept(("runners", timeout), lambda: Runners.start(timeout), Runners.close)
     with ctx.progress() as progress:
@@ -52,6 +50,22 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> StageRepor
             progress.advance(bar)
     report.seconds = time.perf_counter() - started
     return finish_report(report)
+
+
+_seen: dict[tuple[str, str | None], tuple[list[str], dict[str, int]]] = {}
+
+
+def _whole_store(ctx: RunContext) -> tuple[list[str], dict[str, int]]:
+    """The framed sources and the prepared framings of each: Lake distractors come from the other sources of the
+    whole store, whichever sources this call generates. Read once per state of the tables they come from: a
+    worker of `dareforge run` calls generate once per source, and at a few thousand sources each read costs
+    about half a CPU-second."""
+    state = (ctx.store.root, ctx.store.tables_state("filter_decisions", "framings", "prepared"))
+    if state[1] is None or state not in _seen:
+        every = framed_source_ids(ctx)
+        _seen.clear()
+        _seen[state] = every, DistractorPool.framings(ctx, every)
+    return _seen[state]
 
 
 def finish_report(report: StageReport) -> StageReport:
