@@ -159,7 +159,8 @@ class HubTarget:
     endpoint: str | None = None  # None: HF_ENDPOINT or https://huggingface.co
     max_retries: int = 4
     backoff_s: float = 2.0
-    commit_bytes: int = 64 * 2**20  # file bytes per commit: the client holds about 4x this (base64, JSON, join)
+    # File bytes per commit: the client holds about 4x a commit's inline bytes (base64, JSON, joined).
+    commit_bytes: int = 64 * 2**20
     commit_files: int = 2_000  # files per commit
 
     def __post_init__(self) -> None:
