@@ -4,7 +4,8 @@ It implements only what `HfApi` sends for a dataset release (paths and JSON shap
 huggingface_hub 2.x client):
 
 - `POST /api/repos/create` (`{"name", "organization", "type", "visibility"}`; 409 when the repo exists);
-- `GET /api/datasets/<repo>` (repo info, with `private`), `GET .../refs`, `GET .../commits/<rev>`,
+- `GET /api/datasets/<repo>` (repo info, with `private`) and `GET .../revision/<rev>` (the same at a
+  revision: asked when a commit would change nothing), `GET .../refs`, `GET .../commits/<rev>`,
   `GET .../tree/<rev>?recursive=...` (all commits are kept, so any tag's tree can be read back);
 - `POST /api/validate-yaml` (README metadata check the client runs before a commit with `README.md`);
 - `POST .../preupload/<rev>`: every file is `regular` (its bytes go base64 in the commit payload) and carries
@@ -210,7 +211,7 @@ def _handler(hub: FakeHub):
             elif m := REPO_PATH.match(path):
                 rest = m["rest"] or ""
                 name = rest.split("/")[1] if rest else "info"
-                if name not in {"info", "refs", "commits", "tree", "preupload", "commit", "tag"}:
+                if name not in {"info", "revision", "refs", "commits", "tree", "preupload", "commit", "tag"}:
                     return self._error(404, f"no route {method} {path}")
                 args = (
                     f"{m['type']}/{m['ns']}/{m['name']}",
@@ -277,6 +278,13 @@ def _handler(hub: FakeHub):
         def _info(self, body, query, key, rest):
             if repo := self._repo(key, write=False):
                 self._send(200, {"id": repo.id, "private": repo.private, "sha": repo.branches["main"]})
+
+        def _revision(self, body, query, key, rest):
+            """Repo info at a revision: what the client asks when a commit would change nothing."""
+            if repo := self._repo(key, write=False):
+                if (oid := repo.resolve(rest)) is None:
+                    return self._error(404, f"revision {rest} not found", "RevisionNotFound")
+                self._send(200, {"id": repo.id, "private": repo.private, "sha": oid})
 
         def _refs(self, body, query, key, rest):
             if repo := self._repo(key, write=False):

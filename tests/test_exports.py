@@ -7,6 +7,7 @@ with `HubTarget` to the fake Hub of tests/hub_server.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import date
 from pathlib import Path
@@ -33,6 +34,7 @@ from dareforge.exports.export_format import (
 )
 from dareforge.exports.formats import export_format
 from dareforge.exports.reward import RewardSpec, reward, reward_spec, trajectory_reward
+from dareforge.exports.rl import rl_row
 from dareforge.exports.sft import chat_messages, tool_chat
 from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
@@ -677,3 +679,24 @@ def test_exports_publish_to_the_hub_like_releases(hub, sft):  # noqa: F811
     files = {e["name"] for e in sft.export.manifest["files"]} | {"manifest.json"}
     assert set(hub.tree_at("acme/sft", f"v{sft.version}")) - {".gitattributes"} == files
     assert target.push(sft.export).already_published and len(hub.release_commits("acme/sft")) == 1
+
+
+class _Walked(list):
+    """A list that counts how often it is walked."""
+
+    walks = 0
+
+    def __iter__(self):
+        self.walks += 1
+        return super().__iter__()
+
+
+def test_rl_rows_read_the_releases_task_list_once(built):
+    """RL rows looked up each task's split in a map rebuilt from the whole task list per row: quadratic, and
+    minutes at 10,000 tasks. The map is built once per release."""
+    _, release, _, tasks = built
+    walked = _Walked(release.manifest["tasks"])
+    counted = dataclasses.replace(release, manifest={**release.manifest, "tasks": walked})
+    rows = [rl_row(t, counted) for t in tasks for _ in range(3)]
+    assert [r["split"] for r in rows] == [release.splits[t.id] for t in tasks for _ in range(3)]
+    assert walked.walks == 1

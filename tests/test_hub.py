@@ -266,3 +266,41 @@ def test_new_version_is_one_commit_holding_exactly_its_files(hub, built, tmp_pat
         # Unchanged files are not sent again (the Hub's preupload oid lets the client drop them).
         kept = tasks[1].id
         assert not any(kept in p for p in v2.added) and any(kept in p for p in tree)
+
+
+def test_a_large_version_goes_in_bounded_part_commits_then_one_tagged_commit(hub, release):
+    """A whole-catalog release (tens of thousands of files, gigabytes) went in one commit, whose payload the
+    client holds in memory: 2.5 GB of RSS at 3,800 tasks. Parts are bounded by bytes and by files."""
+    sizes = {e["name"]: e["size"] for e in release.manifest["files"]}
+    bound = max(sizes.values())  # a file larger than the bound still goes, alone
+    target = _target(hub, commit_files=4, commit_bytes=bound)
+    target.push(release)
+    for repo_id, private in (("acme/bench", False), ("acme/bench-private", True)):
+        commits = hub.release_commits(repo_id)
+        *parts, last = commits
+        assert parts and last.title == TITLE and _sha(release, private) in last.message
+        assert [c.title for c in parts] == [
+            f"{TITLE} (part {i}/{len(commits)})" for i in range(1, len(commits))
+        ]
+        assert all(len(c.added) <= 4 and sum(map(len, c.added.values())) <= bound for c in commits)
+        assert "manifest.json" in last.added  # the version exists only once its last commit is made
+        assert hub.dataset(repo_id).tags == {"v2026.01.15": last.id}
+        assert hub.tree_at(repo_id, "v2026.01.15") == {
+            **_expected(release, private),
+            ".gitattributes": GITATTRIBUTES,
+        }
+    made = hub.calls["commit"]
+    assert target.push(release).already_published and hub.calls["commit"] == made
+
+
+def test_a_failed_final_commit_resumes_without_repeating_the_parts(hub, release):
+    target = _target(hub, commit_files=4)
+    parts = -(-len(_expected(release, private=True)) // 4) - 1
+    hub.faults["commit"] = [None] * parts + [503]  # the private half's final commit fails once
+    target.push(release)
+    commits = hub.release_commits("acme/bench-private")
+    assert len(commits) == parts + 1 and commits[-1].title == TITLE
+    assert hub.tree_at("acme/bench-private", "v2026.01.15") == {
+        **_expected(release, private=True),
+        ".gitattributes": GITATTRIBUTES,
+    }

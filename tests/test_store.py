@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import hashlib
 import os
+import tracemalloc
 
 import pytest
 
 from dareforge.errors import StoreError
+from dareforge.hashing import canonical_json, content_fingerprint
 from dareforge.schema import FilterDecision, Origin, Source, SourceFile
 from dareforge.store import Store
 
@@ -100,3 +103,23 @@ def test_fsspec_memory_store_round_trips(tmp_path):
     store.write_records("s", [decision])
     assert store.read_records(FilterDecision) == [decision]
     assert store.connect().sql("select reason from filter_decisions").fetchall() == [("why",)]
+
+
+def test_a_content_fingerprint_hashes_the_canonical_json_without_holding_it():
+    """An SFT export of 16,000 trajectories built its whole canonical JSON (hundreds of MB) to hash it."""
+    rows = {
+        "rows": [
+            {"text": f"é {i} " + "x" * 1000, "n": i, "at": None, "nested": {"b": 1, "a": [i]}}
+            for i in range(20_000)
+        ]
+    }
+    text = canonical_json(rows)
+    assert content_fingerprint(rows) == hashlib.sha256(text).hexdigest()
+    del text
+    tracemalloc.start()
+    try:
+        content_fingerprint(rows)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20  # the JSON is over 20 MB

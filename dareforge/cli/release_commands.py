@@ -76,8 +76,8 @@ def release_publish(
 ) -> None:
     """Publish a finished release version: to a local folder (default) or to the Hugging Face Hub (--hub).
 
-    The Hub gets one commit and a tag vVERSION per repo; the answers repo is private; re-publishing an
-    unchanged version makes no commit. The token comes from HF_TOKEN (write access).
+    The Hub gets one tagged commit (vVERSION) per repo, after part commits of at most 64 MiB when the version is
+    larger; the answers repo is private; re-publishing an unchanged version makes no commit. The token comes from HF_TOKEN (write access).
     """
     from dareforge.publish.hub import HubTarget
     from dareforge.publish.release import load_release

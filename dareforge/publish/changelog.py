@@ -2,7 +2,8 @@
 
 Task ids hash everything that defines a task (source version, prepare config, family, spec, seed), so a
 regenerated task usually gets a new id and "same id" cannot be the test for "changed". A task's **slot** is
-(source id, family, seed): the place it fills in the benchmark. Between two versions:
+(source id, family, seed): the place it fills in the benchmark; a slot can hold several tasks (a source's
+framings, or its questions, share a seed), which `diff` pairs by id. Between two versions:
 
 - added: a slot only the new version has;
 - removed: a slot only the old version has;
@@ -73,21 +74,36 @@ def _what_changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 def diff(before: list[dict[str, Any]] | None, after: list[dict[str, Any]]) -> Diff:
-    """Compare task entries (id, source_id, family, seed, split, versions, {name: sha256} file maps)."""
-    old = {slot(t): t for t in before or []}
-    new = {slot(t): t for t in after}
+    """Compare task entries (id, source_id, family, seed, split, versions, {name: sha256} file maps).
+
+    A slot may hold several tasks (a source's framings, or its questions, share a seed): within a slot the
+    same id pairs with itself first, then the remaining tasks pair in id order; what is left over on one side
+    is added or removed. So no task is ever lost from the diff."""
+    old, new = _by_slot(before or []), _by_slot(after)
     result = Diff()
-    for key in sorted(new.keys() - old.keys()):
-        result.added.append(new[key])
-    for key in sorted(old.keys() - new.keys()):
-        result.removed.append(old[key])
-    for key in sorted(new.keys() & old.keys()):
-        what = _what_changed(old[key], new[key])
-        if what:
-            result.changed.append(Change(key, old[key], new[key], what))
-        else:
-            result.unchanged += 1
+    for key in sorted(old.keys() | new.keys()):
+        was, now = old.get(key, {}), new.get(key, {})
+        pairs = [(was[i], now[i]) for i in sorted(was.keys() & now.keys())]
+        gone = [was[i] for i in sorted(was.keys() - now.keys())]
+        came = [now[i] for i in sorted(now.keys() - was.keys())]
+        pairs += zip(gone, came, strict=False)
+        result.removed += gone[len(came) :]
+        result.added += came[len(gone) :]
+        for b, a in pairs:
+            what = _what_changed(b, a)
+            if what:
+                result.changed.append(Change(key, b, a, what))
+            else:
+                result.unchanged += 1
     return result
+
+
+def _by_slot(tasks: list[dict[str, Any]]) -> dict[Slot, dict[str, dict[str, Any]]]:
+    """slot -> task id -> task entry."""
+    slots: dict[Slot, dict[str, dict[str, Any]]] = {}
+    for t in tasks:
+        slots.setdefault(slot(t), {})[t["id"]] = t
+    return slots
 
 
 def _cell(value: Any) -> str:

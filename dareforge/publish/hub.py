@@ -4,11 +4,15 @@
 private half (`release.private_prefix`: answers, scores, specs) in `<namespace>/<name>-private`, created
 private; it refuses to push to a `-private` repo that is not private. Repos are created when missing.
 
-Each half of a version is ONE commit on `main` (every file its manifest lists plus `manifest.json`, read from
-the store and checked against the manifest's sha256 before anything is sent; files of an older version that
-this one does not list are deleted in the same commit, so the tree at the tag is exactly the version), titled
-`dareforge release <name>@<version>` with the manifest's sha256 in the description, then tagged `v<version>`.
-The private half goes first, so a public version never exists without its answers.
+Each half of a version ends in ONE commit on `main` titled `dareforge release <name>@<version>` with the
+manifest's sha256 in the description, then tagged `v<version>`: it holds `manifest.json` and deletes the files
+of an older version that this one does not list, so the tree at the tag is exactly the version. Every file the
+manifest lists is read from the store and checked against the manifest's sha256 before anything is sent. A
+small version's files all go in that commit; a large one's (a whole-catalog release: 10,000 tasks, tens of
+thousands of files, gigabytes) go first in part commits of at most `commit_bytes` and `commit_files` each,
+titled `... (part i/n)`, because the client holds a commit's payload in memory (small files go inline,
+base64) and the Hub takes large commits badly. The private half goes first, so a public version never exists
+without its answers.
 
 An SFT or RL export (`dareforge.exports`) has one public part and goes to `<namespace>/<name>` the same way,
 titled `dareforge sft export <name>@<version>` (or `rl export`).
@@ -16,7 +20,8 @@ titled `dareforge sft export <name>@<version>` (or `rl export`).
 Idempotent: a repo whose tag `v<version>` exists is left alone ("already published"), after checking that the
 tagged commit carries this manifest's sha256 (another build of the same version is an error: versions are
 immutable). A commit made by a run that died before tagging is found by its title and sha and tagged, not
-made again.
+made again; part commits sent again send nothing (the Hub's preupload oids let the client drop unchanged
+files, and a commit left empty is skipped).
 
 Transient failures (HTTP 408/429/5xx, dropped connections, timeouts) are retried with exponential backoff
 (`backoff_s`, doubling, `max_retries` times), one log line each; every step checks the Hub's state first, so a
@@ -154,6 +159,9 @@ class HubTarget:
     endpoint: str | None = None  # None: HF_ENDPOINT or https://huggingface.co
     max_retries: int = 4
     backoff_s: float = 2.0
+    # File bytes per commit: the client holds about 4x a commit's inline bytes (base64, JSON, joined).
+    commit_bytes: int = 64 * 2**20
+    commit_files: int = 2_000  # files per commit
 
     def __post_init__(self) -> None:
         if not self.namespace or "/" in self.namespace:
@@ -162,6 +170,8 @@ class HubTarget:
             )
         if self.max_retries < 0 or self.backoff_s < 0:
             raise HubPublishError("max_retries and backoff_s must be >= 0")
+        if self.commit_bytes < 1 or self.commit_files < 1:
+            raise HubPublishError("commit_bytes and commit_files must be >= 1")
         self.api = HfApi(
             endpoint=self.endpoint, token=self.token, library_name="dareforge", library_version=__version__
         )
@@ -263,22 +273,29 @@ class HubTarget:
                 for p in api.list_repo_files(repo_id, repo_type=REPO_TYPE)
                 if p not in wanted and p not in KEEP
             ]
+            *parts, last = self._batches(half)
+            for i, paths in enumerate(parts, start=1):
+                api.create_commit(
+                    repo_id,
+                    self._adds(half, paths),
+                    commit_message=f"{title} (part {i}/{len(parts) + 1})",
+                    commit_description=description,
+                    repo_type=REPO_TYPE,
+                )
             operations: list[Any] = [CommitOperationDelete(path_in_repo=p) for p in sorted(stale)]
-            operations += [
-                CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(half.folder / p)) for p in half.paths
-            ]
             commit = api.create_commit(
                 repo_id,
-                operations,
+                operations + self._adds(half, last),
                 commit_message=title,
                 commit_description=description,
                 repo_type=REPO_TYPE,
             ).oid
             done["changed"] = True
             log.info(
-                "hub: %s: committed %d files (%d stale removed) as %s",
+                "hub: %s: committed %d files in %d commit(s) (%d stale removed) as %s",
                 repo_id,
                 len(half.paths),
+                len(parts) + 1,
                 len(stale),
                 commit[:12],
             )
@@ -289,6 +306,24 @@ class HubTarget:
         )
         done["changed"] = True
         return commit
+
+    def _batches(self, half: _Half) -> list[list[str]]:
+        """The half's paths in commits of at most `commit_bytes` (a larger file alone) and `commit_files` each;
+        `manifest.json`, the last path, is in the last one."""
+        batches: list[list[str]] = [[]]
+        size = 0
+        for path in half.paths:
+            n = (half.folder / path).stat().st_size
+            if batches[-1] and (size + n > self.commit_bytes or len(batches[-1]) >= self.commit_files):
+                batches.append([])
+                size = 0
+            batches[-1].append(path)
+            size += n
+        return batches
+
+    @staticmethod
+    def _adds(half: _Half, paths: list[str]) -> list[Any]:
+        return [CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(half.folder / p)) for p in paths]
 
     def _retrying(self, repo_id: str, fn: Callable[[], T]) -> tuple[T, int]:
         for attempt in range(self.max_retries + 1):

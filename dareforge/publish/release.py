@@ -166,9 +166,10 @@ class Release(Version):
     def task_ids(self) -> list[str]:
         return list(self.manifest["task_ids"])
 
-    @property
+    @cached_property
     def splits(self) -> dict[str, str]:
-        """task id -> `train` or `test`."""
+        """task id -> `train` or `test`. Built once: callers look it up per task (an export of 10,000 tasks
+        rebuilding it per row was quadratic)."""
         return {t["id"]: t["split"] for t in self.manifest["tasks"]}
 
     def rows(self, split: str | None = None) -> list[dict[str, Any]]:

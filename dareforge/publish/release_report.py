@@ -10,7 +10,9 @@
    ladder's figures with each family's mean score per rung and the distributions of difficulty and headroom,
    and the question families' difficulty tiers;
 5. the validation outcome per family (from the store's `verdicts`) and the top rejection reasons;
-6. every released task (id, family, source, split, metric, scores).
+6. the released tasks in aggregate (per source origin, tasks per source, the sources with most tasks) and a
+   bounded sample of task rows: the page's size does not grow with the task count; the full list is the
+   release's own Parquet files and manifest.
 
 The release parts (tasks, splits, scores) come from the frozen release; the funnel and the verdicts describe
 the store as it is when the report is written, which the page says. Plots are PNGs (matplotlib, Agg) embedded
@@ -30,6 +32,7 @@ from typing import Any
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.families.registry import family_named, in_order
+from dareforge.publish import release_task_views as task_views
 from dareforge.publish import skill
 from dareforge.publish.release import RELEASES, Release, load_release
 from dareforge.publish.release_card import answer_type_mix
@@ -445,27 +448,58 @@ def _validation_section(release: Release, verdicts: list[tuple]) -> list[str]:
 
 
 def _task_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[str]:
-    rows = []
-    for entry in release.manifest["tasks"]:
-        s = scores.get(entry["id"], {})
-        rows.append(
-            [
-                entry["id"],
-                entry["family"],
-                entry["source_id"],
-                entry["split"],
-                entry["metric"]["name"],
-                _fmt(s.get("baseline")),
-                _fmt(s.get("strong")),
-            ]
-        )
+    """Aggregated views of the released tasks and a bounded sample of them (`release_task_views`)."""
+    entries = release.manifest["tasks"]
+    per_source = Counter(e["source_id"] for e in entries)
+    sides = {s["id"]: s["split"] for s in release.manifest.get("sources", [])}
+    sample = [
+        [
+            e["id"],
+            e["family"],
+            e["source_id"],
+            e["split"],
+            e["metric"]["name"],
+            _fmt(scores.get(e["id"], {}).get("baseline")),
+            _fmt(scores.get(e["id"], {}).get("strong")),
+        ]
+        for e in task_views.sample_entries(entries)
+    ]
     return [
-        f"<h2 id='tasks'>6. Released tasks ({len(rows)})</h2>",
+        f"<h2 id='tasks'>6. Released tasks ({len(entries)})</h2>",
+        "<p class='muted'>The full list is the release itself: <code>data/train.parquet</code> and "
+        "<code>data/test.parquet</code> (one row per task, what <code>datasets.load_dataset</code> loads) and "
+        "<code>manifest.json</code> (<code>tasks</code>); from the store's root folder (DuckDB reads paths from "
+        "the working folder), for example "
+        f"<code>{_e(task_views.full_list_query(release.name, release.version))}</code>.</p>",
+        "<h3>Tasks per source origin</h3>",
+        _table(
+            ["origin", "sources", *SPLITS, "tasks"],
+            task_views.origin_rows(entries),
+            num=range(1, len(SPLITS) + 3),
+            table_id="origin-counts",
+        ),
+        "<h3>Tasks per source</h3>",
+        f"<p>{_e(task_views.spread_text(per_source))}.</p>",
+        _table(
+            ["tasks per source", "sources", "tasks"],
+            task_views.bucket_rows(per_source),
+            num=[1, 2],
+            table_id="tasks-per-source",
+        ),
+        f"<h3>Sources with most tasks (top {task_views.TOP_SOURCES})</h3>",
+        _table(
+            ["source", "origin", "split", "tasks", "per family"],
+            task_views.top_source_rows(entries, sides),
+            num=[3],
+            table_id="top-sources",
+        ),
+        f"<h3>A sample of tasks ({len(sample)} of {len(entries)})</h3>",
+        f"<p class='muted'>Up to {task_views.SAMPLE_PER_GROUP} tasks of each family and split.</p>",
         _table(
             ["task", "family", "source", "split", "metric", "baseline", "strong"],
-            rows,
+            sample,
             num=[5, 6],
-            table_id="released-tasks",
+            table_id="task-sample",
         ),
     ]
 
