@@ -32,7 +32,8 @@ FORMATS: dict[str, Registered] = {
     ),
     "harbor": Registered(
         "dareforge.exports.harbor:HarborLayout",
-        "Harbor (Terminal-Bench 2) task folders, each kept when its oracle earns 1 and a no-op 0",
+        "Harbor (Terminal-Bench 2) task folders, those whose oracle earns 1; a seeded sample controlled (oracle 1, "
+        "no-op 0)",
     ),
 }
 
