@@ -29,7 +29,9 @@ from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import FORMATS, export_format
 from dareforge.exports.harbor import (
+    SUMMARY_LEFT_OUT,
     HarborLayout,
+    HarborReport,
     bar_of,
     control_sample,
     folder_name,
@@ -168,6 +170,16 @@ def test_the_stored_strong_score_decides_what_is_left_out(exported):
     assert stored_verdict(scored(exact, 0.0), family_of(exact)) is None  # its reference made the answers
     assert stored_verdict(scored(question, 0.0), family_of(question)) is None
     assert needs_control(scored(goal, None), family_of(goal)) and not needs_control(goal, family_of(goal))
+
+
+def test_the_summary_names_a_few_left_out_tasks_and_the_card_all(exported):
+    _, release, _ = exported
+    many = HarborReport(
+        release, Path("harbor"), skipped={f"t{i:02d}": "why" for i in range(SUMMARY_LEFT_OUT + 3)}
+    )
+    lines = many.summary()
+    assert "13 left out" in lines[0] and len(lines) == 1 + SUMMARY_LEFT_OUT + 1
+    assert lines[-1] == "  and 3 more left out: its README.md lists every one"
 
 
 def test_a_task_whose_stored_score_misses_its_bar_is_left_out_without_a_run(exported):

@@ -71,6 +71,8 @@ CONTROLS_PER_FAMILY = 20
 """Exported tasks of each family whose oracle and no-op run by default: enough to catch a packaging bug of a
 family (its grading in test.sh, its solve.sh, its files) in a time that does not grow with the release."""
 SAMPLE_SEED = "dareforge-harbor-controls"
+SUMMARY_LEFT_OUT = 10
+"""Tasks left out that the summary names (a large release leaves out hundreds; the card lists them all)."""
 SOLUTIONS = {Grading.EXACT: [REFERENCE], Grading.GOAL: [STRONG_SCRIPT], Grading.ANSWER: [CLEANING, REFERENCE]}
 """The private scripts a family's oracle runs, in order (a missing optional one, e.g. a QA task's cleaning
 step, is skipped)."""
@@ -107,7 +109,13 @@ class HarborReport(LayoutReport):
             f"on {self.controlled.total()} ({self.sample_rule}): the oracle earned 1 on "
             f"{self.oracle_passed.total()}, a no-op 0 on {self.noop_failed.total()}"
         ]
-        return lines + [f"  left out {key}: {why}" for key, why in sorted(self.skipped.items())]
+        left_out = sorted(self.skipped.items())
+        lines += [f"  left out {key}: {why}" for key, why in left_out[:SUMMARY_LEFT_OUT]]
+        if len(left_out) > SUMMARY_LEFT_OUT:
+            lines.append(
+                f"  and {len(left_out) - SUMMARY_LEFT_OUT} more left out: its README.md lists every one"
+            )
+        return lines
 
 
 def folder_name(task: Task) -> str:
@@ -413,6 +421,11 @@ class HarborLayout(FolderLayout):
                 report.families[task.family] -= 1
                 report.skipped[task.id] = why
                 left_out[task.id] = (task.family, why)
+            elif graded_below_bar(oracle) and task.scores.strong is not None:
+                packaging_bugs.append(
+                    f"{task.family} {task.id}: {why} (the store kept {task.scores.strong:.6g}: the reference does "
+                    "not reproduce its score here)"
+                )
             else:
                 packaging_bugs.append(f"{task.family} {task.id}: {why}")
         if packaging_bugs:
