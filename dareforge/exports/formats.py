@@ -32,8 +32,7 @@ FORMATS: dict[str, Registered] = {
     ),
     "harbor": Registered(
         "dareforge.exports.harbor:HarborLayout",
-        "Harbor (Terminal-Bench 2) task folders, those whose oracle earns 1; a seeded sample controlled (oracle 1, "
-        "no-op 0)",
+        "Harbor (Terminal-Bench 2) task folders whose oracle earns 1, a sample per family run",
     ),
 }
 
