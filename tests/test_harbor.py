@@ -1,10 +1,11 @@
 """The `harbor` export: one Harbor task folder per released task, in Harbor's task.toml schema, with the answers
-only under tests/, dareforge's own grader inside, and control runs in the sandbox that keep a task only when its
-oracle earns reward 1 and a no-op 0.
+only under tests/, dareforge's own grader inside; a task whose stored strong score is below its family's bar
+left out without a run, and control runs in the sandbox (oracle reward 1, no-op 0) on a seeded sample per family.
 
 Runs on a small release of iris (Class-IF, Class-MM, QA, Lake) and CO2 (TS-XF, TS-CF): one IF, one MM, two TS, one
-QA and one Lake family. Its TS-XF strong reference scores below the family's bar, so that task is left out by
-its own control run; a second small release has an IF solution corrupted on purpose.
+QA and one Lake family, exported with one control per family (QA and Lake have two tasks each: one is sampled).
+Its TS-XF strong reference scored below the family's bar when it was made, so that task is left out without a
+run; a second small release has an IF solution corrupted on purpose, which fails the export.
 """
 
 from __future__ import annotations
@@ -24,9 +25,20 @@ from typer.testing import CliRunner
 from dareforge.agents.grading import passed
 from dareforge.cli import app
 from dareforge.context import RunContext
+from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import FORMATS, export_format
-from dareforge.exports.harbor import folder_name
+from dareforge.exports.harbor import (
+    SUMMARY_LEFT_OUT,
+    HarborLayout,
+    HarborReport,
+    bar_of,
+    control_sample,
+    folder_name,
+    needs_control,
+    parse_controls,
+    stored_verdict,
+)
 from dareforge.exports.harbor_control import Controller
 from dareforge.exports.harbor_grader import RESULTS_STANDIN, SCHEMA_STANDIN
 from dareforge.families.registry import family_of
@@ -86,7 +98,7 @@ def exported(tmp_path_factory):
         tmp_path_factory.mktemp("harbor"), ["sklearn-iris", "statsmodels-co2"], questions=True
     )
     dest = tmp_path_factory.mktemp("harbor-out") / "harbor"
-    report = export_format("harbor").export(ExportJob(ctx, release, dest=dest))
+    report = HarborLayout("harbor", controls_per_family=1).export(ExportJob(ctx, release, dest=dest))
     return ctx, release, report
 
 
@@ -101,29 +113,87 @@ def test_harbor_is_registered_and_in_the_export_help():
     assert result.exit_code == 0 and "harbor:" in result.output
 
 
-def test_every_family_present_is_exported_with_oracle_1_and_noop_0(exported):
+def test_every_family_present_is_exported_and_controlled_with_oracle_1_and_noop_0(exported):
     _, release, report = exported
     families = {t.family for t in release.tasks()}
     assert {"Class-IF", "Class-MM", "TS-CF", "QA", "Lake"} <= families
     kept = _kept(exported)
     assert {t.family for t in kept} >= {"Class-IF", "Class-MM", "TS-CF", "QA", "Lake"}
-    for task in kept:
-        assert report.rewards[task.id] == (1.0, 0.0), task.family
-    assert report.controlled == len(release.tasks())
-    assert report.oracle_passed == sum(oracle == 1.0 for oracle, _ in report.rewards.values())
-    assert report.noop_failed == report.controlled  # nothing in /app earns nothing
+    assert set(report.controlled) == {t.family for t in kept}  # every exported family, once
+    assert all(rewards == (1.0, 0.0) for rewards in report.rewards.values())
+    assert report.oracle_passed == report.noop_failed == report.controlled  # nothing in /app earns nothing
+    assert len(kept) + len(report.skipped) == len(release.tasks())
     assert sorted(p.name for p in report.dest.iterdir() if p.is_dir()) == sorted(report.tasks)
 
 
-def test_a_task_whose_oracle_misses_its_bar_is_left_out_with_the_reason_on_the_card(exported):
+def test_the_controls_are_the_seeded_sample_of_each_family(exported):
+    _, _, report = exported
+    by_family: dict[str, list[str]] = {}
+    for task in _kept(exported):
+        by_family.setdefault(task.family, []).append(task.id)
+    assert max(len(ids) for ids in by_family.values()) > 1, "a family must have more tasks than it controls"
+    assert set(report.rewards) == control_sample(by_family, 1)
+    card = (report.dest / "README.md").read_text()
+    assert "a seeded sample of up to 1 per family" in card
+    for family, ids in by_family.items():
+        assert report.controlled[family] == 1
+        assert f"| {family} | {len(ids)} | 1 | 1 | 1 |" in card
+
+
+def test_the_sample_is_stratified_and_the_same_for_the_same_ids_in_any_order():
+    by_family = {"QA": [f"q{i:03d}" for i in range(50)], "Lake": ["l1", "l2", "l3"]}
+    chosen = control_sample(by_family, 20)
+    assert len(chosen & set(by_family["QA"])) == 20 and set(by_family["Lake"]) <= chosen
+    assert chosen == control_sample({f: ids[::-1] for f, ids in reversed(by_family.items())}, 20)
+    assert chosen != set(by_family["QA"][:20]) | set(by_family["Lake"]), "drawn by hash, not the first ids"
+    grown = control_sample({**by_family, "QA": [*by_family["QA"], "q-new"]}, 20)
+    assert len(chosen - grown) <= 1  # a new task displaces at most one sampled task
+    assert control_sample(by_family, None) == set(by_family["QA"]) | set(by_family["Lake"])
+    assert control_sample(by_family, 0) == set()
+    assert parse_controls(None) == 20 and parse_controls("all") is None and parse_controls("3") == 3
+    with pytest.raises(ExportError):
+        parse_controls("-1")
+
+
+def test_the_stored_strong_score_decides_what_is_left_out(exported):
+    _, release, _ = exported
+    tasks = {t.family: t for t in release.tasks()}
+    goal, exact, question = tasks["Class-MM"], tasks["Class-IF"], tasks["QA"]
+    bar = bar_of(family_of(goal))
+
+    def scored(task, strong):
+        return task.model_copy(update={"scores": task.scores.model_copy(update={"strong": strong})})
+
+    why = stored_verdict(scored(goal, bar - 0.01), family_of(goal))
+    assert why and "below the bar" in why and "without a run" in why
+    assert stored_verdict(scored(goal, bar), family_of(goal)) is None
+    assert stored_verdict(scored(exact, 0.0), family_of(exact)) is None  # its reference made the answers
+    assert stored_verdict(scored(question, 0.0), family_of(question)) is None
+    assert needs_control(scored(goal, None), family_of(goal)) and not needs_control(goal, family_of(goal))
+
+
+def test_the_summary_names_a_few_left_out_tasks_and_the_card_all(exported):
+    _, release, _ = exported
+    many = HarborReport(
+        release, Path("harbor"), skipped={f"t{i:02d}": "why" for i in range(SUMMARY_LEFT_OUT + 3)}
+    )
+    lines = many.summary()
+    assert "13 left out" in lines[0] and len(lines) == 1 + SUMMARY_LEFT_OUT + 1
+    assert lines[-1] == "  and 3 more left out: its README.md lists every one"
+
+
+def test_a_task_whose_stored_score_misses_its_bar_is_left_out_without_a_run(exported):
     _, release, report = exported
-    # CO2's TS-XF strong reference scores below the family's bar of 0.6 (the release has no gate verdicts).
+    # CO2's TS-XF strong reference scored below the family's bar of 0.6 (the release has no gate verdicts).
     left = {t.id: t for t in release.tasks() if t.id in report.skipped}
-    assert left and all(report.rewards[i][0] == 0.0 for i in left)
+    assert left and {t.family for t in left.values()} == {"TS-XF"}
+    assert all(t.scores.strong < bar_of(family_of(t)) for t in left.values())
+    assert not set(left) & set(report.rewards), "left out from the store's score, not by a control run"
     assert not any((report.dest / folder_name(t)).exists() for t in left.values())
     card = (report.dest / "README.md").read_text()
-    assert f"Oracle earned 1: {report.oracle_passed} of {report.controlled}" in card
-    assert f"No-op earned 0: {report.noop_failed} of {report.controlled}" in card
+    controlled = report.controlled.total()
+    assert f"Oracle earned 1: {report.oracle_passed.total()} of {controlled}" in card
+    assert f"No-op earned 0: {report.noop_failed.total()} of {controlled}" in card
     for task_id, why in report.skipped.items():
         assert "below the bar" in why
         assert f"| {task_id} | {left[task_id].family} | {why} |" in card
@@ -261,10 +331,17 @@ def test_the_grader_standins_keep_the_fields_of_the_models_they_replace():
     assert [f.name for f in dataclasses.fields(namespace["GradeResult"])] == list(GradeResult.model_fields)
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 @pytest.fixture(scope="module")
-def corrupted(tmp_path_factory):
-    """An iris release (Class-IF, Class-MM) whose IF reference was replaced by one that predicts one label."""
+def iris(tmp_path_factory):
+    """An iris release (Class-IF, Class-MM) exported twice, then its IF reference replaced by one that predicts
+    one label."""
     ctx, release = _release(tmp_path_factory.mktemp("harbor-bad"), ["sklearn-iris"], questions=False)
+    out = tmp_path_factory.mktemp("harbor-bad-out")
+    reports = [export_format("harbor").export(ExportJob(ctx, release, dest=out / f"run{i}")) for i in (1, 2)]
     task = next(t for t in release.tasks() if t.family == "Class-IF")
     target = task.metric.target_columns[0]
     release.store.write_bytes(
@@ -275,26 +352,27 @@ def corrupted(tmp_path_factory):
             f"pd.DataFrame({{'row_id': test['row_id'], {target!r}: 'no-such-label'}}).to_csv('predictions.csv', index=False)\n"
         ).encode(),
     )
-    out = tmp_path_factory.mktemp("harbor-bad-out")
-    reports = [export_format("harbor").export(ExportJob(ctx, release, dest=out / f"run{i}")) for i in (1, 2)]
-    return task, reports
+    return ctx, release, task, reports
 
 
-def test_a_corrupted_solution_is_left_out_with_its_reason(corrupted):
-    task, (report, _) = corrupted
-    assert task.id in report.skipped and report.rewards[task.id] == (0.0, 0.0)
-    assert "earned reward 0.0" in report.skipped[task.id]
-    assert not (report.dest / folder_name(task)).exists()
-    assert [t for t in report.tasks if t.startswith("class-mm-")]
-    assert task.id in (report.dest / "README.md").read_text()
+def test_a_corrupted_solution_in_the_sample_fails_the_export_as_a_packaging_bug(iris, tmp_path):
+    ctx, release, task, _ = iris
+    dest = tmp_path / "harbor"
+    with pytest.raises(ExportError) as failed:
+        export_format("harbor").export(ExportJob(ctx, release, dest=dest))
+    message = str(failed.value)
+    assert (
+        "PACKAGING BUG" in message and f"Class-IF {task.id}: " in message and "earned reward 0.0" in message
+    )
+    assert not dest.exists(), "nothing is exported"
+    # Without a control run nothing catches it: the sample is what proves the packaging.
+    unchecked = HarborLayout("harbor", controls_per_family=0).export(ExportJob(ctx, release, dest=dest))
+    assert folder_name(task) in unchecked.tasks and not unchecked.rewards
 
 
-def test_the_same_release_exports_to_the_same_bytes(corrupted):
-    _, (first, second) = corrupted
-
-    def files(root: Path) -> dict[str, bytes]:
-        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-    assert files(first.dest) == files(second.dest)
-    text = b"".join(files(first.dest).values())
+def test_the_same_release_exports_to_the_same_bytes(iris):
+    _, _, _, (first, second) = iris
+    assert first.controlled.total() == len(first.tasks) == 2
+    assert _files(first.dest) == _files(second.dest)
+    text = b"".join(_files(first.dest).values())
     assert str(first.dest).encode() not in text and b"/tmp/" not in text

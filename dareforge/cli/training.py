@@ -94,6 +94,14 @@ def export(
             "every row matches) or row-share (our releases' rule: the share of rows that match).",
         ),
     ] = "all-rows",
+    controls: Annotated[
+        str | None,
+        typer.Option(
+            "--controls",
+            help="harbor: how many exported tasks of each family get control runs (oracle and no-op in the "
+            "sandbox), a sample seeded by their ids, or `all` (default: 20).",
+        ),
+    ] = None,
     to: ToOption = None,
     hub: HubOption = None,
 ) -> None:
@@ -102,8 +110,10 @@ def export(
     sft keeps verified trajectories (gold and sampled) of the release's synthesize.split tasks that pass the
     judge thresholds and the diversity filter, chosen by the strategy; rl holds the same tasks as prompts and
     DARE-bench's reward (0.1 well-formed + 1.0 IF match or the MM/TS metric). Both load with `datasets`.
-    harbor writes one Harbor task folder per task to --dest and keeps a task only when its oracle earns reward 1
-    and a no-op 0, both run in the sandbox (its README lists the tasks left out and why). The folder layouts
+    harbor writes one Harbor task folder per task to --dest, leaving out those whose strong reference the store
+    scored below the family's bar, and runs the oracle (must earn reward 1) and a no-op (0) in the sandbox on a
+    seeded sample of each family (--controls); a controlled task that fails is a packaging bug and fails the
+    export (its README lists the tasks left out and why). The folder layouts
     hold answers: keep them as private as the private release.
     """
     from dareforge.exports.export_format import ExportJob, FolderLayout
@@ -116,6 +126,10 @@ def export(
         from dareforge.exports.dare_bench import DareBenchLayout
 
         chosen = DareBenchLayout(fmt, if_rule=if_rule)
+    if fmt == "harbor":
+        from dareforge.exports.harbor import HarborLayout, parse_controls
+
+        chosen = HarborLayout(fmt, controls_per_family=parse_controls(controls))
     if isinstance(chosen, FolderLayout):
         job = ExportJob(
             context(), load_release(context(), name, version), dest=dest or Path(f"data/export/{fmt}")

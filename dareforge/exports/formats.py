@@ -32,7 +32,7 @@ FORMATS: dict[str, Registered] = {
     ),
     "harbor": Registered(
         "dareforge.exports.harbor:HarborLayout",
-        "Harbor (Terminal-Bench 2) task folders, each kept when its oracle earns 1 and a no-op 0",
+        "Harbor (Terminal-Bench 2) task folders whose oracle earns 1, a sample per family run",
     ),
 }
 

@@ -25,14 +25,22 @@ family (IF: every prediction matches the reference run; MM/TS: the metric reache
 QA/Lake: the answer's score reaches `ANSWER_PASS_BAR`), else 0; the score itself is in
 `/logs/verifier/grade.json`. A Lake task's sub-questions are not exported (Harbor grades one reward per task).
 
-Control runs (`harbor_control`, no Docker): every task's oracle (`solve.sh`, then `test.sh`) must earn reward 1
-and a no-op agent (`test.sh` on the untouched `/app`) reward 0, or the task is left out and the card says why.
+Which tasks are kept is decided from the store, without a run: a goal family's oracle runs its strong
+reference, whose score the store kept when the task was made, so a task scored below its family's pass bar is
+left out with that reason (`stored_verdict`); an exact or question family's reference made the answers it is
+graded against. Control runs (`harbor_control`, no Docker) prove the packaging on a sample seeded by the task
+ids, up to `controls_per_family` exported tasks of each family (default `CONTROLS_PER_FAMILY`, or every task),
+so their cost does not grow with the release: each oracle (`solve.sh`, then `test.sh`) must earn reward 1 and a
+no-op agent (`test.sh` on the untouched `/app`) reward 0; one that does not is a packaging bug and fails the
+export. (A goal task without a stored score is always controlled, and left out when its oracle only scores
+below the bar.) Tasks are read one at a time, so memory does not grow with the release either.
 `README.md` at the top is the export's card: the counts, and every task left out with its reason. The folder
 holds the answers: it is as private as the private release it is cut from. Same release, same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -43,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from dareforge.agents.grading import PASS_BARS
+from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
 from dareforge.exports.harbor_control import Controller, ControlRun
 from dareforge.exports.harbor_grader import grader_files, grading_config
@@ -58,6 +67,12 @@ SCHEMA_VERSION = "1.1"
 ORG = "dareforge"
 APP_DIR = "app"
 CONTROL_WORKERS = 4
+CONTROLS_PER_FAMILY = 20
+"""Exported tasks of each family whose oracle and no-op run by default: enough to catch a packaging bug of a
+family (its grading in test.sh, its solve.sh, its files) in a time that does not grow with the release."""
+SAMPLE_SEED = "dareforge-harbor-controls"
+SUMMARY_LEFT_OUT = 10
+"""Tasks left out that the summary names (a large release leaves out hundreds; the card lists them all)."""
 SOLUTIONS = {Grading.EXACT: [REFERENCE], Grading.GOAL: [STRONG_SCRIPT], Grading.ANSWER: [CLEANING, REFERENCE]}
 """The private scripts a family's oracle runs, in order (a missing optional one, e.g. a QA task's cleaning
 step, is skipped)."""
@@ -73,19 +88,34 @@ REWARD_RULE = {
 class HarborReport(LayoutReport):
     tasks: list[str] = field(default_factory=list)
     families: Counter = field(default_factory=Counter)
-    controlled: int = 0
-    oracle_passed: int = 0
-    noop_failed: int = 0
+    controls_per_family: int | None = CONTROLS_PER_FAMILY
+    controlled: Counter = field(default_factory=Counter)
+    """family -> tasks whose control runs ran (the seeded sample)."""
+    oracle_passed: Counter = field(default_factory=Counter)
+    noop_failed: Counter = field(default_factory=Counter)
     rewards: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     """task id -> (the oracle's reward, the no-op's reward) in the control runs."""
 
+    @property
+    def sample_rule(self) -> str:
+        if self.controls_per_family is None:
+            return "every exported task"
+        return f"a seeded sample of up to {self.controls_per_family} per family"
+
     def summary(self) -> list[str]:
         lines = [
-            f"exported {len(self.tasks)} of {self.controlled} tasks of {self.release.name}@"
-            f"{self.release.version} to {self.dest} as Harbor tasks; control runs: the oracle earned 1 on "
-            f"{self.oracle_passed}, a no-op 0 on {self.noop_failed}"
+            f"exported {len(self.tasks)} of {len(self.tasks) + len(self.skipped)} tasks of {self.release.name}@"
+            f"{self.release.version} to {self.dest} as Harbor tasks, {len(self.skipped)} left out; control runs "
+            f"on {self.controlled.total()} ({self.sample_rule}): the oracle earned 1 on "
+            f"{self.oracle_passed.total()}, a no-op 0 on {self.noop_failed.total()}"
         ]
-        return lines + [f"  left out {key}: {why}" for key, why in sorted(self.skipped.items())]
+        left_out = sorted(self.skipped.items())
+        lines += [f"  left out {key}: {why}" for key, why in left_out[:SUMMARY_LEFT_OUT]]
+        if len(left_out) > SUMMARY_LEFT_OUT:
+            lines.append(
+                f"  and {len(left_out) - SUMMARY_LEFT_OUT} more left out: its README.md lists every one"
+            )
+        return lines
 
 
 def folder_name(task: Task) -> str:
@@ -198,8 +228,15 @@ def _private(release: Release, task: Task, name: str) -> bytes | None:
 
 
 def write_task(
-    release: Release, task: Task, target: Path, split: str | None, source: Source | None, memory_mb: int
+    release: Release,
+    task: Task,
+    target: Path,
+    split: str | None,
+    source: Source | None,
+    memory_mb: int,
+    grader: dict[str, bytes],
 ) -> None:
+    """`grader`: the grader bundle (`grader_files()`, the same for every task)."""
     family = family_of(task)
     files: dict[str, bytes] = {
         "instruction.md": instruction(task, family).encode(),
@@ -233,7 +270,7 @@ def write_task(
     files["tests/grading.json"] = grading_config(
         task.metric.model_dump(), task.family, str(family.grading), bar_of(family), family.files.output, truth
     )
-    files.update({f"tests/{name}": data for name, data in grader_files().items()})
+    files.update({f"tests/{name}": data for name, data in grader.items()})
     for rel, data in sorted(files.items()):
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -242,7 +279,7 @@ def write_task(
 
 
 def control_verdict(oracle: ControlRun, noop: ControlRun) -> str | None:
-    """Why a task is left out (None: kept): its oracle must earn 1 and a no-op 0."""
+    """Why a task's control runs failed (None: they passed): its oracle must earn 1 and a no-op 0."""
     if oracle.reward != 1.0:
         why = (
             oracle.failure
@@ -256,26 +293,105 @@ def control_verdict(oracle: ControlRun, noop: ControlRun) -> str | None:
     return None
 
 
+def graded_below_bar(oracle: ControlRun) -> bool:
+    """Whether the oracle ran and was graded, and only its score missed the bar (the reference's fault, not the
+    packaging's)."""
+    return oracle.reward == 0.0 and oracle.failure is None and not oracle.details.get("error")
+
+
+def stored_verdict(task: Task, family: Family) -> str | None:
+    """Why the store already knows that `task`'s oracle cannot earn 1 (None: it earns 1, or only a run tells): a
+    goal family's oracle runs the strong reference, whose score on the task's answers the store keeps; an exact
+    or question family's reference made the answers it is graded against."""
+    strong, bar = task.scores.strong, bar_of(family)
+    if family.grading != Grading.GOAL or strong is None or strong >= bar:
+        return None
+    return (
+        f"the strong reference (solution/solve.sh) scored {strong:.6g} when the task was made, below the bar "
+        f"{bar:g}: its oracle cannot earn reward 1 (decided from the store, without a run)"
+    )
+
+
+def needs_control(task: Task, family: Family) -> bool:
+    """Whether only a control run tells if the oracle earns 1: a goal task whose store holds no strong score."""
+    return family.grading == Grading.GOAL and task.scores.strong is None
+
+
+def sample_rank(task_id: str) -> str:
+    return hashlib.sha256(f"{SAMPLE_SEED}:{task_id}".encode()).hexdigest()
+
+
+def control_sample(ids_by_family: dict[str, list[str]], per_family: int | None) -> set[str]:
+    """Up to `per_family` task ids of each family (None: all): those whose seeded hash ranks first, so the same
+    ids give the same sample in any order and a task added to a release displaces a sampled one only by
+    outranking it."""
+    chosen: set[str] = set()
+    for ids in ids_by_family.values():
+        ranked = sorted(ids, key=sample_rank)
+        chosen.update(ranked if per_family is None else ranked[:per_family])
+    return chosen
+
+
+def parse_controls(text: str | None) -> int | None:
+    """`--controls`: a number of tasks per family, `all` (None), or nothing (the default)."""
+    if text is None:
+        return CONTROLS_PER_FAMILY
+    if text == "all":
+        return None
+    if not text.isdigit():
+        raise ExportError(f"--controls takes a number of tasks per family or `all`, not {text!r}")
+    return int(text)
+
+
+def export_order(release: Release) -> list[str]:
+    """The release's task ids by registered family, then id (from its manifest: no task record is loaded)."""
+    order = {name: i for i, name in enumerate(REGISTERED)}
+    rows = sorted(
+        release.manifest["tasks"], key=lambda r: (order.get(r["family"], len(order)), r["family"], r["id"])
+    )
+    return [r["id"] for r in rows]
+
+
 class HarborLayout(FolderLayout):
+    def __init__(self, name: str, controls_per_family: int | None = CONTROLS_PER_FAMILY):
+        """`controls_per_family`: how many exported tasks of each family get control runs, a sample seeded by
+        their ids (None: every task)."""
+        super().__init__(name)
+        self.controls_per_family = controls_per_family
+
     def write(self, job: ExportJob, folder: Path) -> HarborReport:
-        """Every task of the job's release as a Harbor task, kept when its control runs pass (module doc)."""
+        """Every task of the job's release as a Harbor task, but those the store knows fail their oracle; a
+        seeded sample of each family controlled in the sandbox (module doc)."""
         release = job.release
-        report = HarborReport(release, Path(job.dest))
+        report = HarborReport(release, Path(job.dest), controls_per_family=self.controls_per_family)
         controller = Controller(job.ctx.config.sandbox)
         sources = {s.id: s for s in job.ctx.store.read_records(Source)}
-        order = {name: i for i, name in enumerate(REGISTERED)}
-        tasks = sorted(release.tasks(), key=lambda t: (order.get(t.family, len(order)), t.family, t.id))
         splits = release.splits
         memory = job.ctx.config.sandbox.memory_mb
-        for task in tasks:
-            write_task(
-                release,
-                task,
-                folder / folder_name(task),
-                splits.get(task.id),
-                sources.get(task.source_id),
-                memory,
-            )
+        grader = grader_files()
+        expected_to_pass: dict[str, list[str]] = {}
+        unknown: set[str] = set()
+        left_out: dict[str, tuple[str, str]] = {}
+        order = export_order(release)
+        for task_id in order:
+            task = release.task(task_id)  # one at a time: memory does not grow with the release
+            family = family_of(task)
+            why = stored_verdict(task, family)
+            if why is not None:
+                report.skipped[task.id] = why
+                left_out[task.id] = (task.family, why)
+                continue
+            where = folder / folder_name(task)
+            write_task(release, task, where, splits.get(task.id), sources.get(task.source_id), memory, grader)
+            report.tasks.append(folder_name(task))
+            report.families[task.family] += 1
+            if needs_control(task, family):
+                unknown.add(task.id)
+            else:
+                expected_to_pass.setdefault(task.family, []).append(task.id)
+
+        chosen = control_sample(expected_to_pass, self.controls_per_family) | unknown
+        controlled = [release.task(i) for i in order if i in chosen]
 
         def control(task: Task) -> tuple[ControlRun, ControlRun]:
             where = folder / folder_name(task)
@@ -289,21 +405,35 @@ class HarborLayout(FolderLayout):
 
         workers = max(1, min(CONTROL_WORKERS, os.cpu_count() or 1))
         with ThreadPoolExecutor(workers) as pool:
-            runs = list(pool.map(control, tasks))
-        left_out: dict[str, tuple[str, str]] = {}
-        for task, (oracle, noop) in zip(tasks, runs, strict=True):
-            report.controlled += 1
+            runs = list(pool.map(control, controlled))
+        packaging_bugs = []
+        for task, (oracle, noop) in zip(controlled, runs, strict=True):
+            report.controlled[task.family] += 1
             report.rewards[task.id] = (oracle.reward, noop.reward)
-            report.oracle_passed += oracle.reward == 1.0
-            report.noop_failed += noop.reward == 0.0
+            report.oracle_passed[task.family] += oracle.reward == 1.0
+            report.noop_failed[task.family] += noop.reward == 0.0
             why = control_verdict(oracle, noop)
             if why is None:
-                report.tasks.append(folder_name(task))
-                report.families[task.family] += 1
-            else:
+                continue
+            if task.id in unknown and graded_below_bar(oracle):
                 shutil.rmtree(folder / folder_name(task))
+                report.tasks.remove(folder_name(task))
+                report.families[task.family] -= 1
                 report.skipped[task.id] = why
                 left_out[task.id] = (task.family, why)
+            elif graded_below_bar(oracle) and task.scores.strong is not None:
+                packaging_bugs.append(
+                    f"{task.family} {task.id}: {why} (the store kept {task.scores.strong:.6g}: the reference does "
+                    "not reproduce its score here)"
+                )
+            else:
+                packaging_bugs.append(f"{task.family} {task.id}: {why}")
+        if packaging_bugs:
+            raise ExportError(
+                f"PACKAGING BUG: {len(packaging_bugs)} of {len(controlled)} controlled tasks failed their control "
+                "runs though the store says their oracle earns 1 (the Harbor folders do not grade as dareforge "
+                "does, or miss a file); nothing was exported:\n  " + "\n  ".join(packaging_bugs)
+            )
         (folder / "README.md").write_text(card(report, left_out))
         return report
 
@@ -330,21 +460,34 @@ def card(report: HarborReport, left_out: dict[str, tuple[str, str]]) -> str:
         "`/logs/verifier/grade.json` holds the score, the error if the output was refused, and the bar. A Lake "
         "task's sub-questions are not exported.",
         "",
-        "## Control runs",
+        "## Which tasks are kept, and the control runs",
         "",
-        "Every task ran twice in dareforge's bubblewrap sandbox with Harbor's paths bound (`/app`, `/solution`, "
-        "`/tests`, `/logs`), without Docker: the oracle (`solve.sh`, then `test.sh`) must earn 1 and a no-op "
-        "agent 0; a task that fails either is left out.",
+        "A task whose oracle cannot earn 1 is left out, decided from the store without a run: an MM or TS "
+        "task's oracle runs its strong reference, whose score on the task's answers the store kept when the task "
+        "was made (below the family's pass bar: left out); an IF or question task's reference made the answers "
+        "it is graded against.",
         "",
-        f"- Tasks controlled: {report.controlled}",
-        f"- Oracle earned 1: {report.oracle_passed} of {report.controlled}",
-        f"- No-op earned 0: {report.noop_failed} of {report.controlled}",
+        f"Control runs prove the packaging (`solve.sh`, the grading in `test.sh`, the files) on {report.sample_rule} "
+        "(the sample is drawn by a seeded hash of the task ids: the same release gives the same sample): each "
+        "ran twice in dareforge's bubblewrap sandbox with Harbor's paths bound (`/app`, `/solution`, `/tests`, "
+        "`/logs`), without Docker. The oracle (`solve.sh`, then `test.sh`) must earn 1 and a no-op agent 0; a "
+        "controlled task that fails either fails the whole export as a packaging bug.",
+        "",
+        f"- Tasks controlled: {report.controlled.total()}",
+        f"- Oracle earned 1: {report.oracle_passed.total()} of {report.controlled.total()}",
+        f"- No-op earned 0: {report.noop_failed.total()} of {report.controlled.total()}",
         f"- Exported: {len(report.tasks)}",
+        f"- Left out: {len(left_out)}",
         "",
-        "| family | tasks |",
-        "|---|---:|",
+        "| family | exported | controlled | oracle earned 1 | no-op earned 0 |",
+        "|---|---:|---:|---:|---:|",
     ]
-    lines += [f"| {name} | {report.families[name]} |" for name in REGISTERED if report.families[name]]
+    lines += [
+        f"| {name} | {report.families[name]} | {report.controlled[name]} | {report.oracle_passed[name]} | "
+        f"{report.noop_failed[name]} |"
+        for name in REGISTERED
+        if report.families[name]
+    ]
     lines += ["", "## Left out", ""]
     if left_out:
         lines += ["| task | family | reason |", "|---|---|---|"]

@@ -193,15 +193,14 @@ class Release(Version):
 
     def tasks(self) -> list[Task]:
         """The full task records, from the store's task manifests (these hold the private fields too)."""
-        out = []
-        for task_id in self.task_ids:
-            key = f"tasks/{task_id}/{TASK_MANIFEST}"
-            if not self.store.exists(key):
-                raise ReleaseError(
-                    f"{key} is missing from {self.store.url}; release rows are in Release.rows()"
-                )
-            out.append(Task.model_validate(self.store.read_json(key)["task"]))
-        return out
+        return [self.task(task_id) for task_id in self.task_ids]
+
+    def task(self, task_id: str) -> Task:
+        """One full task record: a reader of a large release loads its tasks one at a time."""
+        key = f"tasks/{task_id}/{TASK_MANIFEST}"
+        if not self.store.exists(key):
+            raise ReleaseError(f"{key} is missing from {self.store.url}; release rows are in Release.rows()")
+        return Task.model_validate(self.store.read_json(key)["task"])
 
 
 @dataclass
