@@ -64,7 +64,9 @@ class Stage:
         run.ctx.remove_dead_scratch()
         started, cpu = time.perf_counter(), cpu_seconds()
         if self.per_source and run.jobs > 1:
-            report = self._map(run, ids if ids is not None else self.sources(run.ctx))
+            ids = ids if ids is not None else self.sources(run.ctx)
+        if self.per_source and run.jobs > 1 and len(ids) > 1:  # one source needs no pool to start
+            report = self._map(run, ids)
         else:
             report = self.call(run, ids)
         # The workers' CPU too: the pool reaps them before the stage ends.

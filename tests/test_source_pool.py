@@ -4,6 +4,7 @@ the same bytes as a run in one process)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 
@@ -16,6 +17,7 @@ from dareforge.source_pool import STRIKES, Mapped, map_sources
 from tests.stores import store_config
 
 FATAL = "the-source-that-kills-its-worker"
+FULL_DISK = "the-source-that-finds-the-disk-full"
 
 
 def _stage(run: Run, ids: list[str]) -> StageReport:
@@ -23,6 +25,8 @@ def _stage(run: Run, ids: list[str]) -> StageReport:
     (source_id,) = ids
     if source_id == FATAL:
         os.kill(os.getpid(), signal.SIGKILL)
+    if source_id == FULL_DISK:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     report = StageReport("fake")
     report.add("done", source_id, f"in process {os.getpid()}")
     report.counts["sources"] += 1
@@ -50,3 +54,10 @@ def test_a_source_that_kills_its_worker_fails_alone_and_the_others_finish(ctx):
     assert report.labels("done") == ["a", "b", "c", "d"]  # the one in flight with it ran again
     assert list(report.failures) == [FATAL]
     assert f"died on this source {STRIKES + 1} times" in report.failures[FATAL]
+
+
+def test_a_machine_fault_in_a_worker_stops_the_stage_as_it_would_in_one_process(ctx):
+    """A full disk is no source's failure: it reaches the run (which stops in one line) as the same error."""
+    with pytest.raises(OSError) as raised:
+        map_sources(ctx, Mapped("fake", _stage, Run), ["a", FULL_DISK, "b"], 2, lambda _: None)
+    assert raised.value.errno == errno.ENOSPC

@@ -439,6 +439,12 @@ def _record_field_expectations() -> list[Expectation]:
     return [_expect("ExpectColumnValuesToNotBeNull", "required fields present", column="value")]
 
 
+def suites_key() -> tuple:
+    """What the suites are built from besides their code: the registered families and their metrics (a process
+    keeps its GX context while this holds; registering a family makes another)."""
+    return tuple((family.name, tuple(family.metrics)) for family in families())
+
+
 def _record_expectations() -> list[Expectation]:
     pairs = [(family.name, metric) for family in families() for metric in family.metrics]
     known = [family.name for family in families()]

@@ -103,7 +103,7 @@ class TaskChecker:
         if self.gx is None:
             # Only when some task needs checking: creating a GX context costs seconds.
             started = time.perf_counter()
-            self.gx = kept("gx", expectations.GXRun)
+            self.gx = kept(("gx", expectations.suites_key()), expectations.GXRun)
             self.context_seconds = time.perf_counter() - started
         return {check.name: _run_check(check, view, self.ctx) for check in (*self.gx.checks, *self.checks)}
 
