@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,16 @@ class RunContext:
         """Remove the scratch folders of processes that died without cleaning up (kill -9), here and in the
         system temp folder; a live process's folder is never touched (see `dareforge.scratch`)."""
         return scratch.remove_dead(self.work_dir / PROCESS_FOLDERS)
+
+    def each_source(self, stage: str, source_ids: list[str]) -> Iterator[str]:
+        """Each of `source_ids` in turn, under its lock (`source_lock`), with a progress bar named `stage`."""
+        with self.progress() as progress:
+            bar = progress.add_task(stage, total=len(source_ids), item="")
+            for source_id in source_ids:
+                progress.update(bar, item=source_id)
+                with self.source_lock(source_id):
+                    yield source_id
+                progress.advance(bar)
 
     def progress(self) -> Progress:
         return Progress(

@@ -41,13 +41,8 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> StageRepor
     ids = source_ids if source_ids is not None else every
     timeout = ctx.config.generate.reference_timeout_s
     runners = kept(("runners", timeout), lambda: Runners.start(timeout), Runners.close)
-    with ctx.progress() as progress:
-        bar = progress.add_task("generate", total=len(ids), item="")
-        for source_id in ids:
-            progress.update(bar, item=source_id)
-            with ctx.source_lock(source_id):
-                _generate_source(ctx, source_id, runners, report, DistractorPool(ctx, framings, source_id))
-            progress.advance(bar)
+    for source_id in ctx.each_source("generate", ids):
+        _generate_source(ctx, source_id, runners, report, DistractorPool(ctx, framings, source_id))
     report.seconds = time.perf_counter() - started
     return finish_report(report)
 

@@ -63,13 +63,9 @@ def prepare(ctx: RunContext, source_ids: list[str] | None = None) -> StageReport
     verified); failures: each failed framing (or source, when it has none) with why and the fix."""
     ids = source_ids if source_ids is not None else framed_source_ids(ctx)
     report = StageReport("prepare")
-    with Engine(ctx) as engine, ctx.progress() as progress:
-        bar = progress.add_task("prepare", total=len(ids), item="")
-        for source_id in ids:
-            progress.update(bar, item=source_id)
-            with ctx.source_lock(source_id):
-                _prepare_source(ctx, engine, source_id, report)
-            progress.advance(bar)
+    with Engine(ctx) as engine:
+        for source_id in ctx.each_source("prepare", ids):
+            _prepare_source(ctx, engine, source_id, report)
     return finish_report(report)
 
 

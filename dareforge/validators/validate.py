@@ -119,13 +119,8 @@ def check(ctx: RunContext, source_ids: list[str] | None = None) -> StageReport:
     ids = source_ids if source_ids is not None else task_source_ids(ctx)
     report = StageReport("check")
     checker = TaskChecker(ctx)
-    with ctx.progress() as progress:
-        bar = progress.add_task("check", total=len(ids), item="")
-        for source_id in ids:
-            progress.update(bar, item=source_id)
-            with ctx.source_lock(source_id):
-                _check_source(ctx, checker, source_id, report)
-            progress.advance(bar)
+    for source_id in ctx.each_source("check", ids):
+        _check_source(ctx, checker, source_id, report)
     report.seconds_in["gx context"] = checker.context_seconds
     return finish_check_report(report)
 
