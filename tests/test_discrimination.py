@@ -21,6 +21,7 @@ from dareforge.publish.release_report import write_release_report
 from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
 from dareforge.reference_solutions.reference_code import (
     STRONG_SCRIPT,
+    Estimator,
     StrongSpec,
     strong_reference_code,
     strong_spec_of,
@@ -189,21 +190,66 @@ def test_the_strong_spec_is_read_back_from_its_script_and_an_edited_script_is_re
         assert rung.code(spec) != code or rung.name == "boosted"
 
 
+def _run_strong(tmp_path, frame: pd.DataFrame, spec: StrongSpec, n_train: int, estimator=None) -> pd.DataFrame:
+    """`spec`'s strong reference (or `estimator` in its place) on `frame`'s first `n_train` rows, predicting the
+    rest; fails the test with the script's error when it does not run."""
+    frame.iloc[:n_train].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[n_train:].drop(columns=spec.targets).to_csv(tmp_path / "test.csv", index=False)
+    (tmp_path / "strong.py").write_text(strong_reference_code(spec, estimator))
+    done = subprocess.run([sys.executable, "strong.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    predictions = pd.read_csv(tmp_path / "predictions.csv")
+    assert len(predictions) == len(frame) - n_train
+    return predictions
+
+
+def _labelled(n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"id": range(n), "a": rng.normal(size=n)})
+    frame["y"] = np.where(frame["a"] > 0, "up", "down")
+    return frame
+
+
 def test_the_strong_reference_runs_on_a_date_column_with_missing_dates(tmp_path):
     """An R dataset's date column with gaps failed its strong reference (Timestamp.toordinal of NaT) and so its
     MM task: a missing date is a missing feature."""
-    rng = np.random.default_rng(0)
+    frame = _labelled(120)
     when = pd.Series(pd.date_range("2001-01-01", periods=120, freq="D").astype(str))
     when[::7] = ""
-    frame = pd.DataFrame({"id": range(120), "when": when, "a": rng.normal(size=120)})
-    frame["y"] = np.where(frame["a"] > 0, "up", "down")
-    frame.iloc[:90].to_csv(tmp_path / "train.csv", index=False)
-    frame.iloc[90:].drop(columns="y").to_csv(tmp_path / "test.csv", index=False)
-    spec = StrongSpec(True, "id", ["y"], ["a"], [], ["when"], ["id"], None)
-    (tmp_path / "strong.py").write_text(strong_reference_code(spec))
-    done = subprocess.run([sys.executable, "strong.py"], cwd=tmp_path, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert len(pd.read_csv(tmp_path / "predictions.csv")) == 30
+    frame["when"] = when
+    _run_strong(tmp_path, frame, StrongSpec(True, "id", ["y"], ["a"], [], ["when"], ["id"], None), 90)
+
+
+def test_the_strong_reference_runs_on_dates_written_with_an_offset(tmp_path):
+    """A catalog source's release dates read "2021-02-01T00:00:00Z": pandas reads them time-zone aware, and the
+    day number subtracted a naive epoch from them (TypeError), failing the source's MM task."""
+    frame = _labelled(120)
+    frame["released"] = pd.date_range("2020-01-01", periods=120, freq="D").strftime("%Y-%m-%dT%H:%M:%SZ")
+    frame.loc[::9, "released"] = ""
+    _run_strong(tmp_path, frame, StrongSpec(True, "id", ["y"], ["a"], [], ["released"], ["id"], None), 90)
+
+
+def test_the_strong_reference_runs_on_a_category_of_numbers_with_gaps(tmp_path):
+    """A forecast's entity was a column of numbers with gaps: its floats and the imputer's "missing" together
+    failed the ordinal encoder ("uniformly strings or numbers"), and so the TS-CF task."""
+    frame = _labelled(120)
+    frame["clinic"] = np.where(np.arange(120) % 5 == 0, np.nan, np.arange(120) % 3 + 1.0)
+    frame["t"] = np.arange(120)
+    frame["v"] = frame["a"] * 2 + frame["t"] * 0.1
+    spec = StrongSpec(False, "id", ["v"], ["t"], ["clinic"], [], ["id"], "t")
+    _run_strong(tmp_path, frame.drop(columns=["a", "y"]), spec, 90)
+
+
+def test_a_class_seen_once_in_training_does_not_fail_the_strong_reference(tmp_path):
+    """Catalog targets with 40 classes held some with one training row: gradient boosting's early stopping
+    (on by default past 10,000 rows, and the ladder's rung) splits its holdout by class and failed the MM task.
+    Such a class cannot be learned; the strong reference fits on the others."""
+    frame = _labelled(200)
+    frame.loc[[3, 150], "y"] = ["rare", "lone"]
+    spec = StrongSpec(True, "id", ["y"], ["a"], [], [], ["id"], None)
+    early = Estimator("HistGradientBoostingClassifier(early_stopping=True, max_iter=20, random_state=0)")
+    predictions = _run_strong(tmp_path, frame, spec, 160, early)
+    assert not set(predictions["y"]) & {"rare", "lone"}
 
 
 def test_the_release_card_and_report_show_the_ladder_per_family(validated):

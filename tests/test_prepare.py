@@ -330,3 +330,24 @@ def test_ragged_rows_are_named_by_line_not_as_a_missing_target(tmp_path):
     assert understand(ctx, [titled_id]).labels("framed") == [titled_id]
     assert _sources(prepare(ctx, [titled_id]).labels("prepared")) == [titled_id]
     assert _main(ctx, titled_id).n_rows == 200
+
+
+def test_a_class_label_of_blanks_is_no_label(tmp_path):
+    """A catalog source's label column held "No ", "Yes" and "   ": the blank rows became answers that read as
+    empty (answers are read stripped), and the MM task failed its own grading. Such rows are unlabelled."""
+    labels = ["No ", "Yes", "   "]
+    text = "x,z,outcome\n" + "".join(f"{i},{i * 7 % 11},{labels[i % 3] if i % 10 else '   '}\n" for i in range(300))
+    _mirror(tmp_path / "mirror", "blanks", {"data.csv": text.encode()})
+    ctx = _ctx(tmp_path)
+    ctx.config.builtin.enabled = False
+    ctx.config.mirror.paths = [str(tmp_path / "mirror")]
+    crawl(ctx)
+    sid = "mirror.someone--blanks"
+    ctx.config.sources[sid] = SourceOverride(target=["outcome"])
+    assert understand(ctx, [sid]).labels("framed") == [sid]
+    assert prepare(ctx, [sid]).labels("prepared") == [f"{sid}/classification-outcome"]
+    record = _main(ctx, sid)
+    train, answers = _rows(ctx, record, "train"), _rows(ctx, record, "answers")
+    blank = sum(1 for i in range(300) if i % 10 == 0 or i % 3 == 2)
+    assert len(train) + len(answers) == record.n_rows == 300 - blank
+    assert all(row["outcome"].strip() for row in train + answers)

@@ -77,10 +77,11 @@ class SplitMixin:
                 )
             targets.append(by_name[name])
         n_all = self._scalar("SELECT count(*) FROM src")
-        # A number to predict must read as one: a censored "<10" or a "?" is no label for a regression.
+        # A number to predict must read as one: a censored "<10" or a "?" is no label for a regression. A
+        # class of blanks is none either: answers files are read with their spaces stripped.
         numeric = framing.task_type in (TaskType.REGRESSION, TaskType.TIME_SERIES)
         labelled = " AND ".join(
-            f"isfinite(TRY_CAST({t.text} AS DOUBLE))" if numeric else f"{sql_ident(t.name)} IS NOT NULL"
+            f"isfinite(TRY_CAST({t.text} AS DOUBLE))" if numeric else f"trim({t.text}) <> ''"
             for t in targets
         )
 

@@ -20,7 +20,9 @@ from dareforge.report import StageReport
 from dareforge.schema import PreparedSource, Task, TaskLimits
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = "2"
+GENERATOR_VERSION = "3"
+"""Bump when a task's files change for the same prepared source (every task is generated again). 3: the strong
+reference reads dates in UTC, categories as text, and fits a classifier without classes seen once."""
 
 
 @dataclass

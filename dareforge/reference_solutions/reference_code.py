@@ -169,7 +169,8 @@ class StrongSpec:
     time_column: str | None = None
 
 
-_STRONG = """from sklearn.ensemble import {estimator}
+_STRONG = """from sklearn.base import is_classifier
+from sklearn.ensemble import {estimator}
 from sklearn.linear_model import Ridge
 from sklearn.metrics import mean_absolute_error
 
@@ -178,15 +179,18 @@ test = pd.read_csv("test.csv")
 numeric, categorical, seasons = {numeric!r}, {categorical!r}, []
 for column in {dates!r}:
     for frame in (train, test):
-        when = pd.to_datetime(frame[column])
+        # In UTC: dates written with an offset ("2021-02-01T00:00:00Z") read as aware, and aware and naive
+        # times do not subtract
+        when = pd.to_datetime(frame[column], utc=True)
         for part in ("year", "month", "day", "dayofweek", "hour"):
             frame[f"{{column}}_{{part}}"] = getattr(when.dt, part)
         # Timestamp.toordinal's day number (0001-01-01 is day 1), NaN where the date is missing
-        frame[f"{{column}}_ordinal"] = (when.dt.normalize() - pd.Timestamp("1970-01-01")).dt.days + 719163 + when.dt.hour / 24
+        frame[f"{{column}}_ordinal"] = (when.dt.normalize() - pd.Timestamp("1970-01-01", tz="UTC")).dt.days + 719163 + when.dt.hour / 24
     numeric += [f"{{column}}_{{part}}" for part in ("year", "month", "day", "dayofweek", "hour", "ordinal")]
     seasons += [f"{{column}}_month", f"{{column}}_dayofweek", f"{{column}}_hour"]
 for frame in (train, test):
-    frame[categorical] = frame[categorical].astype(object).where(frame[categorical].notna(), np.nan)
+    # As text: a column of numbers with gaps would otherwise mix floats with the imputer's "missing"
+    frame[categorical] = frame[categorical].astype(str).where(frame[categorical].notna(), np.nan)
     frame[seasons] = frame[seasons].astype(str)
 
 
@@ -219,7 +223,12 @@ for target in {targets!r}:
         fit, hold = ordered.iloc[:cut], ordered.iloc[cut:]
         errors = [mean_absolute_error(hold[target], make().fit(fit[features], fit[target]).predict(hold[features])) for make in candidates]
         build = candidates[int(np.argmin(errors))]
-    out[target] = build().fit(train[features], train[target]).predict(test[features])
+    fit = train
+    if is_classifier(build()):
+        # A class with one training row cannot be learned, and it fails early stopping's stratified holdout
+        seen = train[target].map(train[target].value_counts())
+        fit = train[seen > 1] if train[target][seen > 1].nunique() > 1 else train
+    out[target] = build().fit(fit[features], fit[target]).predict(test[features])
 out.to_csv("{predictions}", index=False)
 """
 
