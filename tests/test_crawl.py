@@ -156,6 +156,42 @@ def test_a_failed_refresh_keeps_the_stored_version(ctx, mirror):
     assert ctx.store.verify(f"raw/{good.id}/{good.version}") == []
 
 
+def test_a_mirror_copied_again_is_unchanged_and_a_new_byte_is_a_new_version(ctx, mirror, tmp_path):
+    """The shared mirror was provisioned again (same bytes, new modification times) and its sources were crawled,
+    prepared and generated again: a version fingerprints the files' contents."""
+    crawl(ctx)
+    before = _records(ctx)
+    stored = {rel: mtime for rel, mtime in _snapshot(ctx.store.root).items() if rel.startswith("raw/")}
+    copied = tmp_path / "copied"
+    os.rename(mirror, copied)
+    for folder in sorted(copied.iterdir()):
+        for file in sorted(folder.iterdir()):
+            (mirror / folder.name).mkdir(parents=True, exist_ok=True)
+            (mirror / folder.name / file.name).write_bytes(file.read_bytes())  # new inodes and times
+    again = crawl(ctx)
+    assert again.counts["unchanged"] == 2 and "downloaded" not in again.counts
+    ok = {sid for sid, source in before.items() if source.status == SourceStatus.OK}
+    assert {sid: _records(ctx)[sid] for sid in ok} == {sid: before[sid] for sid in ok}
+    assert {rel: mtime for rel, mtime in _snapshot(ctx.store.root).items() if rel.startswith("raw/")} == stored
+    latin = mirror / "latin-prices" / "prices.csv"
+    latin.write_bytes(latin.read_bytes().replace(b"caf\xe9 7,", b"caf\xe9 8,"))
+    assert crawl(ctx).counts["downloaded"] == 1
+    assert _records(ctx)["mirror.someone--latin-prices"].version != before["mirror.someone--latin-prices"].version
+
+
+def test_a_mirror_file_unchanged_since_its_hash_is_not_read_again(ctx, mirror):
+    crawl(ctx)
+    memo = ctx.work_dir / "mirror-digests.json"
+    known = json.loads(memo.read_text())
+    prices = str(mirror / "latin-prices" / "prices.csv")
+    assert set(known) >= {prices} and all(str(mirror) in path for path in known)
+    known[prices][1] = "0" * 64  # a hash the file does not have: used only if the file is not read again
+    memo.write_text(json.dumps(known))
+    assert crawl(ctx).counts["downloaded"] == 1
+    os.utime(prices, ns=(1, 1))  # touched: hashed again, back to the version its bytes give
+    assert crawl(ctx).counts["downloaded"] == 1
+
+
 def test_a_crawl_killed_midway_leaves_no_half_version_and_resumes(ctx, mirror, monkeypatch):
     calls = []
     real_put = Store.put_file

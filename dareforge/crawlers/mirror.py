@@ -11,6 +11,7 @@ copied. Two folders that give the same source id are both refused the same way (
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -31,11 +32,16 @@ METADATA_FILES = (COMPETITION_META, DATASET_META)
 
 
 class MirrorCrawler:
+    """A source's version fingerprints its metadata and its files' contents, not their times: a mirror copied
+    again (a new machine, `cp` without `-p`) is the same input and redoes nothing downstream. `digests` keeps
+    each file's hash by size, time and inode, so an unchanged mirror is not read again."""
+
     name = "mirror"
 
-    def __init__(self, roots: list[Path]):
+    def __init__(self, roots: list[Path], digests: Path | None = None):
         # Absolute: a source's url is a file URI, and `mirror.paths: [../mirror]` is how people write them.
         self.roots = [root.absolute() for root in roots]
+        self.digests = FileDigests(digests)
 
     def list_sources(self) -> Iterator[Source]:
         by_id: dict[str, list[tuple[Path, Source]]] = {}
@@ -47,6 +53,7 @@ class MirrorCrawler:
             for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
                 source = self._source(folder)
                 by_id.setdefault(source.id, []).append((folder, source))
+        self.digests.save()
         for claims in by_id.values():
             yield claims[0][1] if len(claims) == 1 else _refuse_shared_ids(claims)
 
@@ -57,14 +64,17 @@ class MirrorCrawler:
             data_files = [f for f in files if f.path.name not in METADATA_FILES]
             listing = [(f.rel, f.size, f.mtime_ns) for f in data_files]
             source = self._from_metadata(folder, files, data_files)
+            contents = [(f.rel, f.size, self.digests.sha256(f)) for f in data_files]
         except UnsafeFileError as exc:
             # Under the id its metadata gives, when that is safe to read: a link planted in a stored source
             # then fails the source's own record instead of leaving it in use next to a new failed one.
             return self._failed(folder, listing, str(exc), self._metadata_source(folder))
         except SourceError as exc:
             return self._failed(folder, listing, str(exc))
+        except OSError as exc:  # hashed here, so an unreadable file fails its source, not the whole listing
+            return self._failed(folder, listing, f"{exc}; make the file readable or move it out of {folder}")
         return source.model_copy(
-            update={"version": fingerprint(source.version, listing), "url": folder.as_uri()}
+            update={"version": fingerprint(source.version, contents), "url": folder.as_uri()}
         )
 
     def _metadata_source(self, folder: Path) -> Source | None:
@@ -173,3 +183,43 @@ def _refuse_shared_ids(claims: list[tuple[Path, Source]]) -> Source:
             "version": fingerprint("mirror-shared-id", [source.version for _, source in claims]),
         }
     )
+
+
+class FileDigests:
+    """SHA-256 of files by path, kept in a JSON file (when given) and trusted while a file's size, modification
+    time and inode are those it was hashed at. A lost or unreadable memo only costs reading the files again;
+    files not looked at since the last save are forgotten."""
+
+    def __init__(self, path: Path | None):
+        self.path, self.known, self.used = path, {}, set()
+        if path is not None:
+            try:
+                self.known = json.loads(path.read_text())
+            except (OSError, ValueError):
+                self.known = {}
+            if not isinstance(self.known, dict):
+                self.known = {}
+        self.saved = dict(self.known)
+
+    def sha256(self, file: PlainFile) -> str:
+        stamp = [file.size, file.mtime_ns, list(file.inode)]
+        self.used.add(str(file.path))
+        kept = self.known.get(str(file.path))
+        if isinstance(kept, list) and len(kept) == 2 and kept[0] == stamp:
+            return kept[1]
+        digest = hashlib.sha256()
+        with open_plain(file) as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+        self.known[str(file.path)] = [stamp, digest.hexdigest()]
+        return digest.hexdigest()
+
+    def save(self) -> None:
+        kept = {path: self.known[path] for path in self.used}
+        if self.path is None or kept == self.saved:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        temp.write_text(json.dumps(kept, sort_keys=True))
+        os.replace(temp, self.path)
+        self.known, self.saved, self.used = kept, dict(kept), set()
