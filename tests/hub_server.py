@@ -8,11 +8,15 @@ huggingface_hub 2.x client):
   revision: asked when a commit would change nothing), `GET .../refs`, `GET .../commits/<rev>`,
   `GET .../tree/<rev>?recursive=...` (all commits are kept, so any tag's tree can be read back);
 - `POST /api/validate-yaml` (README metadata check the client runs before a commit with `README.md`);
-- `POST .../preupload/<rev>`: every file is `regular` (its bytes go base64 in the commit payload) and carries
-  the git blob oid of the same path at `<rev>`, so the client drops unchanged files as the Hub makes it do.
-  Files of 10 MiB or more are answered `lfs`, which this server does NOT implement (no LFS batch or Xet
-  endpoints): the commit then fails loudly, so keep test files small;
-- `POST .../commit/<rev>` (ndjson: header, `file`, `deletedFile`, `deletedFolder`) and `POST .../tag/<rev>`.
+- `POST .../preupload/<rev>`: a file under 10 MiB is `regular` (its bytes go base64 in the commit payload) and
+  carries the git blob oid of the same path at `<rev>`; a larger one is `lfs` and carries the sha256 of the
+  same path's content (the LFS oid), so the client drops unchanged files as the Hub makes it do;
+- Git LFS's basic transfer for `lfs` files: `POST /<type>/<repo>.git/info/lfs/objects/batch` answers an upload
+  href per object not yet stored (none for one stored: the client skips it), `PUT` to that href stores the
+  bytes once their sha256 and size match the oid. The Xet protocol is not implemented: a client talking to
+  this server must set `HF_HUB_DISABLE_XET` (hf_xet, when installed, is otherwise used for `lfs` files);
+- `POST .../commit/<rev>` (ndjson: header, `file`, `lfsFile` of a stored object, `deletedFile`,
+  `deletedFolder`) and `POST .../tag/<rev>`.
 
 Auth is by bearer token: `tokens` maps a token to `"write"` or `"read"`; an unknown or missing token gets 401
 (as the Hub answers a bad token), a read token gets 403 on any write. Faults are scripted per endpoint name
@@ -40,6 +44,8 @@ import yaml
 LFS_THRESHOLD = 10 * 1024 * 1024
 GITATTRIBUTES = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"
 REPO_PATH = re.compile(r"^/api/(?P<type>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)(?P<rest>/.*)?$")
+LFS_BATCH = re.compile(r"^/(?:(?P<type>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)\.git/info/lfs/objects/batch$")
+LFS_OBJECT = re.compile(r"^/lfs-objects/(?P<oid>[0-9a-f]{64})$")
 
 
 def git_blob_oid(data: bytes) -> str:
@@ -112,9 +118,11 @@ class Repo:
 class FakeHub:
     """The Hub's state plus a record of what it was sent; tests read `repos`, `requests` and `calls`."""
 
-    def __init__(self, tokens: dict[str, str] | None = None):
+    def __init__(self, tokens: dict[str, str] | None = None, lfs_threshold: int = LFS_THRESHOLD):
         self.tokens = tokens if tokens is not None else {"hf_write": "write", "hf_read": "read"}
+        self.lfs_threshold = lfs_threshold  # a file of this size or more goes by LFS (the Hub's is 10 MiB)
         self.repos: dict[str, Repo] = {}
+        self.lfs: dict[str, bytes] = {}  # sha256 -> content: objects uploaded by LFS, shared by every repo
         self.faults: dict[str, list[int | str]] = defaultdict(list)
         self.calls: Counter = Counter()  # endpoint name -> requests received (faulted ones included)
         self.requests: list[tuple[str, str]] = []  # (method, path) in order
@@ -177,6 +185,13 @@ def _handler(hub: FakeHub):
             self._send(status, {"error": message}, headers)
 
         def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":  # a streamed LFS upload
+                parts = []
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    parts.append(self.rfile.read(size))
+                    self.rfile.readline()
+                self.rfile.readline()
+                return b"".join(parts)
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length else b""
 
@@ -202,10 +217,14 @@ def _handler(hub: FakeHub):
         def _route(self, method: str) -> None:
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-            body = self._body() if method == "POST" else b""
+            body = self._body() if method in {"POST", "PUT"} else b""
             path = url.path
             if path == "/api/repos/create":
                 name, args = "create", ()
+            elif m := LFS_BATCH.match(path):
+                name, args = "lfs_batch", (f"{m['type'] or 'models'}/{m['ns']}/{m['name']}",)
+            elif (m := LFS_OBJECT.match(path)) and method == "PUT":
+                name, args = "lfs_upload", (m["oid"],)
             elif path == "/api/validate-yaml":
                 name, args = "validate", ()
             elif m := REPO_PATH.match(path):
@@ -239,6 +258,9 @@ def _handler(hub: FakeHub):
 
         def do_POST(self):
             self._route("POST")
+
+        def do_PUT(self):
+            self._route("PUT")
 
         # -- endpoints ----------------------------------------------------------------------------------------
         def _repo(self, key: str, write: bool) -> Repo | None:
@@ -355,12 +377,16 @@ def _handler(hub: FakeHub):
                 for f in json.loads(body)["files"]:
                     base64.b64decode(f["sample"], validate=True)
                     current = tree.get(f["path"])
+                    lfs = f["size"] >= hub.lfs_threshold
+                    oid = None
+                    if current is not None:
+                        oid = hashlib.sha256(current).hexdigest() if lfs else git_blob_oid(current)
                     files.append(
                         {
                             "path": f["path"],
-                            "uploadMode": "lfs" if f["size"] >= LFS_THRESHOLD else "regular",
+                            "uploadMode": "lfs" if lfs else "regular",
                             "shouldIgnore": False,
-                            "oid": git_blob_oid(current) if current is not None else None,
+                            "oid": oid,
                         }
                     )
                 self._send(200, {"files": files, "commitOid": oid})
@@ -387,8 +413,13 @@ def _handler(hub: FakeHub):
                     if value.get("encoding") != "base64":
                         return self._error(400, "file content must be base64")
                     data = base64.b64decode(value["content"])
-                    if len(data) >= LFS_THRESHOLD:
+                    if len(data) >= hub.lfs_threshold:
                         return self._error(400, f"{value['path']} must go through LFS")
+                    tree[value["path"]] = added[value["path"]] = data
+                elif line["key"] == "lfsFile":
+                    data = hub.lfs.get(value["oid"])
+                    if value.get("algo") != "sha256" or data is None or len(data) != value["size"]:
+                        return self._error(422, f"{value['path']}: LFS object {value['oid']} was not uploaded")
                     tree[value["path"]] = added[value["path"]] = data
                 elif line["key"] == "deletedFile":
                     if value["path"] not in tree:
@@ -403,7 +434,7 @@ def _handler(hub: FakeHub):
                     deleted += gone
                 else:
                     return self._error(
-                        400, f"this fake does not implement {line['key']!r} (no LFS/Xet storage)"
+                        400, f"this fake does not implement {line['key']!r}"
                     )
             commit = repo.add_commit(
                 header["value"]["summary"], header["value"].get("description", ""), tree, added, deleted
@@ -418,6 +449,26 @@ def _handler(hub: FakeHub):
                     "pullRequestUrl": None,
                 },
             )
+
+        def _lfs_batch(self, body, query, key):
+            if self._repo(key, write=True) is None:
+                return
+            request = json.loads(body)
+            if request.get("operation") != "upload" or "basic" not in request.get("transfers", ["basic"]):
+                return self._error(400, "this fake implements LFS uploads by the basic transfer only")
+            objects = []
+            for obj in request["objects"]:
+                entry = {"oid": obj["oid"], "size": obj["size"], "authenticated": True}
+                if obj["oid"] not in hub.lfs:
+                    entry["actions"] = {"upload": {"href": f"{hub.url}/lfs-objects/{obj['oid']}", "expires_in": 3600}}
+                objects.append(entry)
+            self._send(200, {"transfer": "basic", "objects": objects, "hash_algo": "sha256"})
+
+        def _lfs_upload(self, body, query, oid):
+            if hashlib.sha256(body).hexdigest() != oid:
+                return self._error(400, f"the uploaded bytes do not hash to {oid}")
+            hub.lfs[oid] = body
+            self._send(200, {})
 
         def _tag(self, body, query, key, rest):
             if repo := self._repo(key, write=True):

@@ -73,6 +73,7 @@ def hub(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)  # read at import time
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # the fake speaks LFS, not Xet
     set_client_factory(
         lambda: httpx2.Client(
             event_hooks={"request": [hf_request_event_hook, _only_loopback]},
@@ -304,3 +305,23 @@ def test_a_failed_final_commit_resumes_without_repeating_the_parts(hub, release)
         **_expected(release, private=True),
         ".gitattributes": GITATTRIBUTES,
     }
+
+
+def test_files_over_the_hubs_lfs_size_go_by_lfs_once(hub, release):
+    """A whole-catalog release holds tables of 10 MiB and more, which the Hub takes only by LFS (the fake's
+    size is lowered here so the small release has such files); publishing it again uploads nothing."""
+    hub.lfs_threshold = 2048
+    large = {e["name"] for e in release.manifest["files"] if e["size"] >= 2048}
+    assert large
+    target = _target(hub)
+    target.push(release)
+    for repo_id, private in (("acme/bench", False), ("acme/bench-private", True)):
+        expected = {**_expected(release, private), ".gitattributes": GITATTRIBUTES}
+        assert hub.tree_at(repo_id, "v2026.01.15") == expected
+    public = hub.release_commits("acme/bench")[-1]
+    assert {hashlib.sha256(public.added[name]).hexdigest() for name in large} <= set(hub.lfs)
+    uploads, commits = hub.calls["lfs_upload"], hub.calls["commit"]
+    assert uploads >= len(hub.lfs) > 0
+    assert target.push(release).already_published
+    assert (hub.calls["lfs_upload"], hub.calls["commit"]) == (uploads, commits)
+
