@@ -340,6 +340,22 @@ def test_a_target_computed_from_other_columns_is_rejected(tmp_path, formula, rea
     assert total.status == "rejected" and total.reason.startswith(reason), total.reason
 
 
+def test_a_table_of_astronomical_numbers_is_understood(tmp_path):
+    """A catalog table of physical constants (values to 1e50) failed understanding as a whole: its trees take
+    float32, and a value past 3.4e38 is no float32."""
+    mirror = tmp_path / "mirror"
+    rows = [
+        {"name": f"constant {i}", "value": 10.0 ** (i % 100 - 50) * (1 + i % 7), "digits": 5 + i % 9,
+         "kind": "mass" if i % 3 else "energy"}
+        for i in range(300)
+    ]  # fmt: skip
+    sid = _mirror(mirror, "constants", rows, "Physical constants. The target variable is kind.")
+    ctx = _ctx(tmp_path, mirror)
+    crawl(ctx)
+    report = understand(ctx, [sid])
+    assert report.labels("framed") == [sid], report.failures
+
+
 def test_a_described_target_no_table_has_is_recorded_and_another_is_framed(tmp_path):
     mirror = tmp_path / "mirror"
     description = "Customers of a gym. The target variable is `churn_flag` (1 = left)."

@@ -26,6 +26,10 @@ def natural_key(value: object) -> list:
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts]
 
 
+TREE_BOUND = float(np.finfo(np.float32).max) / 4
+"""The largest magnitude a column keeps as a tree input (larger ones are clipped to it)."""
+
+
 def encode_column(values: pd.Series) -> np.ndarray:
     """One column as a tree input: numbers as they are, anything else as category codes in natural order (so a
     key whose order follows the target is found too: `P1`..`P250` one class, `P251`..`P500` the next). Missing values become a constant below every observed value, so a
@@ -33,6 +37,8 @@ def encode_column(values: pd.Series) -> np.ndarray:
     if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
         numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=np.nan, copy=True)
         numbers[~np.isfinite(numbers)] = np.nan
+        # Trees take float32: a physical constant of 1e50 failed the fit; this bound keeps the floor in range
+        np.clip(numbers, -TREE_BOUND, TREE_BOUND, out=numbers)
     else:
         text = values.astype(object).where(values.notna(), None)
         categories = sorted({v for v in text if v is not None}, key=natural_key)
