@@ -44,7 +44,9 @@ import yaml
 LFS_THRESHOLD = 10 * 1024 * 1024
 GITATTRIBUTES = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"
 REPO_PATH = re.compile(r"^/api/(?P<type>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)(?P<rest>/.*)?$")
-LFS_BATCH = re.compile(r"^/(?:(?P<type>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)\.git/info/lfs/objects/batch$")
+LFS_BATCH = re.compile(
+    r"^/(?:(?P<type>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)\.git/info/lfs/objects/batch$"
+)
 LFS_OBJECT = re.compile(r"^/lfs-objects/(?P<oid>[0-9a-f]{64})$")
 
 
@@ -419,7 +421,9 @@ def _handler(hub: FakeHub):
                 elif line["key"] == "lfsFile":
                     data = hub.lfs.get(value["oid"])
                     if value.get("algo") != "sha256" or data is None or len(data) != value["size"]:
-                        return self._error(422, f"{value['path']}: LFS object {value['oid']} was not uploaded")
+                        return self._error(
+                            422, f"{value['path']}: LFS object {value['oid']} was not uploaded"
+                        )
                     tree[value["path"]] = added[value["path"]] = data
                 elif line["key"] == "deletedFile":
                     if value["path"] not in tree:
@@ -433,9 +437,7 @@ def _handler(hub: FakeHub):
                         del tree[p]
                     deleted += gone
                 else:
-                    return self._error(
-                        400, f"this fake does not implement {line['key']!r}"
-                    )
+                    return self._error(400, f"this fake does not implement {line['key']!r}")
             commit = repo.add_commit(
                 header["value"]["summary"], header["value"].get("description", ""), tree, added, deleted
             )
@@ -460,7 +462,9 @@ def _handler(hub: FakeHub):
             for obj in request["objects"]:
                 entry = {"oid": obj["oid"], "size": obj["size"], "authenticated": True}
                 if obj["oid"] not in hub.lfs:
-                    entry["actions"] = {"upload": {"href": f"{hub.url}/lfs-objects/{obj['oid']}", "expires_in": 3600}}
+                    entry["actions"] = {
+                        "upload": {"href": f"{hub.url}/lfs-objects/{obj['oid']}", "expires_in": 3600}
+                    }
                 objects.append(entry)
             self._send(200, {"transfer": "basic", "objects": objects, "hash_algo": "sha256"})
 

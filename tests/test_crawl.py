@@ -172,11 +172,16 @@ def test_a_mirror_copied_again_is_unchanged_and_a_new_byte_is_a_new_version(ctx,
     assert again.counts["unchanged"] == 2 and "downloaded" not in again.counts
     ok = {sid for sid, source in before.items() if source.status == SourceStatus.OK}
     assert {sid: _records(ctx)[sid] for sid in ok} == {sid: before[sid] for sid in ok}
-    assert {rel: mtime for rel, mtime in _snapshot(ctx.store.root).items() if rel.startswith("raw/")} == stored
+    assert {
+        rel: mtime for rel, mtime in _snapshot(ctx.store.root).items() if rel.startswith("raw/")
+    } == stored
     latin = mirror / "latin-prices" / "prices.csv"
     latin.write_bytes(latin.read_bytes().replace(b"caf\xe9 7,", b"caf\xe9 8,"))
     assert crawl(ctx).counts["downloaded"] == 1
-    assert _records(ctx)["mirror.someone--latin-prices"].version != before["mirror.someone--latin-prices"].version
+    assert (
+        _records(ctx)["mirror.someone--latin-prices"].version
+        != before["mirror.someone--latin-prices"].version
+    )
 
 
 def test_a_mirror_file_unchanged_since_its_hash_is_not_read_again(ctx, mirror):

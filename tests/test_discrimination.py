@@ -190,7 +190,9 @@ def test_the_strong_spec_is_read_back_from_its_script_and_an_edited_script_is_re
         assert rung.code(spec) != code or rung.name == "boosted"
 
 
-def _run_strong(tmp_path, frame: pd.DataFrame, spec: StrongSpec, n_train: int, estimator=None) -> pd.DataFrame:
+def _run_strong(
+    tmp_path, frame: pd.DataFrame, spec: StrongSpec, n_train: int, estimator=None
+) -> pd.DataFrame:
     """`spec`'s strong reference (or `estimator` in its place) on `frame`'s first `n_train` rows, predicting the
     rest; fails the test with the script's error when it does not run."""
     frame.iloc[:n_train].to_csv(tmp_path / "train.csv", index=False)

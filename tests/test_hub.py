@@ -324,4 +324,3 @@ def test_files_over_the_hubs_lfs_size_go_by_lfs_once(hub, release):
     assert uploads >= len(hub.lfs) > 0
     assert target.push(release).already_published
     assert (hub.calls["lfs_upload"], hub.calls["commit"]) == (uploads, commits)
-

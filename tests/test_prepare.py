@@ -336,7 +336,9 @@ def test_a_class_label_of_blanks_is_no_label(tmp_path):
     """A catalog source's label column held "No ", "Yes" and "   ": the blank rows became answers that read as
     empty (answers are read stripped), and the MM task failed its own grading. Such rows are unlabelled."""
     labels = ["No ", "Yes", "   "]
-    text = "x,z,outcome\n" + "".join(f"{i},{i * 7 % 11},{labels[i % 3] if i % 10 else '   '}\n" for i in range(300))
+    text = "x,z,outcome\n" + "".join(
+        f"{i},{i * 7 % 11},{labels[i % 3] if i % 10 else '   '}\n" for i in range(300)
+    )
     _mirror(tmp_path / "mirror", "blanks", {"data.csv": text.encode()})
     ctx = _ctx(tmp_path)
     ctx.config.builtin.enabled = False

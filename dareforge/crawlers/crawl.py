@@ -55,7 +55,9 @@ def build_crawlers(ctx: RunContext, origins: list[str] | None = None) -> list[Cr
                 )
             )
         elif name == "mirror":
-            crawlers.append(MirrorCrawler([Path(p) for p in cfg.mirror.paths], ctx.work_dir / "mirror-digests.json"))
+            crawlers.append(
+                MirrorCrawler([Path(p) for p in cfg.mirror.paths], ctx.work_dir / "mirror-digests.json")
+            )
         else:
             crawlers.append(KaggleCrawler(cfg.kaggle))
     return crawlers

@@ -82,6 +82,7 @@ SPLIT_ROOTS = {"test": "eval", "train": "train"}
 """Where each split of the release goes: DARE-bench's `data/eval/` holds its evaluation tasks only."""
 IF_RULES = ("all-rows", "row-share")
 ALL_ROWS_METRICS = {"exact-match": "exact-match-all-rows", "allclose": "allclose-all-rows"}
+SUMMARY_REASONS = 12
 DARE_BENCH_RTOL = 1e-5
 """numpy.allclose's default relative tolerance, which DARE-bench's evaluator uses for IF regression."""
 
@@ -97,7 +98,23 @@ class DareBenchReport(LayoutReport):
             f"exported {self.release.name}@{self.release.version} to {self.dest}: {len(self.folders)} folders"
             + (f" ({counts})" if counts else "")
         ]
-        return lines + [f"  skipped {key}: {why}" for key, why in sorted(self.skipped.items())]
+        return lines + self._skipped_lines()
+
+    def _skipped_lines(self) -> list[str]:
+        """Skipped tasks by reason, the commonest first; at most SUMMARY_REASONS lines (a whole-catalog release
+        skips thousands: every QA and Lake task, every IF variant past the first)."""
+        by_reason: dict[str, list[str]] = defaultdict(list)
+        for key, why in sorted(self.skipped.items()):
+            by_reason[why].append(key)
+        ranked = sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0]))
+        lines = [
+            f"  skipped {keys[0]}: {why}" if len(keys) == 1 else f"  skipped {len(keys)} tasks: {why}"
+            for why, keys in ranked[:SUMMARY_REASONS]
+        ]
+        rest = sum(len(keys) for _, keys in ranked[SUMMARY_REASONS:])
+        if rest:
+            lines.append(f"  and {rest} more skipped for {len(ranked) - SUMMARY_REASONS} other reasons")
+        return lines
 
 
 @dataclass
@@ -262,7 +279,7 @@ class DareBenchLayout(FolderLayout):
             if not v1s or not v2s:
                 missing = "v1 (IF/XF)" if not v1s else "v2 (MM/CF)"
                 for task in v1s + v2s:
-                    report.skipped[task.id] = f"{source_id} has no {missing} task to pair with"
+                    report.skipped[task.id] = f"its source and target have no {missing} task to pair with"
                 continue
             v1, v2 = v1s[0], v2s[0]
             named = _slug(source_id) if framings[(source_id, kind)] == 1 else _slug(f"{source_id}-{target}")
@@ -289,8 +306,7 @@ class DareBenchLayout(FolderLayout):
             for n, extra in ((1, v1s[1:]), (2, v2s[1:])):
                 for task in extra:
                     report.skipped[task.id] = (
-                        f"a DARE-bench folder holds one v{n} task per source and target: {pair_folder} has "
-                        f"{(v1, v2)[n - 1].id} (the lowest seed)"
+                        f"a DARE-bench folder holds one v{n} task per source and target: the lowest seed's"
                     )
             entry = _export_pair(
                 writer, pair_folder, kind, v1, v2, sources.get(source_id), release, self.if_rule

@@ -81,8 +81,7 @@ class SplitMixin:
         # class of blanks is none either: answers files are read with their spaces stripped.
         numeric = framing.task_type in (TaskType.REGRESSION, TaskType.TIME_SERIES)
         labelled = " AND ".join(
-            f"isfinite(TRY_CAST({t.text} AS DOUBLE))" if numeric else f"trim({t.text}) <> ''"
-            for t in targets
+            f"isfinite(TRY_CAST({t.text} AS DOUBLE))" if numeric else f"trim({t.text}) <> ''" for t in targets
         )
 
         # The id: the override, the source's own, a unique column named like an id, else the row number.
