@@ -194,19 +194,64 @@ class HubTarget:
             )
         tag = f"v{release.version}"
         result = HubPush(release.name, release.version, tag)
-        with tempfile.TemporaryDirectory(prefix="dareforge-hub-", dir=temp_root()) as tmp:
-            # Stage (and checksum) every part before talking to the Hub: a damaged release sends nothing.
-            root = Path(tmp)
-            halves = [
-                self._stage(release, part, root / f"part-{i}") for i, part in enumerate(release.parts())
-            ]
-            for half in halves:
-                result.repos.append(self._push_half(release, half, tag))
+        result.repos = self._published(release, tag) or []
+        if not result.repos:
+            with tempfile.TemporaryDirectory(prefix="dareforge-hub-", dir=temp_root()) as tmp:
+                # Stage (and checksum) every part before sending anything: a damaged release sends nothing.
+                root = Path(tmp)
+                halves = [
+                    self._stage(release, part, root / f"part-{i}") for i, part in enumerate(release.parts())
+                ]
+                for half in halves:
+                    result.repos.append(self._push_half(release, half, tag))
         for r in result.repos:
             log.info("hub: %s %s %s: %s (%s)", r.repo_id, tag, r.status, r.url, r.commit[:12])
         return result
 
     # -- internals --------------------------------------------------------------------------------------------
+    def _published(self, release: Publishable, tag: str) -> list[RepoPush] | None:
+        """Every part's repo when each already holds this build under `tag`, else None: asked before staging,
+        which copies and checksums the whole version (4.6 GB for the whole catalog) only to send nothing."""
+        repos = []
+        for part in release.parts():
+            repo_id = self.repo_id(part.name)
+            manifest_sha = hashlib.sha256(release.store.read_bytes(f"{part.prefix}/{MANIFEST}")).hexdigest()
+
+            def tagged(
+                repo_id: str = repo_id, part: Part = part, manifest_sha: str = manifest_sha
+            ) -> str | None:
+                try:
+                    info = self.api.repo_info(repo_id, repo_type=REPO_TYPE)
+                except RepositoryNotFoundError:
+                    return None
+                if part.private and info.private is not True:
+                    return None  # the full push says why that is refused
+                return self._tagged_commit(repo_id, tag, manifest_sha)
+
+            commit, attempts = self._retrying(repo_id, tagged)
+            if commit is None:
+                return None
+            repos.append(
+                RepoPush(repo_id, self.repo_url(repo_id), part.private, "already published", commit, attempts)
+            )
+        return repos
+
+    def _tagged_commit(self, repo_id: str, tag: str, manifest_sha: str) -> str | None:
+        """The commit `tag` points at when it is this build's (its message holds `manifest_sha`), None when the
+        repo has no such tag; a tag of another build is an error (versions are immutable)."""
+        refs = self.api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+        if not any(t.name == tag for t in refs.tags):
+            return None
+        tagged = self.api.list_repo_commits(repo_id, repo_type=REPO_TYPE, revision=tag)[0]
+        if manifest_sha not in f"{tagged.title}\n{tagged.message}":
+            raise HubPublishError(
+                f"{repo_id} tag {tag} points at commit {tagged.commit_id[:12]} ({tagged.title!r}), which is not "
+                f"this build (manifest sha256 {manifest_sha[:12]}); versions are immutable, so delete that "
+                "tag on the Hub by hand if it is stale",
+                repo=repo_id,
+            )
+        return tagged.commit_id
+
     @staticmethod
     def _stage(release: Publishable, part: Part, dest: Path) -> _Half:
         manifest_sha = hashlib.sha256(release.store.read_bytes(f"{part.prefix}/{MANIFEST}")).hexdigest()
@@ -247,17 +292,9 @@ class HubTarget:
                 "on the Hub (Settings -> visibility) or publish under another namespace",
                 repo=repo_id,
             )
-        refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
-        if any(t.name == tag for t in refs.tags):
-            tagged = api.list_repo_commits(repo_id, repo_type=REPO_TYPE, revision=tag)[0]
-            if half.manifest_sha not in f"{tagged.title}\n{tagged.message}":
-                raise HubPublishError(
-                    f"{repo_id} tag {tag} points at commit {tagged.commit_id[:12]} ({tagged.title!r}), which is not "
-                    f"this build (manifest sha256 {half.manifest_sha[:12]}); versions are immutable, so delete that "
-                    "tag on the Hub by hand if it is stale",
-                    repo=repo_id,
-                )
-            return tagged.commit_id
+        tagged = self._tagged_commit(repo_id, tag, half.manifest_sha)
+        if tagged is not None:
+            return tagged
         commit = next(
             (
                 c.commit_id
