@@ -236,6 +236,24 @@ def test_the_kernel_runs_unprivileged_confined_and_alone(sandbox):
     assert all(t.startswith(f"{sandbox._runtime}/ipc") for t in paths), facts["fds"]
 
 
+NICER_ENGINE = """
+import os, sys
+from dareforge.sandbox import confinement
+os.nice(19)  # the engine was started under `nice -n 19`
+os.setuid(65534)  # a sandbox's first process holds no capability to lower a nice value
+confinement.limit({"nice": 10, "rlimits": []})
+print(os.getpriority(os.PRIO_PROCESS, 0))
+"""
+
+
+def test_a_sandbox_under_a_nicer_engine_keeps_the_engines_nice():
+    """A refresh run under `nice -n 19` stopped at its first sandbox: every kernel died at start with EPERM,
+    setting nice 10 from 19 without the capability to."""
+    done = subprocess.run([sys.executable, "-c", NICER_ENGINE], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "19"
+
+
 @needs_bwrap
 def test_inputs_are_read_only(sandbox, task):
     before = (task / "public" / "train.csv").read_text()

@@ -18,13 +18,16 @@ PR_CAPBSET_DROP = 24
 
 
 def limit(spec: dict) -> None:
-    os.setpriority(os.PRIO_PROCESS, 0, spec["nice"])
+    # Never less nice than it already is: lowering the nice value takes a capability the sandbox has not, and an
+    # engine run under `nice -n 19` failed every kernel it started (EPERM).
+    nice = max(spec["nice"], os.getpriority(os.PRIO_PROCESS, 0))
+    os.setpriority(os.PRIO_PROCESS, 0, nice)
     # bubblewrap's --new-session makes each sandbox a session of its own, and with autogroups the scheduler
     # shares the CPU between sessions before any nice value counts: a few sandboxes took most of two cores
     # from the refresh running beside them. Their session yields too (a kernel without autogroups has no file).
     try:
         with open("/proc/self/autogroup", "w") as autogroup:
-            autogroup.write(str(spec["nice"]))
+            autogroup.write(str(nice))
     except OSError:
         pass
     for name, soft, hard in spec["rlimits"]:
