@@ -260,7 +260,11 @@ class GenerateConfig(Section):
     max_train_rows: PositiveInt = Field(50_000, description="Larger sources are sampled down for task files.")
     limits_turns: PositiveInt = 5
     limits_seconds: PositiveInt = 200
-    reference_timeout_s: PositiveInt = 600
+    reference_timeout_s: PositiveInt = Field(
+        600,
+        description="CPU seconds a reference script may use (CPU, not wall: a loaded machine must not change "
+        "which tasks pass); a script that waits without using CPU is stopped after 10 times as long.",
+    )
     qa_per_source: NonNegativeInt = Field(
         2,
         description="QA tasks (questions with a typed answer) asked on each source's first framing "

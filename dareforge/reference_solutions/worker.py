@@ -2,7 +2,8 @@
 
 Started by `reference_runner.ReferenceRunner` with its thread count pinned before numpy loads. It reads one JSON
 request per line on stdin ({"code", "cwd", "threads"}), runs the script in a fresh namespace with that working
-directory, and answers one JSON line on stdout ({"ok", "seconds", "error"}). Keeping the process alive means scikit-learn is
+directory, and answers one JSON line on stdout ({"ok", "seconds", "error"}), after one `READY` line once its
+libraries are imported. Keeping the process alive means scikit-learn is
 imported once, not once per task; running in another process keeps a crash or a leak away from the pipeline.
 """
 
@@ -17,6 +18,7 @@ import time
 import traceback
 
 MAX_ERROR_CHARS = 4000
+READY = '{"ready": true}'
 
 
 # Imported before the first request, so a script's timed run measures its own work, not library loading.
@@ -40,6 +42,8 @@ def serve(stdin=sys.stdin, stdout=sys.stdout) -> None:
 
     for module in WARM_IMPORTS:
         importlib.import_module(module)
+    stdout.write(READY + "\n")  # the runner charges a script only the CPU spent after this line
+    stdout.flush()
 
     default_threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     for line in stdin:
