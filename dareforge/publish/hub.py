@@ -137,6 +137,11 @@ class HubPush:
         return all(r.status == "already published" for r in self.repos)
 
 
+def _manifest_sha(release: Publishable, part: Part) -> str:
+    """What a Hub commit's message names a build by: the sha256 of the part's manifest.json."""
+    return hashlib.sha256(release.store.read_bytes(f"{part.prefix}/{MANIFEST}")).hexdigest()
+
+
 @dataclass
 class _Half:
     name: str  # the repo name in the namespace
@@ -215,7 +220,7 @@ class HubTarget:
         repos = []
         for part in release.parts():
             repo_id = self.repo_id(part.name)
-            manifest_sha = hashlib.sha256(release.store.read_bytes(f"{part.prefix}/{MANIFEST}")).hexdigest()
+            manifest_sha = _manifest_sha(release, part)
 
             def tagged(
                 repo_id: str = repo_id, part: Part = part, manifest_sha: str = manifest_sha
@@ -254,7 +259,7 @@ class HubTarget:
 
     @staticmethod
     def _stage(release: Publishable, part: Part, dest: Path) -> _Half:
-        manifest_sha = hashlib.sha256(release.store.read_bytes(f"{part.prefix}/{MANIFEST}")).hexdigest()
+        manifest_sha = _manifest_sha(release, part)
         _copy_version(release.store, part.prefix, part.manifest, dest)
         return _Half(part.name, part.private, dest, part.manifest, manifest_sha)
 
