@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 SHORT = 16
 """Hex digits of a short fingerprint: 64 bits, ample for ids within one store."""
@@ -24,10 +24,15 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
+        return sha256_stream(fh, chunk)
+
+
+def sha256_stream(fh: BinaryIO, chunk: int = 1 << 20) -> str:
+    """The sha256 of what is left to read in a binary file object, read a chunk at a time."""
+    digest = hashlib.sha256()
+    while block := fh.read(chunk):
+        digest.update(block)
     return digest.hexdigest()
 
 

@@ -11,7 +11,6 @@ copied. Two folders that give the same source id are both refused the same way (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ from dareforge.crawlers.crawler import source_id
 from dareforge.crawlers.kaggle import competition_source, dataset_source
 from dareforge.crawlers.unpack import PlainFile, copy_plain_file, open_plain, plain_file, plain_files
 from dareforge.errors import DareforgeError, SourceError, UnsafeFileError
-from dareforge.hashing import fingerprint
+from dareforge.hashing import fingerprint, sha256_stream
 from dareforge.schema import Origin, Source, SourceStatus
 
 COMPETITION_META = "competition-metadata.json"
@@ -207,12 +206,10 @@ class FileDigests:
         kept = self.known.get(str(file.path))
         if isinstance(kept, list) and len(kept) == 2 and kept[0] == stamp:
             return kept[1]
-        digest = hashlib.sha256()
         with open_plain(file) as fh:
-            while block := fh.read(1 << 20):
-                digest.update(block)
-        self.known[str(file.path)] = [stamp, digest.hexdigest()]
-        return digest.hexdigest()
+            digest = sha256_stream(fh)
+        self.known[str(file.path)] = [stamp, digest]
+        return digest
 
     def save(self) -> None:
         kept = {path: self.known[path] for path in self.used}
