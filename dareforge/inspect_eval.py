@@ -122,7 +122,7 @@ def release_task(
     ]
 
     def files(t: DareTask):
-        return release_task_files(ctx.store, rel.prefix, rel.private_prefix, t)
+        return release_task_files(rel, t)
 
     return Task(
         dataset=samples,

@@ -39,7 +39,7 @@ from dareforge.exports.sft import chat_messages, tool_chat
 from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.publish.hub import HubTarget
-from dareforge.publish.release import build_release
+from dareforge.publish.release import build_release, public_folder
 from dareforge.publish.targets import LocalTarget
 from dareforge.schema import Step, Task, ToolCall, Trajectory
 from dareforge.understand.understand_stage import understand
@@ -577,7 +577,7 @@ def test_rl_export_loads_with_datasets_and_holds_no_answers(built, rl, tmp_path)
             {"role": "user", "content": task_prompt(task)},
         ]
         assert row["release"] == f"bench@{release.version}"
-        public = {f"files/{task.id}/{f.name}" for f in task.public_files}
+        public = {f"{public_folder(task.id)}/{f.name}" for f in task.public_files}
         assert {f["path"] for f in row["files"]} == public
         assert all(ctx.store.exists(f"{release.prefix}/{p}") for p in public)
         spec = RewardSpec.model_validate_json(row["reward_spec"])

@@ -254,7 +254,7 @@ def test_answers_are_only_under_tests(exported):
     for task in _kept(exported):
         folder = report.dest / folder_name(task)
         private = [
-            release.store.read_bytes(f"{release.private_prefix}/answers/{task.id}/{f.name}")
+            release.store.read_bytes(f"{release.answers_dir(task.id)}/{f.name}")
             for f in task.private_files
             if f.name in ANSWER_FILES or f.name.startswith("subtask-")
         ]
@@ -265,7 +265,7 @@ def test_answers_are_only_under_tests(exported):
             data = path.read_bytes()
             assert all(data != answer for answer in private), path
         truth = family_of(task).files.truth
-        graded_against = release.store.read_bytes(f"{release.private_prefix}/answers/{task.id}/{truth}")
+        graded_against = release.store.read_bytes(f"{release.answers_dir(task.id)}/{truth}")
         assert (folder / "tests" / truth).read_bytes() == graded_against
         assert graded_against.decode().strip() not in (folder / "instruction.md").read_text()
 
@@ -345,7 +345,7 @@ def iris(tmp_path_factory):
     task = next(t for t in release.tasks() if t.family == "Class-IF")
     target = task.metric.target_columns[0]
     release.store.write_bytes(
-        f"{release.private_prefix}/answers/{task.id}/reference.py",
+        f"{release.answers_dir(task.id)}/reference.py",
         (
             "import pandas as pd\n"
             "test = pd.read_csv('test.csv')\n"

@@ -26,6 +26,7 @@ from dareforge.families.generate import generate
 from dareforge.generators.prepare import prepare
 from dareforge.publish import ReleaseError, build_release, load_release, verify_release
 from dareforge.publish.hub import HubPublishError, HubTarget
+from dareforge.publish.release import answers_folder
 from dareforge.publish.targets import Target
 from dareforge.schema import Task, Verdict
 from dareforge.understand.understand_stage import understand
@@ -144,7 +145,7 @@ def test_answers_never_reach_the_public_repo(hub, built):
     assert not secret_bytes & set(public.values())
     for task in ctx.store.read_records(Task):
         for f in task.private_files:
-            assert f"answers/{task.id}/{f.name}" in private
+            assert f"{answers_folder(task.id)}/{f.name}" in private
 
 
 def test_republishing_makes_no_new_commit(hub, release, caplog, monkeypatch):
@@ -239,7 +240,9 @@ def test_missing_token_and_damaged_release_send_nothing(hub, built, tmp_path, mo
     copy.store.write_bytes(f"{damaged.prefix}/{name}", b"tampered\n")
     with pytest.raises(ReleaseError, match="damaged"):
         _target(hub).push(damaged)
-    assert {method for method, _ in hub.requests} == {"GET"}  # it asked whether it was published, sent nothing
+    assert {method for method, _ in hub.requests} == {
+        "GET"
+    }  # it asked whether it was published, sent nothing
 
 
 def test_new_version_is_one_commit_holding_exactly_its_files(hub, built, tmp_path):

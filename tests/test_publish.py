@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from dareforge.agents.attempts import release_task_files
 from dareforge.context import RunContext
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import export_format
@@ -29,6 +30,7 @@ from dareforge.publish import (
     load_release,
     verify_release,
 )
+from dareforge.publish.release import UNSHARDED, public_folder
 from dareforge.publish.source_split import assign_splits, count_test_sources
 from dareforge.publish.targets import LocalTarget, Target
 from dareforge.publish.versions import read_build_record
@@ -187,8 +189,11 @@ def test_release_layout_and_verdict_note(store, release, caplog):
     assert sorted(manifest["task_ids"]) == sorted(t.id for t in tasks)
     names = {f["name"] for f in manifest["files"]}
     assert {"README.md", "CHANGELOG.md", "data/train.parquet", "data/test.parquet"} <= names
-    for task in tasks:
-        assert {f"files/{task.id}/train.csv", f"files/{task.id}/test.csv"} <= names
+    for task in tasks:  # one folder per id's first two characters: no Hub folder nears 10,000 entries
+        assert {
+            f"files/{task.id[:2]}/{task.id}/train.csv",
+            f"files/{task.id[:2]}/{task.id}/test.csv",
+        } <= names
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["files"])
     assert manifest["generator_versions"] == [GENERATOR_VERSION] and manifest["verdicts"]["present"] is False
     assert {s["id"] for s in manifest["sources"]} == {f"builtin.{s}" for s in SOURCES}
@@ -201,7 +206,7 @@ def test_release_layout_and_verdict_note(store, release, caplog):
     private = result.release.private_manifest
     for task in tasks:
         for f in task.private_files:
-            assert f"answers/{task.id}/{f.name}" in {e["name"] for e in private["files"]}
+            assert f"answers/{task.id[:2]}/{task.id}/{f.name}" in {e["name"] for e in private["files"]}
     # scores, not what the reference runs measured on the building machine (the store keeps that)
     assert all(set(row["scores"]) == {"baseline", "strong"} for row in result.release.private_rows())
     assert all(t.scores.reference_seconds for t in tasks)
@@ -213,7 +218,7 @@ def test_datasets_loads_the_published_folder(release, published, tmp_path):
     assert set(ds) == {"train", "test"}
     assert ds.num_rows == {"train": splits["train"]["tasks"], "test": splits["test"]["tasks"]}
     row = ds["test"][0]
-    assert row["instruction"] and row["files"][0]["path"].startswith(f"files/{row['id']}/")
+    assert row["instruction"] and row["files"][0]["path"].startswith(f"files/{row['id'][:2]}/{row['id']}/")
     assert (published / row["files"][0]["path"]).is_file()
     readme = (published / "README.md").read_text()
     assert readme.startswith("---\nlicense: other\n") and "size_categories:\n- n<1K" in readme
@@ -243,8 +248,34 @@ def test_public_release_holds_no_answers(store, release, published):
     manifest_text = (published / "manifest.json").read_text()
     assert not any(digest in manifest_text for digest in secrets)
     for task in store.store.read_records(Task):
-        header = pd.read_csv(published / "files" / task.id / "test.csv", nrows=0).columns
+        header = pd.read_csv(published / public_folder(task.id) / "test.csv", nrows=0).columns
         assert not set(header) & set(task.metric.target_columns)
+
+
+def test_a_version_from_before_sharded_task_folders_is_still_read(store, release, tmp_path):
+    """Format 1 kept every task's folder directly under `files/` and `answers/`; stores still hold such
+    versions, and evaluating or exporting one must find its files."""
+    ctx = _clone(store, tmp_path)
+    old = load_release(ctx, "bench", release.version)
+    for prefix, half in ((old.prefix, "files"), (old.private_prefix, "answers")):
+        folder = ctx.store.local_path(f"{prefix}/{half}")
+        for shard in list(folder.iterdir()):
+            for task_folder in list(shard.iterdir()):
+                task_folder.rename(folder / task_folder.name)
+            shard.rmdir()
+        manifest_path = ctx.store.local_path(f"{prefix}/manifest.json")
+        manifest = json.loads(manifest_path.read_text())
+        manifest["format"] = UNSHARDED
+        for entry in manifest["files"]:
+            if entry["name"].startswith(f"{half}/"):
+                entry["name"] = f"{half}/{entry['name'].split('/', 2)[2]}"
+        manifest_path.write_text(json.dumps(manifest))
+    old = load_release(ctx, "bench", release.version)
+    assert old.verify() == []
+    task = old.task(old.task_ids[0])
+    public, answers = release_task_files(old, task)(tmp_path)
+    assert public == ctx.store.local_path(f"{old.prefix}/files/{task.id}") and answers.is_file()
+    assert {p.name for p in public.iterdir()} == {f.name for f in task.public_files}
 
 
 def test_local_target_is_idempotent(release, published):

@@ -30,6 +30,7 @@ from dareforge.config import EndpointConfig
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
 from dareforge.generators.questions.scripts import subtask_file
+from dareforge.publish.release import Release
 from dareforge.schema import Task, Trajectory
 from dareforge.scratch import temp_root
 from dareforge.store import Store
@@ -96,18 +97,16 @@ def store_task_files(store: Store, task: Task) -> Materializer:
     )
 
 
-def release_task_files(store: Store, public_prefix: str, private_prefix: str, task: Task) -> Materializer:
-    """Files of a task in a release: public under `<public_prefix>/files/<id>/`, answers in the private half."""
-    answers = f"{private_prefix}/answers/{task.id}/{answers_file(task)}"
-    return _files_under(store, task, f"{public_prefix}/files/{task.id}", answers)
+def release_task_files(release: Release, task: Task) -> Materializer:
+    """Files of a task in a release: its public folder, answers from the private half."""
+    answers = f"{release.answers_dir(task.id)}/{answers_file(task)}"
+    return _files_under(release.store, task, release.files_dir(task.id), answers)
 
 
-def release_subtask_files(
-    store: Store, public_prefix: str, private_prefix: str, parent: Task, sub_id: str
-) -> Materializer:
+def release_subtask_files(release: Release, parent: Task, sub_id: str) -> Materializer:
     """A Lake task's files in a release, graded against one sub-task's certified answer."""
-    answers = f"{private_prefix}/answers/{parent.id}/{subtask_file(sub_id)}"
-    return _files_under(store, parent, f"{public_prefix}/files/{parent.id}", answers)
+    answers = f"{release.answers_dir(parent.id)}/{subtask_file(sub_id)}"
+    return _files_under(release.store, parent, release.files_dir(parent.id), answers)
 
 
 def _files_under(store: Store, task: Task, public_prefix: str, answers_key: str) -> Materializer:

@@ -218,9 +218,7 @@ def evaluate(
     client = (
         client_factory(endpoint) if client_factory is not None else make_client(ctx, endpoint, "evaluate")
     )
-    attempts = attempts_for(
-        tasks, samples, lambda t: release_task_files(ctx.store, rel.prefix, rel.private_prefix, t)
-    )
+    attempts = attempts_for(tasks, samples, lambda t: release_task_files(rel, t))
     if subtasks:
         attempts += subtask_attempts(ctx.store, rel, tasks, samples)
     settings = AttemptSettings(
@@ -266,7 +264,7 @@ def subtask_attempts(store: Store, release: Release, tasks: Iterable[Task], samp
         Attempt(
             subtask_task(task, sub),
             sample,
-            release_subtask_files(store, release.prefix, release.private_prefix, task, sub.id),
+            release_subtask_files(release, task, sub.id),
         )
         for task in tasks
         for sub in task.subtasks

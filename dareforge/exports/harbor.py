@@ -223,7 +223,7 @@ def dockerfile(task: Task) -> str:
 
 
 def _private(release: Release, task: Task, name: str) -> bytes | None:
-    key = f"{release.private_prefix}/answers/{task.id}/{name}"
+    key = f"{release.answers_dir(task.id)}/{name}"
     return release.store.read_bytes(key) if release.store.exists(key) else None
 
 
@@ -245,7 +245,7 @@ def write_task(
     }
     for f in task.public_files:
         files[f"environment/{APP_DIR}/{f.name}"] = release.store.read_bytes(
-            f"{release.prefix}/files/{task.id}/{f.name}"
+            f"{release.files_dir(task.id)}/{f.name}"
         )
     steps = []
     for name in SOLUTIONS[family.grading]:

@@ -140,7 +140,7 @@ class KramaBenchLayout(FolderLayout):
             for f in task.public_files:
                 target = folder / "data" / WORKLOAD / "input" / task.id / f.name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(release.store.read_bytes(f"{release.prefix}/files/{task.id}/{f.name}"))
+                target.write_bytes(release.store.read_bytes(f"{release.files_dir(task.id)}/{f.name}"))
                 sources.append(f"{task.id}/{f.name}")
             entries.append(_entry(release, task, WORKLOAD, sources, sides.get(task.id)))
             report.tasks.append(task.id)
@@ -152,7 +152,7 @@ class KramaBenchLayout(FolderLayout):
 
 
 def _answer(release, task: Task, name: str) -> Any:
-    key = f"{release.private_prefix}/answers/{task.id}/{name}"
+    key = f"{release.answers_dir(task.id)}/{name}"
     if not release.store.exists(key):
         raise ReleaseError(f"task {task.id} has no {name} in the private release {release.private_prefix}")
     return json.loads(release.store.read_bytes(key))["answer"]

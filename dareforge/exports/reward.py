@@ -55,7 +55,7 @@ class RewardSpec(BaseModel):
     score_reward: float = SCORE_REWARD
     predictions_file: str = PREDICTIONS
     graded_against: str
-    """The task's private file in the release's `answers/<task_id>/` that predictions are graded against."""
+    """The task's private file in the release's `answers/<ab>/<task_id>/` that predictions are graded against."""
 
     @property
     def max_reward(self) -> float:

@@ -7,11 +7,11 @@
 - `prompt`: the system and first user messages the agent loop sends (`dareforge.agents.protocol`), as
   `{role, content}`; an environment then runs the model's code in a sandbox holding the task's files;
 - `files`: the task's public input files, `path` relative to the source release's public folder
-  (`files/<task_id>/<name>`) with name, size and sha256;
+  (`files/<ab>/<task_id>/<name>`) with name, size and sha256;
 - `metric` and `reward_spec` (JSON of `dareforge.exports.reward.RewardSpec`): 0.1 for a well-formed
   predictions file, plus 1.0 for an exact IF match or the MM/TS metric score.
 
-No answers: they stay in the release's private half (`answers/<task_id>/<graded_against>`), which the trainer
+No answers: they stay in the release's private half (`answers/<ab>/<task_id>/<graded_against>`), which the trainer
 passes to `dareforge.exports.reward.reward` to score an attempt.
 """
 

@@ -3,10 +3,11 @@
 A release has two halves with the same version:
 
 - public, `releases/<name>/<version>/`: `data/{train,test}.parquet` (one row per task, public fields only),
-  `files/<task_id>/<file>` (the task's public input files), `README.md` (a Hugging Face dataset card that
+  `files/<ab>/<task_id>/<file>` (the task's public input files; `<ab>`, the id's first two characters, keeps
+  every folder far below the Hub's 10,000 entries per folder at any catalog size), `README.md` (a Hugging Face dataset card that
   `datasets.load_dataset(<folder>)` reads), `CHANGELOG.md` (against the previous version) and `manifest.json`
   (whose `skill` block, `publish.skill`, sums up per family how the tasks tell solvers apart);
-- private, `releases/<name>-private/<version>/`: `answers/<task_id>/<file>` (answers, reference code and
+- private, `releases/<name>-private/<version>/`: `answers/<ab>/<task_id>/<file>` (answers, reference code and
   predictions, IF spec), `data/private.parquet` (metric, baseline and strong scores, spec, package versions),
   a minimal card and its own `manifest.json`.
 
@@ -81,7 +82,22 @@ from dareforge.store import MANIFEST as TASK_MANIFEST
 log = logging.getLogger(__name__)
 
 RELEASES = "releases"
-FORMAT = "dareforge-release/1"
+FORMAT = "dareforge-release/2"
+UNSHARDED = "dareforge-release/1"  # task folders directly under `files/` and `answers/`; still read
+
+
+def public_folder(task_id: str, release_format: str = FORMAT) -> str:
+    """A task's folder in the public half: `files/<ab>/<task_id>`, `<ab>` its id's first two characters."""
+    return _task_folder("files", task_id, release_format)
+
+
+def answers_folder(task_id: str, release_format: str = FORMAT) -> str:
+    """A task's folder in the private half: `answers/<ab>/<task_id>`."""
+    return _task_folder("answers", task_id, release_format)
+
+
+def _task_folder(half: str, task_id: str, release_format: str) -> str:
+    return f"{half}/{task_id}" if release_format == UNSHARDED else f"{half}/{task_id[:2]}/{task_id}"
 
 
 class ReleaseError(VersionError):
@@ -171,6 +187,14 @@ class Release(Version):
         """task id -> `train` or `test`. Built once: callers look it up per task (an export of 10,000 tasks
         rebuilding it per row was quadratic)."""
         return {t["id"]: t["split"] for t in self.manifest["tasks"]}
+
+    def files_dir(self, task_id: str) -> str:
+        """Store prefix of a task's public files in this version (the version's format says which layout)."""
+        return f"{self.prefix}/{public_folder(task_id, self.manifest['format'])}"
+
+    def answers_dir(self, task_id: str) -> str:
+        """Store prefix of a task's private files (answers, reference code) in this version."""
+        return f"{self.private_prefix}/{answers_folder(task_id, self.manifest['format'])}"
 
     def rows(self, split: str | None = None) -> list[dict[str, Any]]:
         """The public task rows (all splits, or one), as in `data/<split>.parquet`."""
@@ -299,7 +323,7 @@ def select_tasks(ctx: RunContext) -> Selection:
 # -- building ---------------------------------------------------------------------------------------------------
 def public_file_entries(task: Task) -> list[dict[str, Any]]:
     """The task's public files as release rows list them: the path in the release's public folder first."""
-    return [{"path": f"files/{task.id}/{f.name}", **f.model_dump()} for f in task.public_files]
+    return [{"path": f"{public_folder(task.id)}/{f.name}", **f.model_dump()} for f in task.public_files]
 
 
 def _public_row(task: Task, split: str) -> dict[str, Any]:
@@ -332,7 +356,9 @@ def _private_row(task: Task, split: str) -> dict[str, Any]:
         "scores": task.scores.model_dump(exclude=set(TaskScores.MEASURED)),
         "spec": task.spec,
         "package_versions": list(task.package_versions),
-        "files": [{"path": f"answers/{task.id}/{f.name}", **f.model_dump()} for f in task.private_files],
+        "files": [
+            {"path": f"{answers_folder(task.id)}/{f.name}", **f.model_dump()} for f in task.private_files
+        ],
     }
 
 
@@ -430,12 +456,12 @@ def _build_release(
     public_files, private_files = [], []
     for task in tasks:
         for f in task.private_files:
-            rel = f"answers/{task.id}/{f.name}"
+            rel = f"{answers_folder(task.id)}/{f.name}"
             private_files.append(
                 copy(store, f"tasks/{task.id}/private/{f.name}", f"{priv}/{rel}", rel, f.sha256, f.size)
             )
         for f in task.public_files:
-            rel = f"files/{task.id}/{f.name}"
+            rel = f"{public_folder(task.id)}/{f.name}"
             public_files.append(
                 copy(store, f"tasks/{task.id}/public/{f.name}", f"{pub}/{rel}", rel, f.sha256, f.size)
             )

@@ -149,7 +149,7 @@ def public_card(meta: dict[str, Any]) -> str:
         "",
         'tasks = load_dataset("<this folder or Hub repo>")',
         f'task = tasks["{splits[-1] if splits else "test"}"][0]',
-        'print(task["instruction"])  # input files: task["files"][i]["path"], e.g. files/<id>/train.csv',
+        'print(task["instruction"])  # input files: task["files"][i]["path"], e.g. files/<ab>/<id>/train.csv',
         "```",
         "",
         "Each row is one task: `id`, `family`, `source_id`, `source_version`, `split`, `instruction`, "
@@ -240,7 +240,7 @@ def private_card(meta: dict[str, Any]) -> str:
             f"# {meta['pretty_name']}: answers (private)",
             "",
             f"The private half of `{meta['public_release']}` version **{meta['version']}**: for each of its "
-            f"{len(meta['tasks'])} tasks, `answers/<task_id>/` holds the held-out answers, the reference "
+            f"{len(meta['tasks'])} tasks, `answers/<ab>/<task_id>/` (`<ab>`: the id's first two characters) holds the held-out answers, the reference "
             "predictions and code (IF: `reference.py`, `reference_predictions.csv`, `spec.json`; MM and time "
             "series: `strong_reference.py`, `strong_predictions.csv`; QA and Lake: `reference.py`, `answer.json`, "
             "`subtask-<id>.json`, and a Lake's `cleaning.py`). `data/private.parquet` has one row per task "

@@ -90,7 +90,7 @@ def task_set(
             rel.version,
             split,
             split_tasks(rel, split),
-            lambda t: release_task_files(store, rel.prefix, rel.private_prefix, t),
+            lambda t: release_task_files(rel, t),
         )
     if task_ids is None:
         return found
