@@ -3,6 +3,8 @@ question's tier counts its operations, and a question the baseline answers is ea
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -11,7 +13,7 @@ from dareforge.generators.questions.one_step import one_step_solves
 from dareforge.generators.questions.programs import PROGRAMS
 from dareforge.generators.questions.question import OPERATIONS, Question, Table
 from dareforge.generators.questions.table_questions import table_posed
-from dareforge.generators.questions.tiers import tier
+from dareforge.generators.questions.tiers import tier, visible_frames
 from tests.test_question_conventions import _table
 
 
@@ -106,3 +108,14 @@ def test_a_column_holding_inf_gives_no_infinite_candidate():
     metric = answer_metric(answer_type="numeric_approximate", decimals=2)
     assert one_step_solves(metric, 1.0, frame)  # the minimum is still a candidate
     assert not one_step_solves(metric, 7.25, frame)  # the sum and mean are inf: no candidate, no error
+
+
+def test_a_file_pandas_reads_with_mixed_types_is_a_shortcut_frame_without_a_warning(tmp_path):
+    """pandas reads a large file in chunks of 262,144 rows and warns, listing every column whose chunks
+    disagree; on a wide catalog table that was one 15 KB line in the run's log per task."""
+    with open(tmp_path / "wide.csv", "w") as f:
+        f.write("a,b\nx,1\n" + "".join(f"{i},{i}\n" for i in range(270_000)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (frame,) = visible_frames(tmp_path)
+    assert {type(v) for v in frame["a"]} == {str, int}  # as a shortcut's plain read_csv sees it
