@@ -370,14 +370,44 @@ class Cluster:
         self._spawn("scheduler", [_airflow(), "scheduler"])
         return running
 
-    def wait(self, dag_id: str, run_id: str, timeout_s: float = 3600) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+    def wait(
+        self, dag_id: str, run_id: str, timeout_s: float | None = None, progress=None, every_s: float = 60
+    ) -> str:
+        """Poll until the run ends and return its state. No deadline by default: a whole-catalog refresh runs
+        for hours, and a waiter that gave up would only leave the run going without anyone reporting it.
+        `progress`, when given, receives a line saying how far each stage is, at most every `every_s`."""
+        started = time.monotonic()
+        said, said_at = "", -every_s
+        while timeout_s is None or time.monotonic() - started < timeout_s:
             state = self.sql(f"select state from dag_run where dag_id = '{dag_id}' and run_id = '{run_id}'")
             if state and state[0][0] in ("success", "failed"):
                 return state[0][0]
+            if progress is not None and time.monotonic() - said_at >= every_s:
+                line = self.progress(dag_id, run_id)
+                if line != said:
+                    progress(f"{(time.monotonic() - started) / 60:.0f} min: {line}")
+                    said, said_at = line, time.monotonic()
             time.sleep(5)
         raise ClusterError(f"{dag_id} {run_id} did not finish within {timeout_s:.0f}s")
+
+    def progress(self, dag_id: str, run_id: str) -> str:
+        """How far each started stage is: `generate 37/165 (4 running)`, in the order the stages started."""
+        rows = self.sql(
+            "select task_id, count(*), count(*) filter (where state in ('success', 'skipped')), "
+            "count(*) filter (where state = 'running'), count(*) filter (where state = 'failed'), "
+            "min(start_date) from task_instance "
+            f"where dag_id = '{dag_id}' and run_id = '{run_id}' "
+            "group by task_id having count(start_date) > 0 order by min(start_date), task_id"
+        )
+        parts = []
+        for task, total, done, running, failed, _ in rows:
+            part = f"{task} {done}/{total}"
+            if int(running):
+                part += f" ({running} running)"
+            if int(failed):
+                part += f" ({failed} failed)"
+            parts.append(part)
+        return ", ".join(parts) or "waiting for the scheduler"
 
     def figures(self, dag_id: str, run_id: str) -> dict[str, object]:
         """Wall time of the run, task-seconds per task (summed over mapped instances), the overhead."""
@@ -481,13 +511,18 @@ def main(argv: list[str]) -> int:
         before = cluster.made()["tasks"]  # a refresh of a store that holds tasks reuses them: not a full run
         started = time.monotonic()
         run_id = cluster.trigger()
+        print(f"dare_refresh {run_id} triggered (the UI on http://localhost:{API_PORT} shows it)", flush=True)
         if command == "refresh-killing-a-worker":
             running = cluster.kill_worker_during(run_id)
             print(f"killed worker1's process group while {running} generate instances ran", flush=True)
         elif command == "refresh-restarting-the-scheduler":
             running = cluster.restart_scheduler_during(run_id)
             print(f"killed and restarted the scheduler while {running} generate instances ran", flush=True)
-        state = cluster.wait("dare_refresh", run_id)
+        try:
+            state = cluster.wait("dare_refresh", run_id, progress=lambda line: print(line, flush=True))
+        except KeyboardInterrupt:
+            print(f"\nstopped waiting; {run_id} goes on in the cluster (`make cluster-stop` ends it)")
+            return 130
         retried = cluster.sql(
             f"select task_id, count(*) from task_instance where run_id = '{run_id}' and try_number > 1 group by 1"
         )

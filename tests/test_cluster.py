@@ -35,7 +35,12 @@ def test_a_refresh_through_celery_workers_publishes_and_the_cluster_stops_cleanl
         pids = {name: int((cluster.pids / f"{name}.pid").read_text()) for name in cluster.names()}
         assert {"worker1", "worker2", "scheduler", "postgres", "redis"} <= set(cluster.names())
         run_id = cluster.trigger()
-        assert cluster.wait("dare_refresh", run_id, timeout_s=900) == "success"
+        said: list[str] = []
+        assert (
+            cluster.wait("dare_refresh", run_id, timeout_s=900, progress=said.append, every_s=0) == "success"
+        )
+        assert said and said[0].startswith("0 min: ")  # a person waiting sees it from the start
+        assert "generate 1/1" in cluster.progress("dare_refresh", run_id)
         hosts = {
             row[0] for row in cluster.sql(f"select hostname from task_instance where run_id = '{run_id}'")
         }
