@@ -4,9 +4,9 @@ A release has two halves with the same version:
 
 - public, `releases/<name>/<version>/`: `data/{train,test}.parquet` (one row per task, public fields only),
   `files/<ab>/<task_id>/<file>` (the task's public input files; `<ab>`, the id's first two characters, keeps
-  every folder far below the Hub's 10,000 entries per folder at any catalog size), `README.md` (a Hugging Face dataset card that
-  `datasets.load_dataset(<folder>)` reads), `CHANGELOG.md` (against the previous version) and `manifest.json`
-  (whose `skill` block, `publish.skill`, sums up per family how the tasks tell solvers apart);
+  every folder far below the Hub's 10,000 entries per folder at any catalog size), `README.md` (a Hugging Face
+  dataset card that `datasets.load_dataset(<folder>)` reads), `CHANGELOG.md` (against the previous version) and
+  `manifest.json` (whose `skill` block, `publish.skill`, sums up per family how the tasks tell solvers apart);
 - private, `releases/<name>-private/<version>/`: `answers/<ab>/<task_id>/<file>` (answers, reference code and
   predictions, IF spec), `data/private.parquet` (metric, baseline and strong scores, spec, package versions),
   a minimal card and its own `manifest.json`.
