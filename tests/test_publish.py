@@ -276,6 +276,12 @@ def test_a_version_from_before_sharded_task_folders_is_still_read(store, release
     public, answers = release_task_files(old, task)(tmp_path)
     assert public == ctx.store.local_path(f"{old.prefix}/files/{task.id}") and answers.is_file()
     assert {p.name for p in public.iterdir()} == {f.name for f in task.public_files}
+    # An RL export of it points at its files and tells the trainer where its answers are.
+    rl = export_format("rl").export(ExportJob(ctx, old, old.tasks()), "rl").export
+    for row in rl.rows():
+        assert all(ctx.store.exists(f"{old.prefix}/{f['path']}") for f in row["files"]), row["files"]
+    card = ctx.store.read_bytes(f"{rl.prefix}/README.md").decode()
+    assert f"answers_folder(task['task_id'], {UNSHARDED!r})" in card
 
 
 def test_local_target_is_idempotent(release, published):

@@ -128,7 +128,8 @@ def rl_card(meta: dict[str, Any]) -> str:
         "# run the model's <code> in a sandbox holding the task's files (task['files'][i]['path'] in the release),",
         "# then score the predictions.csv it wrote against the task's answers in the private release:",
         'spec = RewardSpec.model_validate_json(task["reward_spec"])',
-        "r = reward(spec, 'workspace/predictions.csv', f'{answers_folder(task[\"task_id\"])}/{spec.graded_against}')",
+        f"answers = answers_folder(task['task_id'], {meta['release_format']!r})  # in the private release",
+        "r = reward(spec, 'workspace/predictions.csv', f'{answers}/{spec.graded_against}')",
         "```",
         "",
         "Each row is one task: `task_id`, `family`, `split` (its side in the release), `release`, `prompt` "

@@ -65,7 +65,7 @@ def rl_row(task: Task, release: Release) -> dict:
             {"role": "system", "content": system_prompt(task)},
             {"role": "user", "content": task_prompt(task)},
         ],
-        "files": public_file_entries(task),
+        "files": public_file_entries(task, release.manifest["format"]),
         "metric": task.metric.model_dump(),
         "reward_spec": reward_spec(task).model_dump_json(),
     }
@@ -93,6 +93,7 @@ class RlExport(TrainingExport):
         meta = {
             "content_fingerprint": content_fingerprint({"format": FORMAT, "rows": rows, "release": ref}),
             "release": ref,
+            "release_format": release.manifest["format"],
             "task_ids": [r["task_id"] for r in rows],
             "counts": {
                 "tasks": len(rows),

@@ -321,9 +321,11 @@ def select_tasks(ctx: RunContext) -> Selection:
 
 
 # -- building ---------------------------------------------------------------------------------------------------
-def public_file_entries(task: Task) -> list[dict[str, Any]]:
-    """The task's public files as release rows list them: the path in the release's public folder first."""
-    return [{"path": f"{public_folder(task.id)}/{f.name}", **f.model_dump()} for f in task.public_files]
+def public_file_entries(task: Task, release_format: str = FORMAT) -> list[dict[str, Any]]:
+    """The task's public files as release rows list them: the path in the release's public folder first (in
+    the layout of `release_format`)."""
+    folder = public_folder(task.id, release_format)
+    return [{"path": f"{folder}/{f.name}", **f.model_dump()} for f in task.public_files]
 
 
 def _public_row(task: Task, split: str) -> dict[str, Any]:
