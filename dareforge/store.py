@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
@@ -135,6 +137,25 @@ class Store:
         finally:
             if self.fs.exists(tmp):
                 self.fs.rm(tmp)
+
+    def link_or_copy(self, src: str, dst: str) -> None:
+        """Make `dst` hold `src`'s bytes: a local store hard-links the file (no second copy on disk) where the
+        filesystem allows it, else copies it. Sharing an inode is safe because the store never writes a file
+        in place: every write goes to a temporary name renamed over the key, which leaves the other name with
+        the old bytes."""
+        if not self.is_local:
+            self.write_bytes(dst, self.read_bytes(src))
+            return
+        tmp = self._tmp(dst)
+        try:
+            try:
+                os.link(self.path(src), tmp)
+            except OSError:  # another filesystem, or one without hard links
+                shutil.copyfile(self.path(src), tmp)
+            os.replace(tmp, self.path(dst))
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
 
     def open(self, key: str, mode: str = "rb"):
         return self.fs.open(self.path(key), mode)

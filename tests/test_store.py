@@ -88,6 +88,23 @@ def test_keys_cannot_escape_the_store(tmp_path):
         store.read_bytes("missing.json")
 
 
+def test_a_copy_inside_a_local_store_shares_the_file_until_either_name_is_rewritten(tmp_path):
+    """Releases hold every task file a second time; a hard link keeps that from doubling the disk a catalog
+    uses per release version, and the store's rename-over writes keep each name's bytes its own."""
+    store = Store(str(tmp_path))
+    store.write_bytes("tasks/t/public/train.csv", b"a,b\n1,2\n")
+    store.link_or_copy("tasks/t/public/train.csv", "releases/r/v1/files/t/train.csv")
+    src, dst = (store.local_path(k) for k in ("tasks/t/public/train.csv", "releases/r/v1/files/t/train.csv"))
+    assert os.stat(src).st_ino == os.stat(dst).st_ino
+    store.write_bytes("tasks/t/public/train.csv", b"a,b\n3,4\n")
+    assert dst.read_bytes() == b"a,b\n1,2\n" and src.read_bytes() == b"a,b\n3,4\n"
+    assert not [p for p in dst.parent.iterdir() if p.name.startswith(".tmp-")]
+    remote = Store("memory://dareforge-link-test")
+    remote.write_bytes("a.txt", b"x")
+    remote.link_or_copy("a.txt", "b/a.txt")
+    assert remote.read_bytes("b/a.txt") == b"x"
+
+
 def test_fsspec_memory_store_round_trips(tmp_path):
     # Any fsspec URL works as the root; memory:// stands in for object storage here.
     store = Store("memory://dareforge-test")

@@ -68,7 +68,7 @@ def write(store: Store, key: str, name: str, data: bytes) -> dict[str, Any]:
 
 
 def copy(store: Store, src: str, dst: str, name: str, sha256: str, size: int) -> dict[str, Any]:
-    """Copy `src` to `dst` inside the store, checking the bytes against the checksum the record promises.
+    """Copy (or hard-link: `Store.link_or_copy`) `src` to `dst` inside the store, checking the bytes against the checksum the record promises.
 
     A destination that already holds those bytes is left alone, so completing a half-written release
     copies only what is missing.
@@ -76,10 +76,7 @@ def copy(store: Store, src: str, dst: str, name: str, sha256: str, size: int) ->
     if not (
         store.exists(dst) and store.fs.size(store.path(dst)) == size and sha256_key(store, dst) == sha256
     ):
-        if store.is_local:
-            store.put_file(store.local_path(src), dst)
-        else:
-            store.write_bytes(dst, store.read_bytes(src))
+        store.link_or_copy(src, dst)
         digest = sha256_key(store, dst)
         if digest != sha256:
             raise StoreError(
