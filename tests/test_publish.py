@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -293,6 +294,23 @@ def test_local_target_is_idempotent(release, published):
     again = LocalTarget(published.parent.parent).publish(release.release)
     assert again == str(published)
     assert isinstance(LocalTarget(published), Target)
+
+
+def test_a_local_target_links_the_store_files_and_copies_them_across_filesystems(store, release, published):
+    """Linked on the store's filesystem, so a scheduled refresh does not add the catalog's gigabytes per version;
+    copied where a link cannot go, byte for byte either way."""
+    built = release.release
+    names = [e["name"] for e in built.manifest["files"]]
+    stored = {n: store.store.local_path(f"{built.prefix}/{n}") for n in names}
+    assert all(os.stat(published / n).st_ino == os.stat(stored[n]).st_ino for n in names)
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == stored[names[0]].stat().st_dev:
+        pytest.skip("no second filesystem (/dev/shm) to publish to")
+    with tempfile.TemporaryDirectory(dir=other) as folder:
+        copied = Path(LocalTarget(Path(folder), include_private=False).publish(built))
+        for n in names:
+            assert (copied / n).read_bytes() == stored[n].read_bytes()
+            assert os.stat(copied / n).st_ino != os.stat(stored[n]).st_ino
 
 
 def test_version_missing_its_manifest_is_invisible_and_completed(store, tmp_path):

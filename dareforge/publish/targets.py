@@ -12,6 +12,7 @@ What a target publishes is any `Publishable`: a `Release` (private and public pa
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -54,14 +55,10 @@ def _copy_version(store: Store, prefix: str, manifest: dict[str, Any], dest: Pat
             for entry in manifest["files"]:
                 target = tmp / entry["name"]
                 target.parent.mkdir(parents=True, exist_ok=True)
-                digest = hashlib.sha256()
-                with store.open(f"{prefix}/{entry['name']}") as src, open(target, "wb") as out:
-                    while block := src.read(1 << 20):
-                        digest.update(block)
-                        out.write(block)
-                if digest.hexdigest() != entry["sha256"]:
+                digest = _place(store, f"{prefix}/{entry['name']}", target)
+                if digest != entry["sha256"]:
                     raise ReleaseError(
-                        f"{prefix}/{entry['name']}: sha256 {digest.hexdigest()} != manifest {entry['sha256']}; "
+                        f"{prefix}/{entry['name']}: sha256 {digest} != manifest {entry['sha256']}; "
                         "the release in the store is damaged (see verify_release)"
                     )
             (tmp / MANIFEST).write_bytes(manifest_bytes)
@@ -73,9 +70,29 @@ def _copy_version(store: Store, prefix: str, manifest: dict[str, Any], dest: Pat
     return True
 
 
+def _place(store: Store, key: str, target: Path) -> str:
+    """Put the store file `key` at `target` and return the sha256 of what is there: a hard link when the store is
+    local and on the same filesystem (a catalog's version is gigabytes; the store never rewrites a file in
+    place, so the link keeps the version's bytes), else a copy."""
+    if store.is_local:
+        try:
+            os.link(store.local_path(key), target)
+        except OSError:  # another filesystem, or one without hard links
+            pass
+        else:
+            with open(target, "rb") as fh:
+                return hashlib.file_digest(fh, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    with store.open(key) as src, open(target, "wb") as out:
+        while block := src.read(1 << 20):
+            digest.update(block)
+            out.write(block)
+    return digest.hexdigest()
+
+
 @dataclass
 class LocalTarget:
-    """Copies releases to `<folder>/<name>/<version>/` and `<folder>/<name>-private/<version>/`."""
+    """Puts releases at `<folder>/<name>/<version>/` and `<folder>/<name>-private/<version>/` (see `_place`)."""
 
     folder: Path
     include_private: bool = True
