@@ -38,6 +38,15 @@ RECORDS_DIGEST = "dareforge.records.sha256"
 R = TypeVar("R", bound=Record)
 
 
+def link_or_copy_file(src: str | Path, dst: str | Path) -> None:
+    """Hard-link `src` at the new path `dst` (no second copy on disk), or copy it where the filesystem cannot
+    (another filesystem, or one without hard links)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
 class Store:
     def __init__(self, root: str, lock_dir: str | Path | None = None):
         """`lock_dir`: where a remote store's locks live (default: under the system temp folder); a local
@@ -148,10 +157,7 @@ class Store:
             return
         tmp = self._tmp(dst)
         try:
-            try:
-                os.link(self.path(src), tmp)
-            except OSError:  # another filesystem, or one without hard links
-                shutil.copyfile(self.path(src), tmp)
+            link_or_copy_file(self.path(src), tmp)
             os.replace(tmp, self.path(dst))
         finally:
             if os.path.lexists(tmp):

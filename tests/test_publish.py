@@ -199,7 +199,9 @@ def test_release_layout_and_verdict_note(store, release, caplog):
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["files"])
     task = tasks[0]  # the release's copy is the task's file, hard-linked: a version costs no second copy
     released = result.release.files_dir(task.id) + "/train.csv"
-    inodes = {os.stat(store.store.local_path(k)).st_ino for k in (f"tasks/{task.id}/public/train.csv", released)}
+    inodes = {
+        os.stat(store.store.local_path(k)).st_ino for k in (f"tasks/{task.id}/public/train.csv", released)
+    }
     assert len(inodes) == 1
     assert manifest["generator_versions"] == [GENERATOR_VERSION] and manifest["verdicts"]["present"] is False
     assert {s["id"] for s in manifest["sources"]} == {f"builtin.{s}" for s in SOURCES}

@@ -68,7 +68,8 @@ def write(store: Store, key: str, name: str, data: bytes) -> dict[str, Any]:
 
 
 def copy(store: Store, src: str, dst: str, name: str, sha256: str, size: int) -> dict[str, Any]:
-    """Copy (or hard-link: `Store.link_or_copy`) `src` to `dst` inside the store, checking the bytes against the checksum the record promises.
+    """Copy `src` to `dst` inside the store (a hard link where it can: `Store.link_or_copy`), checking the bytes
+    against the checksum the record promises.
 
     A destination that already holds those bytes is left alone, so completing a half-written release
     copies only what is missing.

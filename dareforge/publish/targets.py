@@ -12,7 +12,6 @@ What a target publishes is any `Publishable`: a `Release` (private and public pa
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -20,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from dareforge.publish.files import staged_folder
 from dareforge.publish.release import ReleaseError
 from dareforge.publish.versions import MANIFEST, Part
-from dareforge.store import Store
+from dareforge.store import Store, link_or_copy_file
 
 
 class Publishable(Protocol):
@@ -75,13 +74,9 @@ def _place(store: Store, key: str, target: Path) -> str:
     local and on the same filesystem (a catalog's version is gigabytes; the store never rewrites a file in
     place, so the link keeps the version's bytes), else a copy."""
     if store.is_local:
-        try:
-            os.link(store.local_path(key), target)
-        except OSError:  # another filesystem, or one without hard links
-            pass
-        else:
-            with open(target, "rb") as fh:
-                return hashlib.file_digest(fh, "sha256").hexdigest()
+        link_or_copy_file(store.local_path(key), target)
+        with open(target, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
     digest = hashlib.sha256()
     with store.open(key) as src, open(target, "wb") as out:
         while block := src.read(1 << 20):
