@@ -309,28 +309,38 @@ class Cluster:
         return done.stdout
 
     def sql(self, query: str) -> list[list[str]]:
-        out = subprocess.run(
-            [
-                "psql",
-                "-h",
-                "localhost",
-                "-p",
-                str(PG_PORT),
-                "-U",
-                "postgres",
-                "-d",
-                "airflow",
-                "-tA",
-                "-F",
-                "\t",
-                "-c",
-                query,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return [line.split("\t") for line in out.splitlines() if line]
+        """Rows of `query` on the metadata database; ClusterError when it cannot answer (the cluster is down)."""
+        try:
+            done = subprocess.run(
+                [
+                    "psql",
+                    "-h",
+                    "localhost",
+                    "-p",
+                    str(PG_PORT),
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "airflow",
+                    "-tA",
+                    "-F",
+                    "\t",
+                    "-c",
+                    query,
+                ],
+                capture_output=True,
+                text=True,
+            )
+        except FileNotFoundError as exc:
+            raise ClusterError(
+                "psql is not installed; `make cluster` installs PostgreSQL and starts the cluster"
+            ) from exc
+        if done.returncode != 0:
+            raise ClusterError(
+                f"the cluster's Postgres (localhost:{PG_PORT}) did not answer: {done.stderr.strip()[-400:]}; "
+                "is the cluster up? `make cluster` starts it"
+            )
+        return [line.split("\t") for line in done.stdout.splitlines() if line]
 
     def trigger(self, dag_id: str = "dare_refresh") -> str:
         """Trigger `dag_id` (unpausing it) and return the run id."""
@@ -523,6 +533,13 @@ def main(argv: list[str]) -> int:
         except KeyboardInterrupt:
             print(f"\nstopped waiting; {run_id} goes on in the cluster (`make cluster-stop` ends it)")
             return 130
+        except ClusterError as exc:
+            print(
+                f"stopped waiting for {run_id}: {exc}. A cluster stopped mid-run keeps what it finished: "
+                "`make cluster` then `make cluster-refresh` goes on from there.",
+                file=sys.stderr,
+            )
+            return 1
         retried = cluster.sql(
             f"select task_id, count(*) from task_instance where run_id = '{run_id}' and try_number > 1 group by 1"
         )
