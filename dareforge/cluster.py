@@ -209,35 +209,12 @@ class Cluster:
             lambda: _ok([str(PG_BIN / "pg_isready"), "-h", "localhost", "-p", str(PG_PORT)]), "postgres"
         )
         exists = subprocess.run(
-            [
-                "psql",
-                "-h",
-                "localhost",
-                "-p",
-                str(PG_PORT),
-                "-U",
-                "postgres",
-                "-tAc",
-                "select 1 from pg_database where datname = 'airflow'",
-            ],
+            _psql("-tAc", "select 1 from pg_database where datname = 'airflow'"),
             capture_output=True,
             text=True,
         ).stdout.strip()
         if exists != "1":
-            _run(
-                [
-                    "psql",
-                    "-h",
-                    "localhost",
-                    "-p",
-                    str(PG_PORT),
-                    "-U",
-                    "postgres",
-                    "-c",
-                    "create database airflow",
-                ],
-                "create database",
-            )
+            _run(_psql("-c", "create database airflow"), "create database")
 
     def start_redis(self) -> None:
         data = self.root / "redis"
@@ -312,22 +289,7 @@ class Cluster:
         """Rows of `query` on the metadata database; ClusterError when it cannot answer (the cluster is down)."""
         try:
             done = subprocess.run(
-                [
-                    "psql",
-                    "-h",
-                    "localhost",
-                    "-p",
-                    str(PG_PORT),
-                    "-U",
-                    "postgres",
-                    "-d",
-                    "airflow",
-                    "-tA",
-                    "-F",
-                    "\t",
-                    "-c",
-                    query,
-                ],
+                _psql("-d", "airflow", "-tA", "-F", "\t", "-c", query),
                 capture_output=True,
                 text=True,
             )
@@ -478,6 +440,11 @@ def _group_ended(pgid: int, wait_s: float) -> bool:
 
 def _json_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith(("[", "{")))
+
+
+def _psql(*args: str) -> list[str]:
+    """A psql command line against the cluster's Postgres, as its superuser."""
+    return ["psql", "-h", "localhost", "-p", str(PG_PORT), "-U", "postgres", *args]
 
 
 def _airflow() -> str:
