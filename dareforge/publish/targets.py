@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from dareforge.hashing import sha256_file
 from dareforge.publish.files import staged_folder
 from dareforge.publish.release import ReleaseError
 from dareforge.publish.versions import MANIFEST, Part
@@ -75,8 +76,7 @@ def _place(store: Store, key: str, target: Path) -> str:
     place, so the link keeps the version's bytes), else a copy."""
     if store.is_local:
         link_or_copy_file(store.local_path(key), target)
-        with open(target, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
+        return sha256_file(target)
     digest = hashlib.sha256()
     with store.open(key) as src, open(target, "wb") as out:
         while block := src.read(1 << 20):
