@@ -603,6 +603,16 @@ def test_rl_export_loads_with_datasets_and_holds_no_answers(built, rl, tmp_path)
     assert "0.1 for a well-formed" in readme and "bench-private" in readme
 
 
+def test_rl_card_states_the_reward_hacking_battery_on_one_task_per_family(built, rl, tmp_path):
+    _, _, _, tasks = built
+    readme = (Path(LocalTarget(tmp_path / "out").publish(rl.export)) / "README.md").read_text()
+    assert "## Reward hacking" in readme
+    families = sorted({t.family for t in tasks})
+    assert f"({', '.join(families)})" in readme
+    for harness in ("grader", "agent-loop", "rl-reward"):
+        assert f"{harness}: 0 of " in readme, readme[readme.index("## Reward hacking") :][:1500]
+
+
 def test_rl_rebuild_is_idempotent(built, rl):
     ctx, release, _, tasks = built
     again = build_rl_export(ctx, "rl", list(reversed(tasks)), release=release, today=date(2026, 3, 1))

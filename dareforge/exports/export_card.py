@@ -104,6 +104,27 @@ def sft_card(meta: dict[str, Any]) -> str:
     )
 
 
+def _hacks_section(hacks: dict[str, Any] | None) -> list[str]:
+    """What the reward-hacking battery found on this export's tasks (`dareforge.exports.reward_hacks`)."""
+    if not hacks:
+        return []
+    harnesses = hacks["harnesses"]
+    counts = "; ".join(
+        f"{name}: {h['overpaid']} of {h['cases']} paid more than their honest equivalent"
+        for name, h in harnesses.items()
+    )
+    lines = [
+        "## Reward hacking",
+        "",
+        "Every cheap way around the work (links to the answers, FIFOs, devices, folders and oversized files "
+        "where the output goes, a pre-written reward, malformed or coerced predictions and answers) was tried on "
+        f"one task of each family ({', '.join(hacks['families'])}) through each harness that pays: {counts}.",
+        "",
+    ]
+    lines += [f"- overpaid: {example}" for example in hacks["overpaid"]]
+    return lines + ([""] if hacks["overpaid"] else [])
+
+
 def rl_card(meta: dict[str, Any]) -> str:
     counts = meta["counts"]
     families = in_order(counts["families"])
@@ -153,6 +174,7 @@ def rl_card(meta: dict[str, Any]) -> str:
     }
     lines += family_table(rewards, ["reward beyond the format's 0.1", "train", "test"], text_columns=1)
     lines += ["", f"Metrics: {', '.join(meta['metrics'])}.", ""]
+    lines += _hacks_section(meta.get("reward_hacks"))
     lines += _lineage(meta, [])
     return front_matter(
         _data(meta, ["rl", "reinforcement-learning"], ["text-generation"], counts["tasks"]), "\n".join(lines)

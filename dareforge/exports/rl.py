@@ -34,6 +34,7 @@ from dareforge.exports.export_format import (
     turns,
 )
 from dareforge.exports.reward import reward_spec
+from dareforge.exports.reward_hacks import release_battery
 from dareforge.hashing import content_fingerprint
 from dareforge.publish.release import PUBLIC_SCHEMA, Release, public_file_entries
 from dareforge.publish.source_split import SPLITS
@@ -101,6 +102,7 @@ class RlExport(TrainingExport):
                 "families": family_counts(rows, "split"),
             },
             "metrics": sorted({r["metric"]["name"] for r in rows}),
+            "reward_hacks": release_battery(release, chosen),
         }
         return ExportContent({"default": split_tables(rows, RL_SCHEMA)}, meta)
 
