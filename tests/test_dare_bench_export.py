@@ -256,3 +256,22 @@ def test_dare_bench_reference_solution_reads_our_metadata(layout, tmp_path):
         assert f'model_type = "{question["model_type"]}"' in out["code"]
         tabular += 1
     assert tabular >= 3
+
+
+def test_what_the_layout_hands_a_system_holds_no_ground_truth(layout):
+    """A system under DARE-bench gets `source/`; its scorer reads `verify/`. Nothing in `source/` is a link
+    (one could point at `verify/`), holds a ground-truth file's bytes, or carries the target column."""
+    dest, _ = layout
+    folders = list(_folders(dest))
+    assert folders
+    for _, _, base, metadata in folders:
+        truths = {p.read_bytes() for p in (base / "verify").iterdir() if p.is_file()}
+        targets = metadata["question"]["target"]
+        targets = targets if isinstance(targets, list) else [targets]
+        for path in (base / "source").rglob("*"):
+            assert not path.is_symlink(), path
+            if not path.is_file():
+                continue
+            assert path.read_bytes() not in truths, path
+            if path.name.startswith("val_"):
+                assert not set(targets) & set(pd.read_csv(path, nrows=1).columns), path

@@ -610,6 +610,21 @@ def test_kramabench_workload_has_its_fields_files_and_id_scheme(built, krama):
         assert all((report.dest / "data" / "dareforge" / "input" / s).is_file() for s in item["data_sources"])
 
 
+def test_what_the_kramabench_layout_hands_a_system_holds_no_answer(krama):
+    """A KramaBench system reads `data/<name>/input/`; the answers are in the workload only. No input file is a
+    link, and none holds a task's certified answer file or an answer's text as its whole content."""
+    report, workload = krama
+    inputs = [p for p in report.dest.joinpath("data").rglob("*") if "input" in p.parts]
+    assert inputs
+    answers = {json.dumps(e["answer"]) for e in _krama_entries(workload)}
+    for path in inputs:
+        assert not path.is_symlink(), path
+        if path.is_file():
+            data = path.read_bytes()
+            assert b'"answer"' not in data[:200], path
+            assert data.strip().decode(errors="replace") not in answers, path
+
+
 def test_every_kramabench_query_names_its_files_by_their_path_in_the_input_folder(krama):
     """KramaBench hands a system the query and its id only, and many task folders hold a `data.csv`: every
     query and sub-query names each of its files as `<task id>/<file>`, and every path it names is a file
