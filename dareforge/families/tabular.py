@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -43,7 +44,7 @@ def goal_task_fields(
     task_words: str,
     test_note: str,
     group: str | None = None,
-    forecasts: list[pd.DataFrame] = (),
+    forecasts: Mapping[str, pd.DataFrame] | None = None,
 ) -> dict:
     """Record fields of a goal-only (MM or time-series) task: the prompt, metric, limits and reference scores
     (`forecasts`: the model-free forecasts a series task's strong reference must beat)."""
