@@ -315,6 +315,9 @@ class ValidateConfig(Section):
     max_shortcut_share: Share = Field(
         0.5, description="Reject when more than this share of probed models solve a task without its data."
     )
+    min_sensitive_requirements: NonNegativeInt = Field(
+        4, description="Reject an IF task when fewer of its stated requirements change the predictions."
+    )
 
 
 class EndpointConfig(Section):

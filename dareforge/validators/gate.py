@@ -42,6 +42,7 @@ THRESHOLDS: dict[str, tuple[Threshold, ...]] = {
     "learnable": (Threshold(*LT, "min_learnable_margin"),),
     "runtime": (Threshold(*GT, "max_reference_share_of_limit"),),
     "shortcut": (Threshold(*GT, "max_shortcut_share"),),
+    "sensitivity": (Threshold(*LT, "min_sensitive_requirements"),),
     "discrimination": (
         Threshold(*LT, "min_ladder_tau"),
         Threshold(*LT, "min_ladder_spread", detail="spread"),
