@@ -76,7 +76,7 @@ def _steps(spec: IFSpec) -> list[str]:
     return steps
 
 
-NOTHING_TO_STATE = "no value is missing, and scaling cannot change this model's predictions"
+NOTHING_TO_STATE = "any imputing or scaling you choose gives the same predictions"
 
 
 def _preprocessing(spec: IFSpec) -> str:

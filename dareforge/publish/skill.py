@@ -54,6 +54,15 @@ LADDER_TEXT = (
     "difficulty` (the share of rungs the strong reference beats) and `median headroom` (1 minus the best "
     "rung's score)."
 )
+SENSITIVITY = "sensitivity"
+SENSITIVITY_COLUMNS = ["mutation-tested", "stated requirements", "that matter", "share that matter"]
+SENSITIVITY_TEXT = (
+    "Each instruction-following task's instruction is mutation-tested: for each requirement (each filter, the "
+    "feature lists, imputers, scaler, encoder, model class, each parameter and the seed) the reference is run "
+    "once more with only that requirement changed to a neighbouring value. A requirement matters when that "
+    "changes a prediction on at least one test row; the instruction leaves out what cannot change one. Over the "
+    "released tasks: the stated requirements and the share of them that matter."
+)
 TIER_COLUMNS = [*TIERS, NOT_TIERED, "hard share"]
 TIER_TEXT = (
     "Question tasks are tiered by the operations their certified program needs: easy (one, or what a "
@@ -139,7 +148,8 @@ def skill_summary(
 ) -> dict[str, Any]:
     """The manifest's `skill` block: `ladder` (prediction family -> its ladder figures; empty when no ladder
     ran on any candidate) and `tiers` (question family -> released tasks per tier, `not tiered` included)."""
-    ladders = _ladders(validations)
+    validations_list = list(validations)  # read twice: the ladder's findings and the sensitivity ones
+    ladders = _ladders(validations_list)
     gated = {v.task_id for v in verdicts if any(r.startswith(f"{CHECK}:") for r in v.reasons)}
     released_ids = {t.id for t in released}
     laddered: dict[str, list[str]] = defaultdict(list)
@@ -159,6 +169,29 @@ def skill_summary(
     return {
         "ladder": ladder,
         "tiers": {f: {t: tiers[f][t] for t in (*TIERS, NOT_TIERED)} for f in in_order(tiers)},
+        SENSITIVITY: _sensitivity(released, validations_list),
+    }
+
+
+def _sensitivity(released: list[Task], validations: list[Validation]) -> dict[str, dict[str, int]]:
+    """IF family -> its released tasks that were mutation-tested, their stated requirements and how many of them
+    change the predictions (the `sensitivity` findings)."""
+    found = {v.task_id: json.loads(v.details) for v in validations if v.check == SENSITIVITY and v.details}
+    out: dict[str, dict[str, int]] = {}
+    for task in sorted(released, key=lambda t: t.id):
+        if task.id in found:
+            figures = out.setdefault(task.family, {"tested": 0, "stated": 0, "matter": 0})
+            figures["tested"] += 1
+            figures["stated"] += found[task.id]["stated"]
+            figures["matter"] += found[task.id]["matter"]
+    return {family: out[family] for family in in_order(out)}
+
+
+def sensitivity_rows(skill: dict[str, Any]) -> dict[str, list[str]]:
+    """Family -> its cells under `SENSITIVITY_COLUMNS` (none for a manifest written before them)."""
+    return {
+        family: [str(f["tested"]), str(f["stated"]), str(f["matter"]), _share(f["matter"], f["stated"])]
+        for family, f in skill.get(SENSITIVITY, {}).items()
     }
 
 

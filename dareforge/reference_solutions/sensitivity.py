@@ -24,7 +24,7 @@ from pathlib import Path
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.reference_code import PREDICTIONS, if_reference_sections
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
-from dareforge.reference_solutions.spec import IFSpec, Mutant, as_followed, mutants, omission_tested
+from dareforge.reference_solutions.spec import IFSpec, Mutant, as_followed, may_be_left_out, mutants
 from dareforge.schema import MetricSpec
 
 SENSITIVITY = "sensitivity.json"
@@ -172,14 +172,15 @@ def settle(
 ) -> tuple[IFSpec, Sensitivity]:
     """The spec whose instruction states what `found` shows to matter, and `found` with what it states.
 
-    A stated requirement that changes nothing is left out when its mutant is what an agent does without it
-    (`spec.omission_tested`: a filter, a one-value parameter, the seed); an unstated one that changes the
+    A stated requirement that changes nothing is left out when an agent told nothing of it has a default
+    (`spec.may_be_left_out`: a filter, a parameter, the seed, an imputer); an unstated one that changes the
     predictions (a scaler in front of a tree, through rounding) is stated. What an agent builds from the
-    settled instruction, every unstated requirement done otherwise at once (`spec.as_followed`), is run too:
-    if it misses the reference, the requirements left out here are stated after all."""
+    settled instruction, every unstated requirement done otherwise at once (`spec.as_followed`: filters
+    dropped, parameters at their defaults), is run too: if it misses the reference, the requirements left
+    out here are stated after all."""
     silent = {r.name for r in found.silent}
     kept = [name for name in spec.unstated if name not in silent]
-    idle = [r.name for r in found.stated if not r.matters and not r.error and omission_tested(spec, r.name)]
+    idle = [r.name for r in found.stated if not r.matters and not r.error and may_be_left_out(r.name)]
     settled = spec.model_copy(update={"unstated": kept + idle})
     followed, cpu_seconds = None, found.cpu_seconds
     if idle:

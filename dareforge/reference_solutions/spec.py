@@ -239,21 +239,23 @@ class Mutant:
     spec: IFSpec
 
 
-def omission_tested(spec: IFSpec, requirement: str) -> bool:
-    """Whether `requirement`'s mutant is what an agent does when the instruction leaves it out, so a mutant
-    that changes nothing shows it may be left out: a filter (left out: not applied), a parameter with one grid
-    value (left out: the estimator's default) and the seed (left out: the agent's own). A parameter's grid
-    neighbour is not its default, nor is one imputer or encoder every choice an agent could make."""
-    if requirement.startswith(f"{FILTER} ") or requirement == SEED:
-        return True
-    key = requirement.removeprefix(f"{PARAM} ")
-    return requirement.startswith(f"{PARAM} ") and len(_grid(spec)[1].get(key, [None])) == 1
+def may_be_left_out(requirement: str) -> bool:
+    """Whether an instruction may leave `requirement` out once its mutant changed nothing, subject to the run of
+    `as_followed`: a filter (left out, an agent applies none), a parameter (left out, the agent takes the
+    estimator's default, which `as_followed` runs; the seed, the agent's own), an imputer (left out, the
+    agent takes SimpleImputer's default, the mean, or for categories one of the two strategies: the reference
+    and the mutant ran both). The feature lists, date parts, encoder and model an agent cannot guess."""
+    return requirement.startswith((f"{FILTER} ", f"{PARAM} ")) or requirement in (
+        NUMERIC_IMPUTER,
+        CATEGORICAL_IMPUTER,
+    )
 
 
 def as_followed(spec: IFSpec) -> IFSpec:
     """The workflow an agent builds from `spec`'s instruction when every unstated requirement is done otherwise
     than the reference does it: unstated filters not applied, unstated parameters at the estimator's default
-    (the seed another one), an unstated scaler standard, unstated imputers the other strategy. Its predictions
+    (the seed another one than its mutant's), an unstated scaler standard, unstated imputers the other
+    strategy. Its predictions
     must be the reference's for the instruction to be complete."""
     unstated = set(spec.unstated)
     filters = [f for i, f in enumerate(spec.filters) if filter_requirement(i) not in unstated]
