@@ -21,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import pandas as pd
+
 from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.reference_code import PREDICTIONS, if_reference_sections
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
@@ -147,6 +149,11 @@ def mutation_test(
     return settle(runner, spec, measure(runner, spec, *where), *where)
 
 
+def _reference(path: Path) -> pd.DataFrame:
+    """The reference predictions as the grader reads a table (every cell as text), read once for all mutants."""
+    return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+
+
 def measure(
     runner: ReferenceRunner,
     spec: IFSpec,
@@ -205,13 +212,14 @@ def _run(
     started = time.process_time()
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.copytree(public, scratch)
+    reference = _reference(reference_predictions)
     outcome = runner.run(sensitivity_script([m.spec for m in found]), scratch)
     if not outcome.ok:
         lines = (outcome.error or "no error message").strip().splitlines()
         raise ValueError(f"the sensitivity script failed: {lines[-1]}")
     runs = json.loads((scratch / OUTCOMES).read_text())
     verdicts = [
-        _verdict(m, run, scratch / mutant_file(i), reference_predictions, metric)
+        _verdict(m, run, scratch / mutant_file(i), reference, metric)
         for i, (m, run) in enumerate(zip(found, runs, strict=True))
     ]
     return verdicts, outcome.cpu_seconds + time.process_time() - started

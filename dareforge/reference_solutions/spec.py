@@ -293,7 +293,7 @@ def mutants(spec: IFSpec) -> list[Mutant]:
     """One mutant per requirement of `spec` whose neighbour is a legal spec: each filter dropped, the last
     feature of each list dropped (while a feature is left), the last date part dropped, mean <-> median,
     most frequent <-> constant, the scaler swapped (standard <-> minmax, none -> standard), one-hot <-> ordinal,
-    the next model class of the same kind (its first grid values, the same seed), each parameter at its
+    the cheapest other model class of the same kind (its first grid values, the same seed), each parameter at its
     neighbouring grid value (the estimator's default for a one-value grid), the seed plus one. Requirements
     with nothing to act on (an imputer or encoder without such features) have no mutant; an unstated
     scaler has one, which must not matter."""
@@ -347,12 +347,17 @@ def _grid(spec: IFSpec) -> tuple[str, dict[str, list[Any]]]:
     return _models(spec).get(spec.model.name, (spec.model.module, {}))
 
 
+CHEAP_MODELS = ("DecisionTree", "LogisticRegression", "Ridge")
+"""The model classes a model mutant takes, first that differs first: any other class tests the model
+requirement, and these fit in a fraction of a forest's or boosting's time."""
+
+
 def _next_model(spec: IFSpec) -> ModelSpec:
-    """The next model class of the same kind (sorted by name, wrapping round), at its first grid values and the
-    spec's seed when both are seeded."""
-    names = sorted(_models(spec))
-    name = names[(names.index(spec.model.name) + 1) % len(names)] if spec.model.name in names else names[0]
-    module, grid = _models(spec)[name]
+    """The cheapest other model class of the same kind (`CHEAP_MODELS`), at its first grid values and the spec's
+    seed when both are seeded."""
+    models = _models(spec)
+    name = next(n for n in sorted(models) if n.startswith(CHEAP_MODELS) and n != spec.model.name)
+    module, grid = models[name]
     params = {key: values[0] for key, values in sorted(grid.items())}
     if is_seeded(name):
         params["random_state"] = spec.model.params.get("random_state", 0)
