@@ -3,9 +3,9 @@ catalog with the default config: its cost against generate's, and what it finds.
 
 Cost, in CPU seconds (on a shared machine wall time measures the neighbours too): the mutation tests run inside
 generate (one worker script per IF task with every mutant, plus the run of the settled instruction as followed,
-and their grading); each task stores what it spent (`cpu_seconds` in `private/sensitivity.json`). The ratio is
-their sum over the rest of generate's CPU seconds for the whole run (this process and the reference workers
-it starts, on a fresh store): the share of generate's CPU time the mutation tests add (target: at most 0.5).
+and their grading), summed in generate's report (`seconds_in["sensitivity"]`). The ratio is that sum over
+the rest of generate's CPU seconds for the whole run (this process and the reference workers it starts, on a
+fresh store): the share of generate's CPU time the mutation tests add (target: at most 0.5).
 
 Findings, per IF family: the stated requirements and the share that change the predictions (over every
 mutation-tested task and over the accepted ones), the tasks the gate rejects for too few
@@ -44,7 +44,7 @@ def main() -> None:
         generate_cpu = own_cpu() + children_cpu() + live_children_cpu() - cpu_started
         validate(ctx)
         rows = _findings(ctx)
-    spent = sum(details["cpu_seconds"] for _, details, _, _ in rows)
+    spent = generated.seconds_in.get("sensitivity", 0.0)
     rest = generate_cpu - spent
     ratio = spent / rest if rest > 0 else float("inf")
     print(

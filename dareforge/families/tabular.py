@@ -110,6 +110,8 @@ def if_task(build: Build, seed: int) -> Task | None:
                 draft.folder / "run-sensitivity",
             )
             (draft.private / SENSITIVITY).write_text(found.to_json())
+            seconds_in = build.writer.report.seconds_in
+            seconds_in["sensitivity"] = seconds_in.get("sensitivity", 0.0) + found.cpu_seconds
         (draft.private / "spec.json").write_text(stated.model_dump_json(indent=2) + "\n")
         draft.fields = {
             "instruction": render_if(stated, limits_of(ctx)),

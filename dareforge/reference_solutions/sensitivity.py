@@ -80,7 +80,17 @@ class Sensitivity:
         return [r for r in self.requirements if not r.stated and r.matters]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        """The stored form, without CPU seconds: a task's files are a function of its inputs (the generate
+        report counts the seconds, `seconds_in["sensitivity"]`)."""
+
+        def timeless(requirement: Requirement) -> dict:
+            return {k: v for k, v in asdict(requirement).items() if k != "cpu_seconds"}
+
+        data = {
+            "requirements": [timeless(r) for r in self.requirements],
+            "followed": timeless(self.followed) if self.followed else None,
+        }
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> Sensitivity:
@@ -88,8 +98,7 @@ class Sensitivity:
         followed = data.get("followed")
         return cls(
             [Requirement(**r) for r in data["requirements"]],
-            data["cpu_seconds"],
-            Requirement(**followed) if followed else None,
+            followed=Requirement(**followed) if followed else None,
         )
 
 

@@ -5,7 +5,7 @@ needs the result to decide what the instruction states, the reference worker and
 hand then, and a re-validation (a changed threshold, a new check) never refits them. This check reads the
 stored `private/sensitivity.json` and reports it as every other finding is reported: its score is the number
 of stated requirements that matter, which the gate compares with `validate.min_sensitive_requirements`; its
-details hold each requirement (stated, matters, rows that differ, CPU seconds, error), the counts and the
+details hold each requirement (stated, matters, rows that differ, error), the counts and the
 share of stated requirements that matter. It flags a task whose instruction leaves out a requirement that
 changes the predictions (an unstated requirement whose mutant differs): an agent could not know it.
 """
@@ -32,7 +32,6 @@ class SensitivityCheck:
             "stated": len(stated),
             "matter": len(mattering),
             "share": len(mattering) / len(stated) if stated else None,
-            "cpu_seconds": found.cpu_seconds,
         }
         idle = [r.name for r in stated if not r.matters]
         reason = f"{len(mattering)} of {len(stated)} stated requirements change the predictions" + (
