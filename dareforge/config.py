@@ -322,6 +322,9 @@ class ValidateConfig(Section):
             "reproduces more than this share of its rows."
         ),
     )
+    min_sensitive_requirements: NonNegativeInt = Field(
+        4, description="Reject an IF task when fewer of its stated requirements change the predictions."
+    )
 
 
 class EndpointConfig(Section):

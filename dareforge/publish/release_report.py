@@ -403,6 +403,11 @@ def _skill_section(release: Release) -> list[str]:
             f"<p class='muted'>{_e(skill.TIER_TEXT)}</p>",
             _family_table(skill.tier_rows(summary), skill.TIER_COLUMNS, "question-tiers"),
         ]
+    if sensitivity := skill.sensitivity_rows(summary):
+        parts += [
+            f"<p class='muted'>{_e(skill.SENSITIVITY_TEXT)}</p>",
+            _family_table(sensitivity, skill.SENSITIVITY_COLUMNS, "if-sensitivity"),
+        ]
     return parts
 
 

@@ -64,6 +64,15 @@ TRIVIAL_TEXT = (
     "family's pass bar, or reproduces more than `validate.max_trivial_share` of an IF task's rows. Over the "
     "released tasks: the best trivial answer's score, median and max (`graded`: tasks graded so)."
 )
+SENSITIVITY = "sensitivity"
+SENSITIVITY_COLUMNS = ["mutation-tested", "stated requirements", "that matter", "share that matter"]
+SENSITIVITY_TEXT = (
+    "Each instruction-following task's instruction is mutation-tested: for each requirement (each filter, the "
+    "feature lists, imputers, scaler, encoder, model class, each parameter and the seed) the reference is run "
+    "once more with only that requirement changed to a neighbouring value. A requirement matters when that "
+    "changes a prediction on at least one test row; the instruction leaves out what cannot change one. Over the "
+    "released tasks: the stated requirements and the share of them that matter."
+)
 TIER_COLUMNS = [*TIERS, NOT_TIERED, "hard share"]
 TIER_TEXT = (
     "Question tasks are tiered by the operations their certified program needs: easy (one, or what a "
@@ -149,8 +158,11 @@ def skill_summary(
 ) -> dict[str, Any]:
     """The manifest's `skill` block: `ladder` (prediction family -> its ladder figures; empty when no ladder
     ran on any candidate), `trivial` (family -> the best trivial answer's median and max score over its
-    released tasks) and `tiers` (question family -> released tasks per tier, `not tiered` included)."""
-    validations = list(validations)  # read twice: the ladders' findings and the trivial answers'
+    released tasks), `tiers` (question family -> released tasks per tier, `not tiered` included) and
+    `sensitivity` (IF family -> its stated requirements and how many matter)."""
+    validations = list(
+        validations
+    )  # read thrice: the ladders', the trivial answers' and sensitivity findings
     ladders = _ladders(validations)
     gated = {v.task_id for v in verdicts if any(r.startswith(f"{CHECK}:") for r in v.reasons)}
     released_ids = {t.id for t in released}
@@ -168,6 +180,7 @@ def skill_summary(
         "ladder": ladder,
         "trivial": _trivial(released, validations),
         "tiers": _tiers(released),
+        SENSITIVITY: _sensitivity(released, validations),
     }
 
 
@@ -194,6 +207,28 @@ def _tiers(released: list[Task]) -> dict[str, dict[str, int]]:
         if family_named(task.family).asks_question:
             tiers.setdefault(task.family, Counter())[task.difficulty or NOT_TIERED] += 1
     return {f: {t: tiers[f][t] for t in (*TIERS, NOT_TIERED)} for f in in_order(tiers)}
+
+
+def _sensitivity(released: list[Task], validations: list[Validation]) -> dict[str, dict[str, int]]:
+    """IF family -> its released tasks that were mutation-tested, their stated requirements and how many of them
+    change the predictions (the `sensitivity` findings)."""
+    found = {v.task_id: json.loads(v.details) for v in validations if v.check == SENSITIVITY and v.details}
+    out: dict[str, dict[str, int]] = {}
+    for task in sorted(released, key=lambda t: t.id):
+        if task.id in found:
+            figures = out.setdefault(task.family, {"tested": 0, "stated": 0, "matter": 0})
+            figures["tested"] += 1
+            figures["stated"] += found[task.id]["stated"]
+            figures["matter"] += found[task.id]["matter"]
+    return {family: out[family] for family in in_order(out)}
+
+
+def sensitivity_rows(skill: dict[str, Any]) -> dict[str, list[str]]:
+    """Family -> its cells under `SENSITIVITY_COLUMNS` (none for a manifest written before them)."""
+    return {
+        family: [str(f["tested"]), str(f["stated"]), str(f["matter"]), _share(f["matter"], f["stated"])]
+        for family, f in skill.get(SENSITIVITY, {}).items()
+    }
 
 
 def _number(value: float | None) -> str:

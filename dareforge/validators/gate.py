@@ -61,6 +61,7 @@ THRESHOLDS: dict[str, tuple[Threshold, ...]] = {
         Threshold(*GE, None, pass_bar=True),
         Threshold(*GT, "max_trivial_share", exact_only=True),
     ),
+    "sensitivity": (Threshold(*LT, "min_sensitive_requirements"),),
     "discrimination": (
         Threshold(*LT, "min_ladder_tau"),
         Threshold(*LT, "min_ladder_spread", detail="spread"),
