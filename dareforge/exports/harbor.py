@@ -53,7 +53,7 @@ from typing import Any
 from dareforge.agents.grading import PASS_BARS
 from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
-from dareforge.exports.harbor_control import Controller, ControlRun
+from dareforge.exports.harbor_control import APP, Controller, ControlRun
 from dareforge.exports.harbor_grader import grader_files, grading_config
 from dareforge.families.family import Family, Grading
 from dareforge.families.registry import REGISTERED, family_of
@@ -62,8 +62,12 @@ from dareforge.publish.release import Release, ReleaseError
 from dareforge.reference_solutions.reference_code import STRONG_SCRIPT
 from dareforge.schema import Source, Task
 
-SCHEMA_VERSION = "1.1"
-"""Harbor's task.toml schema version this layout writes (`TaskConfig.schema_version`)."""
+SCHEMA_VERSION = "1.4"
+"""Harbor's task.toml schema version this layout writes (`TaskConfig.schema_version`): 0.25's, which has the
+separate verifier (`[verifier] environment_mode`) and `artifacts`."""
+VERIFIER_MODE = "separate"
+"""`[verifier] environment_mode`: the verifier runs in a fresh container of the task's image, never in the one the
+agent ran in (Harbor's lint rule `shared-verifier`); it gets only `artifacts` from the agent's."""
 ORG = "dareforge"
 APP_DIR = "app"
 CONTROL_WORKERS = 4
@@ -141,6 +145,12 @@ def instruction(task: Task, family: Family) -> str:
     )
 
 
+def artifacts(family: Family) -> list[str]:
+    """What Harbor copies from the agent's container into the verifier's (`artifacts`): the graded output only;
+    the verifier's `/app` is otherwise the image's, as the agent found it."""
+    return [f"{APP}/{family.files.output}"]
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -199,13 +209,17 @@ def task_toml(
     first_line = task.instruction.strip().splitlines()[0] if task.instruction.strip() else task.family
     document = {
         "schema_version": SCHEMA_VERSION,
+        "artifacts": artifacts(family),
         "task": {
             "name": f"{ORG}/{folder_name(task)}",
             "description": f"{task.family} ({family.words.asks}): {first_line}",
             "keywords": ["dareforge", "data-science", task.family],
         },
         "metadata": metadata,
-        "verifier": {"timeout_sec": float(task.limits.seconds_per_execution)},
+        "verifier": {
+            "timeout_sec": float(task.limits.seconds_per_execution),
+            "environment_mode": VERIFIER_MODE,
+        },
         "agent": {"timeout_sec": agent_seconds(task)},
         "environment": {"cpus": 1, "memory_mb": memory_mb},
     }

@@ -90,6 +90,10 @@ HERE = Path(__file__).resolve().parent
 LOGS = Path("/logs/verifier")
 sys.path.insert(0, str(HERE / "grader"))
 
+# Only this run's verdict counts: a reward file already here (an agent's, where /logs is shared) is removed first.
+LOGS.mkdir(parents=True, exist_ok=True)
+for stale in ("reward.txt", "reward.json", "grade.json"):
+    (LOGS / stale).unlink(missing_ok=True)
 config = json.loads((HERE / "grading.json").read_text())
 details = {"family": config["family"], "bar": config["bar"], "score": None, "error": None}
 try:
@@ -106,7 +110,6 @@ except Exception as exc:  # the task's fault (e.g. a bad answers file): no pass
     details["error"] = f"the grader failed: {type(exc).__name__}: {exc}"
     passed = False
 details["passed"] = passed
-LOGS.mkdir(parents=True, exist_ok=True)
 (LOGS / "grade.json").write_text(json.dumps(details, indent=1, sort_keys=True))
 (LOGS / "reward.txt").write_text("1\\n" if passed else "0\\n")
 print(json.dumps(details, sort_keys=True))
