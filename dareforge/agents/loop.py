@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import shutil
@@ -51,6 +50,7 @@ from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, trunc
 from dareforge.families.registry import family_of
 from dareforge.hashing import sha256_bytes, sha256_file
 from dareforge.reference_solutions.graders import GradeResult
+from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES, read_regular_file
 from dareforge.sandbox.environment import SandboxFactory
 from dareforge.schema import SourceFile, Step, Task, Trajectory
 from dareforge.scratch import temp_root
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 MAX_LISTED_FILES = 200
 """Most workspace files a trajectory lists (the rest are counted in the detail)."""
 MAX_WALKED_FILES = 100_000
-MAX_PREDICTIONS_BYTES = 1 << 30
 
 
 class ChatClient(Protocol):
@@ -478,23 +477,6 @@ def write_submitted(path: Path, answer_json: str) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-
-
-def read_regular_file(path: Path, max_bytes: int) -> bytes:
-    """The bytes of `path` if it is a regular file (not a symlink, FIFO or device) of at most `max_bytes`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise OSError(f"{path.name} is a symbolic link") from None
-        raise
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        if info.st_size > max_bytes:
-            raise OSError(f"{path.name} has {info.st_size} bytes, more than the {max_bytes} allowed")
-        return fh.read(max_bytes + 1)
 
 
 def classify(

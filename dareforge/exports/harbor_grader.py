@@ -1,7 +1,7 @@
 """The `tests/` folder of an exported Harbor task: `test.sh`, the grading script and dareforge's own grader.
 
 The grader is ours, not a re-implementation: `tests/grader/dareforge/` holds the source of
-`dareforge.reference_solutions.{graders,answers,metrics}` and `dareforge.errors`, byte for byte, beside two
+`dareforge.reference_solutions.{graders,answers,metrics,submission_files}` and `dareforge.errors`, byte for byte, beside two
 small stand-ins for the modules they import that need pydantic (not in the task's image): `schema.py` with
 `MetricSpec` and `ANSWER_METRIC`, `reference_solutions/results.py` with `GradeResult` and `Rejected` as plain
 classes of the same fields. So the grade inside the container is dareforge's grade, on the packages the
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dareforge import errors
-from dareforge.reference_solutions import answers, graders, metrics
+from dareforge.reference_solutions import answers, graders, metrics, submission_files
 from dareforge.schema import ANSWER_METRIC
 
 BUNDLE = "grader"
@@ -33,6 +33,7 @@ VERBATIM = {
     "dareforge/reference_solutions/graders.py": graders,
     "dareforge/reference_solutions/answers.py": answers,
     "dareforge/reference_solutions/metrics.py": metrics,
+    "dareforge/reference_solutions/submission_files.py": submission_files,
 }
 
 SCHEMA_STANDIN = '''"""Stand-in for dareforge.schema inside a Harbor task: what the grader imports from it, without pydantic."""

@@ -26,12 +26,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dareforge.agents.grading import answers_file, output_file
-from dareforge.agents.loop import MAX_PREDICTIONS_BYTES, read_regular_file
 from dareforge.errors import DareforgeError
 from dareforge.families.registry import family_of
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.reference_solutions.metrics import get_metric
 from dareforge.reference_solutions.reference_code import PREDICTIONS
+from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES, read_regular_file
 from dareforge.schema import MetricSpec, Task, Trajectory
 from dareforge.scratch import temp_root
 

@@ -35,6 +35,7 @@ from dareforge.reference_solutions.metrics import (
     canonical_label,
 )
 from dareforge.reference_solutions.results import GradeResult, Paraphrase, Rejected
+from dareforge.reference_solutions.submission_files import MAX_ANSWER_BYTES, read_regular_file
 from dareforge.schema import MetricSpec
 
 # --- question answers ----------------------------------------------------------------------------------
@@ -48,6 +49,12 @@ EXACT_RELATIVE_TOLERANCE = 1e-6
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
 _PLAIN_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _TRUE, _FALSE = {"true", "yes", "1"}, {"false", "no", "0"}
+MAX_JSON_DEPTH = 8
+"""An answer is a value or a list of values inside {"answer": ...}: deeper nesting is no answer."""
+MAX_INTEGER_DIGITS = 308
+"""Longer integers exceed a float (and Python's own int parsing refuses 4,300 digits with a ValueError)."""
+MAX_LIST_ITEMS = 10_000
+"""A list answer longer than this is refused: F1 matching is quadratic in the items."""
 
 
 class _BadAnswer(Exception):
@@ -83,20 +90,80 @@ def _answer_value(source: Any, what: str) -> Any:
         document = source
     else:
         path = Path(source)
-        if not path.is_file():
-            where = "is a directory" if path.is_dir() else "does not exist"
-            fix = '; write {"answer": <value>} as JSON to this path' if what == "submission" else ""
-            raise Rejected(f"{what} file not found: {path} {where}{fix}")
+        fix = '; write {"answer": <value>} as JSON to this path' if what == "submission" else ""
         try:
-            document = json.loads(path.read_text(encoding="utf-8-sig"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise Rejected(
-                f"could not read {what} {path} as UTF-8 JSON ({exc}); write it with "
-                'json.dump({"answer": value}, open(path, "w"))'
-            ) from None
+            data = read_regular_file(path, MAX_ANSWER_BYTES)
+        except FileNotFoundError:
+            raise Rejected(f"{what} file not found: {path} does not exist{fix}") from None
+        except OSError as exc:
+            raise Rejected(f"{what} {path} cannot be graded: {exc}{fix} as a regular file") from None
+        document = strict_json(data, f"{what} {path}")
     if not isinstance(document, dict) or ANSWER_KEY not in document:
         raise Rejected(f'{what} must be a JSON object with an "answer" key, e.g. {{"answer": 42}}')
     return document[ANSWER_KEY]
+
+
+def strict_json(data: bytes, what: str) -> Any:
+    """One JSON document in the form every reader takes alike: UTF-8, no repeated key (readers disagree on
+    which one wins), no NaN or Infinity (not JSON), no number a float cannot hold (`1e999`, a 400-digit
+    integer), no nesting deeper than `MAX_JSON_DEPTH`; `Rejected` naming the problem otherwise."""
+    write_it = 'write it with json.dump({"answer": value}, open(path, "w"))'
+    try:
+        text = data.decode("utf-8-sig")
+        document = json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+        too_deep = _depth(document) > MAX_JSON_DEPTH
+    except _NotPlainJSON as exc:
+        raise Rejected(f"{what} is not plain JSON: {exc}; {write_it}") from None
+    except RecursionError:
+        too_deep = True
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Rejected(f"could not read {what} as UTF-8 JSON ({str(exc)[:200]}); {write_it}") from None
+    if too_deep:
+        raise Rejected(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels; {write_it}")
+    return document
+
+
+class _NotPlainJSON(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise _NotPlainJSON(f"the key(s) {repeated} appear more than once in one object")
+    return dict(pairs)
+
+
+def _refuse_constant(name: str) -> float:
+    raise _NotPlainJSON(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotPlainJSON(f"{text[:40]} is beyond a float's range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise _NotPlainJSON(f"an integer of {len(text)} digits is beyond a float's range")
+    return int(text)
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    return 0
 
 
 def score_answer(
@@ -217,18 +284,24 @@ def _boolean(value: Any, role: str = "submission") -> bool:
 
 
 def _as_list(value: Any, role: str = "submission") -> list[Any]:
-    if isinstance(value, list):
-        return value
+    error = _BadAnswer if role == "submission" else GradingError
     if isinstance(value, str):
         try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
+            parsed = strict_json(value.encode(), f"the {role}")
+        except Rejected:
             parsed = None
-        if isinstance(parsed, list):
-            return parsed
-        return [item.strip() for item in value.split(",") if item.strip()]
-    error = _BadAnswer if role == "submission" else GradingError
-    raise error(f'the {role} must be a list, got {_kind(value)}; write a JSON list such as ["a", "b"]')
+        value = (
+            parsed
+            if isinstance(parsed, list)
+            else [item.strip() for item in value.split(",") if item.strip()]
+        )
+    if not isinstance(value, list):
+        raise error(f'the {role} must be a list, got {_kind(value)}; write a JSON list such as ["a", "b"]')
+    if len(value) > MAX_LIST_ITEMS:
+        raise error(
+            f"the {role} lists {len(value)} items, more than the {MAX_LIST_ITEMS} a list answer may have"
+        )
+    return value
 
 
 def _item_matches(

@@ -5,7 +5,9 @@ task's `answer.json` against its certified answer.
 the problem and the fix. A bad answers file, an unknown metric or bad metric parameters are the
 benchmark's fault and raise `GradingError`.
 
-Both tables are read with every column as text (so an id "007" stays "007"), cells and header names
+A path is read only when it is a regular file of at most `MAX_PREDICTIONS_BYTES`, opened without following a
+link (`submission_files`): a symbolic link, FIFO, device or folder where the predictions should be scores the
+worst, whatever it points at. Both tables are read with every column as text (so an id "007" stays "007"), cells and header names
 stripped of surrounding whitespace. Rows are joined on `MetricSpec.key_columns`: a key column whose answers
 are all plain integers ("12", "-3", no leading zeros) matches by integer value, so "12.0" (what pandas writes
 back for an integer column that held a missing value) finds "12", while "12.5" matches nothing and is named
@@ -18,6 +20,7 @@ Question tasks (metric `answer`) are graded by `dareforge.reference_solutions.an
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -37,6 +40,7 @@ from dareforge.reference_solutions.metrics import (
     is_pass_metric,
 )
 from dareforge.reference_solutions.results import GradeResult, Paraphrase, Rejected
+from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES, read_regular_file
 from dareforge.schema import ANSWER_METRIC, MetricSpec
 
 __all__ = [
@@ -94,12 +98,15 @@ def _read_table(source: Path | str | pd.DataFrame, what: str = "table") -> pd.Da
     if isinstance(source, pd.DataFrame):
         return _text_frame(source)
     path = Path(source)
-    if not path.is_file():
-        where = "is a directory" if path.is_dir() else "does not exist"
-        fix = "; write the predictions CSV to this path" if what == "submission" else ""
-        raise Rejected(f"{what} file not found: {path} {where}{fix}")
+    fix = "; write the predictions CSV to this path" if what == "submission" else ""
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        data = read_regular_file(path, MAX_PREDICTIONS_BYTES)
+    except FileNotFoundError:
+        raise Rejected(f"{what} file not found: {path} does not exist{fix}") from None
+    except OSError as exc:
+        raise Rejected(f"{what} {path} cannot be graded: {exc}{fix} as a regular file") from None
+    try:
+        frame = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except pd.errors.EmptyDataError:
         raise Rejected(
             f"{what} file {path} is empty; write a CSV with a header line and one row per test row"
