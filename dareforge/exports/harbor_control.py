@@ -1,17 +1,23 @@
-"""Control runs of an exported Harbor task without Docker: its scripts run in our bubblewrap sandbox with Harbor's
-paths bound where Harbor puts them.
+"""Control runs of an exported Harbor task without Docker, in Harbor's two phases: its scripts run in our
+bubblewrap sandbox with Harbor's paths bound where Harbor puts them, the verifier apart from the agent as
+task.toml asks (`[verifier] environment_mode = "separate"`).
 
-Harbor builds `environment/` into an image whose working folder is `/app`, copies `solution/` to `/solution` for
-its oracle agent, copies `tests/` to `/tests` after the agent ran, and runs `bash /tests/test.sh`, which leaves
-the reward in `/logs/verifier/reward.txt`. Here the same folders are bound at the same paths inside a sandbox
-built by `dareforge.sandbox.isolation` (read-only /usr and Python runtime, no network, own PID namespace,
-resource limits, an unprivileged uid when run as root): `/app` is a fresh copy of `environment/app/`
-(read-write), `/solution` and `/tests` are read-only, `/logs` is read-write; the sandbox's seccomp filter
-applies. The interpreter is this process's (the stack the release's references ran on, which the task's
-Dockerfile pins), not the image's.
+Harbor builds `environment/` into an image whose working folder is `/app`, runs the agent in one container of it
+(the oracle agent with `solution/` at `/solution`), then starts a second container of the same image for the
+verifier, carries over the agent's `artifacts` (here `/app/<output>`), adds `tests/` at `/tests` and an empty
+`/logs/verifier`, and runs `bash /tests/test.sh`, which leaves the reward in `/logs/verifier/reward.txt`. Here:
 
-An oracle run executes `solution/solve.sh` then `tests/test.sh`; a no-op run only `tests/test.sh`; `place` puts
-given files in `/app` first (a test's submissions).
+- the agent phase is a sandbox with `/app` (a fresh copy of `environment/app/`, read-write) and `/logs`
+  (read-write); `/solution` (read-only) only for the oracle's `solve.sh`; never `/tests`. A no-op runs nothing;
+  a test's hostile agent is a shell script (`agent`). Its PID namespace, and every process the agent left in it,
+  ends with the phase;
+- the verifier phase is a second sandbox, another uid: `/app` a fresh copy of `environment/app/` with each
+  artifact carried from the agent's `/app` (`carry`: a link stays a link, where Harbor drops one that leaves the
+  artifact, so our grader must refuse it itself), `/tests` read-only, a fresh `/logs`; no `/solution`.
+
+Both sandboxes are built by `dareforge.sandbox.isolation` (read-only /usr and Python runtime, no network, own PID
+namespace, resource limits, an unprivileged uid when run as root, its seccomp filter). The interpreter is this
+process's (the stack the release's references ran on, which the task's Dockerfile pins), not the image's.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ models' fields and that both graders give the same score to gold and to wrong su
 `/app/<output>` against `/tests/<truth>`, and writes Harbor's reward, `/logs/verifier/reward.txt`: 1 when the
 grade passes dareforge's bar for the family (exact families: a score of 1; goal families: the family's pass bar;
 questions: `ANSWER_PASS_BAR`), else 0; `/logs/verifier/grade.json` keeps the score, the error and the bar. A
-grader crash (a bad answers file: the task's fault) gives reward 0 with the error in `grade.json`.
+grader crash (a bad answers file: the task's fault) gives reward 0 with the error in `grade.json`. A reward or
+grade file found before grading (an agent's, where `/logs` is shared) is removed first: only this run's counts.
 """
 
 from __future__ import annotations
