@@ -6,12 +6,14 @@ A task folder `<family>-<task id>/` (lower case) holds what Harbor's `Task` read
 
 - `instruction.md`: our instruction, its line on code runs replaced by where the files are (`/app`, the working
   folder) and the time the agent has;
-- `task.toml` in Harbor's current schema (`schema_version` 1.1): `[task]` (name `dareforge/<folder>`,
-  description, keywords), `[metadata]` (family, grading, metric, pass bar, what the reward means, the task's
-  provenance: source, its title, address and license, release name, version and content fingerprint, generator
-  version and seed, split, the package versions; a question's tier and operations), `[verifier]` (timeout: one
-  code run's seconds), `[agent]` (timeout: turns x seconds per run, the budget our protocol gives) and
-  `[environment]` (1 CPU and the sandbox's `memory_mb`);
+- `task.toml` in Harbor 0.25's schema (`schema_version` 1.4): `artifacts` (`/app/<output>`: the one file Harbor
+  carries from the agent's container to the verifier's), `[task]` (name `dareforge/<folder>`, description,
+  keywords), `[metadata]` (family, grading, metric, pass bar, what the reward means, the task's provenance:
+  source, its title, address and license, release name, version and content fingerprint, generator version and
+  seed, split, the package versions; a question's tier and operations), `[verifier]` (timeout: one code run's
+  seconds; `environment_mode = "separate"`), `[agent]` (timeout: turns x seconds per run, the budget our
+  protocol gives) and `[environment]` (1 CPU and the sandbox's `memory_mb`). `harbor lint` with its default
+  rules finds nothing (`tests/test_harbor_package.py` runs it);
 - `environment/Dockerfile`: `python:<version>-slim` with the task's `package_versions` pinned, working folder
   `/app` holding `environment/app/`, the task's public files;
 - `solution/solve.sh`: the task's seeded reference from the private release, run in `/app`: an IF task's
@@ -19,6 +21,12 @@ A task folder `<family>-<task id>/` (lower case) holds what Harbor's `Task` read
   certified `reference.py` (a Lake's recorded `cleaning.py` first);
 - `tests/`: `test.sh`, dareforge's grader and the private file it grades against (see `harbor_grader`); the
   answers are only here, never in `environment/`, `solution/` or the instruction.
+
+The verifier runs apart from the agent (Harbor's separate mode): a fresh container of the same image, its `/app`
+as the agent found it plus the agent's output, `/tests` and an empty `/logs/verifier`. With the verifier in the
+agent's container, a link `/app/<output> -> /tests/<truth>` left by the agent resolved once `/tests` arrived
+and was paid 1; now the link is dropped on the way (Harbor's copy keeps no link that leaves the artifact) and
+the grader reads only a regular file in any case.
 
 The reward Harbor reads (`/logs/verifier/reward.txt`) is binary: 1 when the grade passes dareforge's bar for the
 family (IF: every prediction matches the reference run; MM/TS: the metric reaches the family's pass bar;
@@ -30,9 +38,9 @@ reference, whose score the store kept when the task was made, so a task scored b
 left out with that reason (`stored_verdict`); an exact or question family's reference made the answers it is
 graded against. Control runs (`harbor_control`, no Docker) prove the packaging on a sample seeded by the task
 ids, up to `controls_per_family` exported tasks of each family (default `CONTROLS_PER_FAMILY`, or every task),
-so their cost does not grow with the release: each oracle (`solve.sh`, then `test.sh`) must earn reward 1 and a
-no-op agent (`test.sh` on the untouched `/app`) reward 0; one that does not is a packaging bug and fails the
-export. (A goal task without a stored score is always controlled, and left out when its oracle only scores
+so their cost does not grow with the release. They follow Harbor's phases: the agent's (the oracle's `solve.sh`,
+or nothing for a no-op) without `/tests`, then `test.sh` in a verifier of its own. Each oracle must earn reward 1
+and a no-op agent reward 0; one that does not is a packaging bug and fails the export. (A goal task without a stored score is always controlled, and left out when its oracle only scores
 below the bar.) Tasks are read one at a time, so memory does not grow with the release either.
 `README.md` at the top is the export's card: the counts, and every task left out with its reason. The folder
 holds the answers: it is as private as the private release it is cut from. Same release, same bytes.
@@ -53,7 +61,7 @@ from typing import Any
 from dareforge.agents.grading import PASS_BARS
 from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
-from dareforge.exports.harbor_control import Controller, ControlRun
+from dareforge.exports.harbor_control import APP, Controller, ControlRun
 from dareforge.exports.harbor_grader import grader_files, grading_config
 from dareforge.families.family import Family, Grading
 from dareforge.families.registry import REGISTERED, family_of
@@ -62,8 +70,12 @@ from dareforge.publish.release import Release, ReleaseError
 from dareforge.reference_solutions.reference_code import STRONG_SCRIPT
 from dareforge.schema import Source, Task
 
-SCHEMA_VERSION = "1.1"
-"""Harbor's task.toml schema version this layout writes (`TaskConfig.schema_version`)."""
+SCHEMA_VERSION = "1.4"
+"""Harbor's task.toml schema version this layout writes (`TaskConfig.schema_version`): 0.25's, which has the
+separate verifier (`[verifier] environment_mode`) and `artifacts`."""
+VERIFIER_MODE = "separate"
+"""`[verifier] environment_mode`: the verifier runs in a fresh container of the task's image, never in the one the
+agent ran in (Harbor's lint rule `shared-verifier`); it gets only `artifacts` from the agent's."""
 ORG = "dareforge"
 APP_DIR = "app"
 CONTROL_WORKERS = 4
@@ -137,8 +149,15 @@ def instruction(task: Task, family: Family) -> str:
     output = family.files.output
     return (
         f"{text}\n\nThe files named above are in `/app`, your working directory; write `{output}` there "
-        f"(`/app/{output}`): it is what is graded. You have {agent_seconds(task):g} seconds.\n"
+        f"(`/app/{output}`) as a regular file, not a link: it is what is graded, and the only file the grader "
+        f"gets. You have {agent_seconds(task):g} seconds.\n"
     )
+
+
+def artifacts(family: Family) -> list[str]:
+    """What Harbor copies from the agent's container into the verifier's (`artifacts`): the graded output only;
+    the verifier's `/app` is otherwise the image's, as the agent found it."""
+    return [f"{APP}/{family.files.output}"]
 
 
 def _toml_value(value: Any) -> str:
@@ -199,13 +218,17 @@ def task_toml(
     first_line = task.instruction.strip().splitlines()[0] if task.instruction.strip() else task.family
     document = {
         "schema_version": SCHEMA_VERSION,
+        "artifacts": artifacts(family),
         "task": {
             "name": f"{ORG}/{folder_name(task)}",
             "description": f"{task.family} ({family.words.asks}): {first_line}",
             "keywords": ["dareforge", "data-science", task.family],
         },
         "metadata": metadata,
-        "verifier": {"timeout_sec": float(task.limits.seconds_per_execution)},
+        "verifier": {
+            "timeout_sec": float(task.limits.seconds_per_execution),
+            "environment_mode": VERIFIER_MODE,
+        },
         "agent": {"timeout_sec": agent_seconds(task)},
         "environment": {"cpus": 1, "memory_mb": memory_mb},
     }
@@ -469,9 +492,11 @@ def card(report: HarborReport, left_out: dict[str, tuple[str, str]]) -> str:
         "",
         f"Control runs prove the packaging (`solve.sh`, the grading in `test.sh`, the files) on {report.sample_rule} "
         "(the sample is drawn by a seeded hash of the task ids: the same release gives the same sample): each "
-        "ran twice in dareforge's bubblewrap sandbox with Harbor's paths bound (`/app`, `/solution`, `/tests`, "
-        "`/logs`), without Docker. The oracle (`solve.sh`, then `test.sh`) must earn 1 and a no-op agent 0; a "
-        "controlled task that fails either fails the whole export as a packaging bug.",
+        "ran twice without Docker, in Harbor's two phases, each a dareforge bubblewrap sandbox with Harbor's paths "
+        "bound: the agent's (`solve.sh`, or nothing) with `/app`, `/logs` and the oracle's `/solution` but no "
+        "`/tests`, then the verifier's (`test.sh`) with `/tests`, a fresh `/logs` and the image's `/app` plus the "
+        'agent\'s output, as `environment_mode = "separate"` runs it. The oracle must earn 1 and a no-op agent 0; '
+        "a controlled task that fails either fails the whole export as a packaging bug.",
         "",
         f"- Tasks controlled: {report.controlled.total()}",
         f"- Oracle earned 1: {report.oracle_passed.total()} of {report.controlled.total()}",

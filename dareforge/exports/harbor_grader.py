@@ -12,7 +12,8 @@ models' fields and that both graders give the same score to gold and to wrong su
 `/app/<output>` against `/tests/<truth>`, and writes Harbor's reward, `/logs/verifier/reward.txt`: 1 when the
 grade passes dareforge's bar for the family (exact families: a score of 1; goal families: the family's pass bar;
 questions: `ANSWER_PASS_BAR`), else 0; `/logs/verifier/grade.json` keeps the score, the error and the bar. A
-grader crash (a bad answers file: the task's fault) gives reward 0 with the error in `grade.json`.
+grader crash (a bad answers file: the task's fault) gives reward 0 with the error in `grade.json`. A reward or
+grade file found before grading (an agent's, where `/logs` is shared) is removed first: only this run's counts.
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ HERE = Path(__file__).resolve().parent
 LOGS = Path("/logs/verifier")
 sys.path.insert(0, str(HERE / "grader"))
 
+# Only this run's verdict counts: a reward file already here (an agent's, where /logs is shared) is removed first.
+LOGS.mkdir(parents=True, exist_ok=True)
+for stale in ("reward.txt", "reward.json", "grade.json"):
+    (LOGS / stale).unlink(missing_ok=True)
 config = json.loads((HERE / "grading.json").read_text())
 details = {"family": config["family"], "bar": config["bar"], "score": None, "error": None}
 try:
@@ -107,7 +112,6 @@ except Exception as exc:  # the task's fault (e.g. a bad answers file): no pass
     details["error"] = f"the grader failed: {type(exc).__name__}: {exc}"
     passed = False
 details["passed"] = passed
-LOGS.mkdir(parents=True, exist_ok=True)
 (LOGS / "grade.json").write_text(json.dumps(details, indent=1, sort_keys=True))
 (LOGS / "reward.txt").write_text("1\\n" if passed else "0\\n")
 print(json.dumps(details, sort_keys=True))
