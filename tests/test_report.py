@@ -203,7 +203,7 @@ def test_question_tiers_are_counted_per_family_and_their_hard_share_of_the_tiere
     tasks = [question.model_copy(update={"id": f"q{i}", "difficulty": d}) for i, d in enumerate(tiers)]
     summary = skill.skill_summary(tasks, tasks, [], [])
     counts = {"easy": 1, "medium": 1, "hard": 2, "not tiered": 1}
-    assert summary == {"ladder": {}, "trivial": {}, "tiers": {question.family: counts}}
+    assert summary == {"ladder": {}, "trivial": {}, "tiers": {question.family: counts}, "sensitivity": {}}
     assert skill.tier_rows(summary) == {question.family: ["1", "1", "2", "1", "50%"]}
     asks = family_named(question.family).words.asks
     assert f"| {question.family} | {asks} | 1 | 1 | 2 | 1 | 50% |" in skill_lines(summary)
