@@ -33,7 +33,7 @@ from dareforge.generators.questions.pipeline_questions import (
 from dareforge.generators.questions.question import Program
 from dareforge.generators.questions.year_questions import Growth, YearStat
 
-QUESTIONS_VERSION = "3"
+QUESTIONS_VERSION = "4"
 """Part of every question task's spec, hence of its id: bump it when a program, its rendering or a degeneracy
 rule changes, so stored questions are asked and judged again (prediction tasks keep their ids)."""
 
