@@ -306,9 +306,14 @@ def _question(answer_type: str, program: str = "count-where", text: str = "How m
             "its checks are undefined",
         ),
         (
-            _question("boolean", "correlation"),
-            {"answer": True, "checks": {"r": 0.2, "p_value": 0.04, "test": 1}},
-            "too close to the 5% level",
+            _question("numeric_approximate", "correlation"),
+            {"answer": 0.012, "checks": {"r": 0.012}},
+            "a correlation near 0",
+        ),
+        (
+            _question("numeric_approximate", "compare-groups"),
+            {"answer": 0.05, "checks": {"gap": 0.05, "scale": 10.0}},
+            "within 1% of each other",
         ),
         (
             _question(
@@ -403,6 +408,21 @@ def test_a_group_with_no_values_makes_a_rejected_question_not_a_crash(tmp_path):
     with ReferenceRunner(1, 60) as runner:
         output = _run(runner, posed.script, tmp_path)
     assert degenerate(posed, output) == "its checks are undefined (NaN or missing): gap"
+
+
+def test_no_program_asks_a_yes_no_question():
+    """true and false are guesses every question gets: one of them passes any yes/no question, so no program
+    asks one (whether one mean exceeds another is asked as their difference)."""
+    frame = pd.DataFrame({"group": list("aabbbcccc") * 5, "x": np.arange(45.0), "y": np.arange(45.0) ** 1.5})
+    table = Table.of(frame)
+    asked = [
+        q
+        for p in PROGRAMS.values()
+        for seed in range(20)
+        if (q := p.propose(table, np.random.default_rng(seed)))
+    ]
+    assert {q.program for q in asked} >= {"compare-groups", "correlation"}
+    assert all(q.answer_type != "boolean" for q in asked)
 
 
 @pytest.fixture(scope="module")

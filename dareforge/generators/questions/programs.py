@@ -3,7 +3,7 @@
 Each program's `propose(table, rng)` draws one candidate `Question` (or None when the table has nothing for it):
 the question's text states what to compute, the answer type and format (rounding, units, list order); its
 `body` is Python that reads the table as `df` and sets `answer` (and `checks`, numbers the program's `problem`
-judges: the gap behind a top-1, a test's p-value). Column names and values enter the code as Python literals
+judges: the gap behind a top-1, the correlation itself). Column names and values enter the code as Python literals
 (`repr`), never by string pasting, so any column name is safe.
 
 The body is the reference solution: `scripts.py` wraps it into the script the reference worker runs, and the
