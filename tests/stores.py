@@ -47,11 +47,10 @@ def write_decisions(
     )
 
 
-def generate_tasks(ctx: RunContext) -> RunContext:
-    """Crawl, filter, understand, prepare and generate: the store a task-level test starts from."""
+def prepared_store(ctx: RunContext) -> RunContext:
+    """Crawl, filter, understand and prepare: the store a builder-level test starts from (no task yet)."""
     from dareforge.crawlers.crawl import crawl
     from dareforge.crawlers.filter import filter_sources
-    from dareforge.families.generate import generate
     from dareforge.generators.prepare import prepare
     from dareforge.understand.understand_stage import understand
 
@@ -59,7 +58,14 @@ def generate_tasks(ctx: RunContext) -> RunContext:
     filter_sources(ctx)
     understand(ctx)
     prepare(ctx)
-    generate(ctx)
+    return ctx
+
+
+def generate_tasks(ctx: RunContext) -> RunContext:
+    """Crawl, filter, understand, prepare and generate: the store a task-level test starts from."""
+    from dareforge.families.generate import generate
+
+    generate(prepared_store(ctx))
     return ctx
 
 

@@ -15,8 +15,8 @@ from dareforge.families.family import (
     any_framing,
     until_accepted,
 )
-from dareforge.families.trivial import question_trivial
-from dareforge.generators.questions.build import Posed, fill_question
+from dareforge.families.trivial import question_guesses, question_trivial
+from dareforge.generators.questions.build import Guessing, Posed, fill_question
 from dareforge.generators.questions.folder_questions import lake_questions
 from dareforge.generators.taskio import Draft
 from dareforge.schema import ANSWER_METRIC, Task
@@ -25,9 +25,11 @@ from dareforge.schema import ANSWER_METRIC, Task
 def lake_tasks(build: Build) -> list[Task]:
     """Up to `generate.lakes_per_source` lakes on the framing (see `lake_questions`)."""
     ctx = build.ctx
+    # The gate's trivial answers, asked at the draw: a lake a guess answers is refused and another drawn.
+    guessing = Guessing(question_guesses, build.family.pass_bar)
 
     def draft(posed: Posed, stage: Callable[[Draft], Path]) -> Task | None:
-        fill = fill_question(ctx, build.runners, posed, stage)
+        fill = fill_question(ctx, build.runners, posed, stage, guessing)
         return build.writer.build(build.family.name, ctx.config.generate.seed, posed.spec_key, fill)
 
     lakes = lake_questions(ctx, build.prepared, build.others, build.title)

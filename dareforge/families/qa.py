@@ -15,9 +15,9 @@ from dareforge.families.family import (
     any_framing,
     until_accepted,
 )
-from dareforge.families.trivial import question_trivial
+from dareforge.families.trivial import question_guesses, question_trivial
 from dareforge.generators.prepare import prepared_file
-from dareforge.generators.questions.build import fill_question
+from dareforge.generators.questions.build import Guessing, fill_question
 from dareforge.generators.questions.question import Question, Table
 from dareforge.generators.questions.table_questions import DATA, qa_questions, table_posed
 from dareforge.generators.taskio import Draft
@@ -33,7 +33,9 @@ def ask(build: Build, question: Question, title: str | None) -> Task | None:
         (draft.public / DATA).write_bytes(prepared_file(build.ctx, build.prepared, "train.csv").read_bytes())
         return draft.public
 
-    fill = fill_question(build.ctx, build.runners, posed, stage)
+    # The gate's trivial answers, asked at the draw: a question a guess answers is refused and another drawn.
+    guessing = Guessing(question_guesses, build.family.pass_bar)
+    fill = fill_question(build.ctx, build.runners, posed, stage, guessing)
     return build.writer.build(build.family.name, build.ctx.config.generate.seed, posed.spec_key, fill)
 
 

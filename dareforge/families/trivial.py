@@ -91,15 +91,22 @@ def forecast_trivial(view: TaskFiles) -> dict[str, Submission]:
 
 
 def question_trivial(view: TaskFiles) -> dict[str, Submission]:
-    """Questions: the constant guesses, each public table's first row, and the numbers the question states."""
+    """Questions: `question_guesses` on the task's public files and its texts (instruction, sub-questions)."""
+    task = view.task
+    return question_guesses(view.path("public", ""), [task.instruction, *(s.question for s in task.subtasks)])
+
+
+def question_guesses(public: Path, texts: list[str]) -> dict[str, Submission]:
+    """The trivial answers to a question stated in `texts` on the files in `public`: the constant guesses, each
+    public table's first row, and the numbers the texts state. One list for both places that ask: the gate's
+    check (through `question_trivial`) and the question builders, which refuse a question one of them answers
+    (`Guessing`) and draw another."""
     answers: dict[str, Any] = dict(CONSTANT_ANSWERS)
-    public = view.path("public", "")
     for path in sorted(p for p in public.rglob("*") if p.suffix.lower() in TABLE_SUFFIXES and p.is_file()):
         first = _first_row(path)
         for column, value in first.items():
             answers.setdefault(f"the first `{column}` of {path.relative_to(public)}", value)
-    task = view.task
-    for number in stated_numbers([task.instruction, *(s.question for s in task.subtasks)]):
+    for number in stated_numbers(texts):
         answers.setdefault(
             f"{number:g}, stated in the question", int(number) if number.is_integer() else number
         )

@@ -9,8 +9,12 @@ judged: a degenerate question is stored as a rejected task with the reason and n
 Degenerate: an undefined (NaN) or empty answer or sub-answer; a count of 0 (a guess gets it right); an exact
 0 where the grade is a relative error; an answer that appears in the question or a sub-question (a column
 name, a value, a number stated in the text); a check the program computed that is undefined (NaN: the mean
-of a group with no values); and whatever the program's own rule says (a tie for a top-1, a p-value at the
-test's threshold).
+of a group with no values); and whatever the program's own rule says (a tie for a top-1, a correlation near 0).
+
+Guessed: a question that one of its family's trivial answers passes (`Guessing`: the guesses the gate's
+`trivial` check grades, made from the public files and the question's texts, graded by the task's own grader
+against the certified answer). Refused here, it is stored as rejected and the builder draws another question
+in its place; the gate's check stays the safety net.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import json
 import math
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from dareforge.generators.questions.scripts import (
 )
 from dareforge.generators.questions.tiers import shortcut_solves, tier, visible_frames
 from dareforge.generators.taskio import Draft, Runners, limits_of
+from dareforge.reference_solutions.graders import grade
 from dareforge.schema import ANSWER_METRIC, Difficulty, MetricSpec, SubTask, Task, TaskScores
 
 REFERENCE = "reference.py"
@@ -110,16 +115,47 @@ class Posed:
         return json.dumps(record, sort_keys=True, default=str)
 
 
+@dataclass(frozen=True)
+class Guessing:
+    """What a guesser tries on a drafted question and the score that passes: `answers(public, texts)` are the
+    family's trivial answers (by name, each an answer document `{"answer": value}`) to a question whose texts
+    are `texts`, posed on the files in `public`; `bar` is the family's pass bar."""
+
+    answers: Callable[[Path, list[str]], Mapping[str, Any]]
+    bar: float
+
+    def passing(self, posed: Posed, answer: Any, public: Path) -> str | None:
+        """Why a guess answers the question (the first trivial answer that reaches the bar), or None."""
+        metric = answer_metric(posed.question)
+        for name, submission in self.answers(public, texts_of(posed)).items():
+            score = grade(metric, submission, {"answer": answer}).score
+            if score >= self.bar:
+                return f"a guess answers it: {name} scores {score:.3f} (pass bar {self.bar:g})"
+        return None
+
+
+def texts_of(posed: Posed) -> list[str]:
+    """What a guesser reads of a posed question: its instruction and its sub-questions."""
+    return [posed.instruction, *(sub.question for sub, _ in posed.subtasks)]
+
+
 def fill_question(
-    ctx: RunContext, runners: Runners, posed: Posed, stage: Callable[[Draft], Path]
+    ctx: RunContext,
+    runners: Runners,
+    posed: Posed,
+    stage: Callable[[Draft], Path],
+    guessing: Guessing,
 ) -> Callable[[Draft], None]:
-    """The `fill` of a question task; `stage(draft)` writes the public files and returns the clean files' folder."""
+    """The `fill` of a question task; `stage(draft)` writes the public files and returns the clean files' folder;
+    a question a guess answers (`guessing`) is rejected like a degenerate one."""
 
     def fill(draft: Draft) -> None:
         clean = stage(draft)
         seconds, output, problem = certify_answer(runners, draft, posed, clean)
         if problem is None:
             problem = degenerate(posed, output)
+        if problem is None:
+            problem = guessing.passing(posed, output["answer"], draft.public)
         difficulty = None
         if problem is None:
             _write_private(draft, posed, output)
@@ -235,8 +271,7 @@ def degenerate(posed: Posed, output: dict[str, Any]) -> str | None:
         return f"its checks are undefined (NaN or missing): {', '.join(undefined)}"
     if why := PROGRAMS[question.program].problem(checks):
         return why
-    public = [posed.instruction, *(sub.question for sub, _ in posed.subtasks)]
-    if shown := visible(answer, public):
+    if shown := visible(answer, texts_of(posed)):
         return f"the answer ({shown}) appears in the question or a sub-question"
     for sub, _ in posed.subtasks:
         value = output["subtasks"].get(sub.id)

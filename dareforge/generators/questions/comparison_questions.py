@@ -1,6 +1,7 @@
 """Question programs that compare: categories by a statistic of a numeric column (the top one, the top k, one
 against another) and two numeric columns by Pearson's correlation. Each judges its answered candidate: a tie, a
-near-tie, a correlation near 0 or a p-value near the 5% level leaves the answer hanging on details."""
+near-tie or a correlation near 0 leaves the answer hanging on details. None asks a yes/no question: true and
+false are guesses that pass half of them."""
 
 from __future__ import annotations
 
@@ -24,9 +25,8 @@ from dareforge.generators.questions.question import (
 
 TIE_TOLERANCE = 1e-9
 MIN_CORRELATION = 0.05
-P_VALUE_BAND = (0.025, 0.1)
-"""A test whose p-value falls here is too close to the 5% level: the verdict would hang on the test's details."""
 MIN_RELATIVE_GAP = 0.01
+DECIMALS = 3
 
 
 class GroupExtreme(Program):
@@ -108,7 +108,11 @@ class TopK(Program):
 
 
 class Correlation(Program):
-    """Pearson's correlation of two numeric columns, or whether it is significant."""
+    """Pearson's correlation of two numeric columns.
+
+    Never whether it is significant: a true/false answer is one of the two guesses every question gets (half of
+    them pass), and the test's p-value is no answer either (near 0 for any real correlation, where a relative
+    error means nothing)."""
 
     name = "correlation"
     operations = ("aggregate",)
@@ -117,43 +121,35 @@ class Correlation(Program):
         if len(table.numeric) < 2:
             return None
         first, second = (table.numeric[i] for i in rng.choice(len(table.numeric), 2, replace=False))
-        pairs = "over the rows where both are present"
-        test = bool(rng.random() < 0.4)
+        text = (
+            f"What is the Pearson correlation coefficient between `{first}` and `{second}` (over the rows where "
+            "both are present)? Round to 3 decimal places."
+        )
         body = (
             "from scipy import stats as _stats\n"
             f"both = df[[{first!r}, {second!r}]].dropna()\n"
-            f"r, p = _stats.pearsonr(both[{first!r}], both[{second!r}])\n"
+            f"r = _stats.pearsonr(both[{first!r}], both[{second!r}])[0]\n"
+            "answer = float(r)\nchecks = {'r': float(r)}"
         )
-        params = {"first": first, "second": second, "test": test}
-        if test:
-            text = (
-                f"Is the Pearson correlation between `{first}` and `{second}` ({pairs}) significantly different "
-                "from zero at the 5% level, by the two-sided test of scipy.stats.pearsonr?"
-            )
-            body += "answer = bool(p < 0.05)\nchecks = {'p_value': float(p), 'r': float(r), 'test': 1}"
-            return Question(self.name, params, text, "boolean", body, (first, second))
-        text = (
-            f"What is the Pearson correlation coefficient between `{first}` and `{second}` ({pairs})? "
-            "Round to 3 decimal places."
-        )
-        body += "answer = float(r)\nchecks = {'p_value': float(p), 'r': float(r), 'test': 0}"
+        params = {"first": first, "second": second}
         return Question(self.name, params, text, "numeric_approximate", body, (first, second), decimals=3)
 
     def problem(self, checks: Checks) -> str | None:
-        r, p = checks["r"], checks["p_value"]
+        r = checks["r"]
         if not math.isfinite(r):
             return "the correlation is undefined (a constant column)"
         if abs(r) > 1 - 1e-9:
             return "a perfect correlation: one column is a linear function of the other"
-        if not checks["test"] and abs(r) < MIN_CORRELATION:
+        if abs(r) < MIN_CORRELATION:
             return "a correlation near 0: its relative error would be meaningless"
-        if checks["test"] and P_VALUE_BAND[0] <= p <= P_VALUE_BAND[1]:
-            return f"the p-value ({p:.3f}) is too close to the 5% level"
         return None
 
 
 class CompareGroups(Program):
-    """Whether one category's mean exceeds another's."""
+    """How far one category's mean lies above another's (a signed difference).
+
+    Asked as a number, not as "is it higher?": a true/false verdict is one of the two guesses every question
+    gets, so half of such questions pass a guess; the difference also says which mean is higher."""
 
     name = "compare-groups"
     operations = ("group-aggregate", "compare")
@@ -167,19 +163,22 @@ class CompareGroups(Program):
             return None
         first, second = (values[i] for i in rng.choice(len(values), 2, replace=False))
         text = (
-            f"Is the mean `{number}` of the rows whose `{group}` is {shown(first)} higher than that of the rows "
-            f"whose `{group}` is {shown(second)} (missing values ignored)?"
+            f"What is the mean `{number}` of the rows whose `{group}` is {shown(first)} minus the mean `{number}` "
+            f"of the rows whose `{group}` is {shown(second)} (missing values ignored; negative when the first "
+            f"is lower)? Round to {DECIMALS} decimal places."
         )
         body = (
             f"a = {col(number)}[{equals(group, first)}].mean()\n"
             f"b = {col(number)}[{equals(group, second)}].mean()\n"
-            "answer = bool(a > b)\n"
+            "answer = float(a - b)\n"
             "checks = {'gap': abs(float(a - b)), 'scale': max(abs(float(a)), abs(float(b)))}"
         )
         params = {"number": number, "group": group, "first": lit(first), "second": lit(second)}
-        return Question(self.name, params, text, "boolean", body, (number, group))
+        return Question(
+            self.name, params, text, "numeric_approximate", body, (number, group), decimals=DECIMALS
+        )
 
     def problem(self, checks: Checks) -> str | None:
         if not checks["gap"] > MIN_RELATIVE_GAP * checks["scale"]:
-            return "the two means are within 1% of each other: the verdict hangs on rounding"
+            return "the two means are within 1% of each other: their difference is mostly rounding"
         return None
