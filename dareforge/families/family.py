@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
@@ -28,10 +29,27 @@ from dareforge.schema import PreparedSource, Source, Task, TaskType
 
 if TYPE_CHECKING:
     from dareforge.context import RunContext
-    from dareforge.families.trivial import Submission, TaskFiles
     from dareforge.generators.taskio import Runners, TaskWriter
 
 Frames = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+Submission = pd.DataFrame | dict[str, Any]
+"""Predictions keyed like the answers, or an answer document `{"answer": value}`; what `grade` takes."""
+
+
+class TaskFiles(Protocol):
+    """What a family's trivial answers read of a task (a validator's `TaskView` is one)."""
+
+    task: Task
+    prepared: PreparedSource
+
+    @property
+    def train(self) -> pd.DataFrame: ...
+
+    @property
+    def test(self) -> pd.DataFrame: ...
+
+    def path(self, side: str, name: str) -> Path: ...
 
 
 class Grading(StrEnum):

@@ -17,38 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pandas as pd
 
+from dareforge.families.family import Submission, TaskFiles
 from dareforge.families.timeseries import model_free_forecasts
 from dareforge.generators.questions.build import stated_numbers
 from dareforge.generators.references import trivial_predictions
 from dareforge.reference_solutions.metrics import get_metric
 from dareforge.reference_solutions.reference_code import REFERENCE_PREDICTIONS
-from dareforge.schema import PreparedSource, Task
-
-Submission = pd.DataFrame | dict[str, Any]
-"""Predictions keyed like the answers, or an answer document `{"answer": value}`; what `grade` takes."""
 
 CONSTANT_ANSWERS: Mapping[str, Any] = {"0": 0, "1": 1, "the empty list": [], "true": True, "false": False}
 """Answers a guesser tries first, whatever the question."""
 TABLE_SUFFIXES = (".csv", ".tsv")
-
-
-class TaskFiles(Protocol):
-    """What a family's trivial answers read of a task (a validator's `TaskView` is one)."""
-
-    task: Task
-    prepared: PreparedSource
-
-    @property
-    def train(self) -> pd.DataFrame: ...
-
-    @property
-    def test(self) -> pd.DataFrame: ...
-
-    def path(self, side: str, name: str) -> Path: ...
 
 
 def read_text(path: Path) -> pd.DataFrame:
