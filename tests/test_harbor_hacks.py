@@ -166,3 +166,18 @@ def test_a_hard_link_is_graded_as_its_content(tasks, controller, family):
     run = _agent(controller, tasks[family], f"ln /app/{public} /app/{{output}}")
     _refused(run)
     assert "link" not in run.details["error"], run.details
+
+
+def test_carrying_a_huge_sparse_output_writes_no_data(tmp_path):
+    """An agent's sparse file over the grader's bound reaches the verifier as a sparse file of the same size
+    (which the grader refuses on its size), never as gigabytes copied onto the host's disk."""
+    from dareforge.exports.harbor_control import carry
+    from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES
+
+    source, target = tmp_path / "agent.csv", tmp_path / "verifier.csv"
+    with open(source, "wb") as fh:
+        fh.write(b"id,y\n1,2\n")
+        fh.truncate(MAX_PREDICTIONS_BYTES * 4)
+    carry(source, target)
+    assert target.stat().st_size == source.stat().st_size
+    assert target.stat().st_blocks * 512 < 1 << 20
