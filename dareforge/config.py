@@ -315,6 +315,16 @@ class ValidateConfig(Section):
     max_shortcut_share: Share = Field(
         0.5, description="Reject when more than this share of probed models solve a task without its data."
     )
+    max_trivial_share: Share = Field(
+        0.9,
+        description=(
+            "Reject an IF task (graded by the share of rows reproduced) when one trivial answer, a constant, "
+            "reproduces more than this share of its rows."
+        ),
+    )
+    min_sensitive_requirements: NonNegativeInt = Field(
+        4, description="Reject an IF task when fewer of its stated requirements change the predictions."
+    )
 
 
 class EndpointConfig(Section):

@@ -31,6 +31,7 @@ FEW_ROWS = textwrap.dedent(
 
     from dareforge.families.family import Build, Family, Grading, Words, predicts
     from dareforge.families.tabular import cap_rows, copy_prepared, goal_task_fields, tabular_strong_spec
+    from dareforge.families.trivial import mm_trivial
     from dareforge.schema import MetricSpec, TaskType
 
     ROWS = 40
@@ -73,6 +74,7 @@ FEW_ROWS = textwrap.dedent(
         ),
         build=build_few,
         applies=predicts(TaskType.CLASSIFICATION),
+        trivial=mm_trivial,
         pass_bar=0.6,
         no_variant="a throwaway family",
     )

@@ -110,6 +110,9 @@ def test_report_has_every_section_and_embedded_pngs(built, page):
         "Released tasks",
     ):
         assert heading in text
+    # Per family, the best trivial answer's score over the released tasks (the `trivial` check's findings).
+    assert "<table id='trivial-answers'>" in text and html.escape(skill.TRIVIAL_TEXT) in text
+    assert set(release.manifest["skill"]["trivial"]) == {t.family for t in release.tasks()}
     images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", text)
     assert len(images) == 6  # funnel, families, scores, verdicts, the ladder, difficulty and headroom
     for image in images:
@@ -200,7 +203,7 @@ def test_question_tiers_are_counted_per_family_and_their_hard_share_of_the_tiere
     tasks = [question.model_copy(update={"id": f"q{i}", "difficulty": d}) for i, d in enumerate(tiers)]
     summary = skill.skill_summary(tasks, tasks, [], [])
     counts = {"easy": 1, "medium": 1, "hard": 2, "not tiered": 1}
-    assert summary == {"ladder": {}, "tiers": {question.family: counts}}
+    assert summary == {"ladder": {}, "trivial": {}, "tiers": {question.family: counts}}
     assert skill.tier_rows(summary) == {question.family: ["1", "1", "2", "1", "50%"]}
     asks = family_named(question.family).words.asks
     assert f"| {question.family} | {asks} | 1 | 1 | 2 | 1 | 50% |" in skill_lines(summary)

@@ -3,6 +3,7 @@ reference run's predictions (DARE-bench's instruction following)."""
 
 from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.tabular import if_tasks, if_variant
+from dareforge.families.trivial import if_trivial
 from dareforge.schema import TaskType
 
 FAMILY = Family(
@@ -17,6 +18,7 @@ FAMILY = Family(
     ),
     build=if_tasks,
     applies=predicts(TaskType.CLASSIFICATION),
+    trivial=if_trivial,
     variant=if_variant,
     certificate_runs=3,
     shows_clean_data=2,

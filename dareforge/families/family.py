@@ -3,7 +3,7 @@
 A family says how its tasks are built (`build`, from one `Build` context), which prepared framings it applies
 to, how they are graded (`grading`: exact reproduction of a reference run, a goal metric against held-out
 answers, or a certified answer) and so which files hold the output, the truth and the reference predictions,
-the metrics its tasks may carry, the bar an attempt must reach, how its obscured variant is made, and its words
+the metrics its tasks may carry, the bar an attempt must reach, its trivial answers (which must not reach it), how its obscured variant is made, and its words
 for cards, prompts and peers' tables. Code outside `dareforge.families` asks the family object, never its name.
 """
 
@@ -28,6 +28,7 @@ from dareforge.schema import PreparedSource, Source, Task, TaskType
 
 if TYPE_CHECKING:
     from dareforge.context import RunContext
+    from dareforge.families.trivial import Submission, TaskFiles
     from dareforge.generators.taskio import Runners, TaskWriter
 
 Frames = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
@@ -146,6 +147,9 @@ class Family:
     build: Builder
     """The family's tasks on one framing (None where a draft failed; the writer recorded why)."""
     applies: Callable[[PreparedSource], bool]
+    trivial: Callable[[TaskFiles], dict[str, Submission]]
+    """Its trivial answers to a task, by name: submissions made without doing the task (see `trivial.py`); the
+    gate rejects a task where the best one reaches the pass bar."""
     per_framing: bool = True
     """Built on every framing of a source; False: on its first framing only (another framing's table is the
     same data split another way)."""

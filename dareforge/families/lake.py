@@ -15,6 +15,7 @@ from dareforge.families.family import (
     any_framing,
     until_accepted,
 )
+from dareforge.families.trivial import question_trivial
 from dareforge.generators.questions.build import Posed, fill_question
 from dareforge.generators.questions.folder_questions import lake_questions
 from dareforge.generators.taskio import Draft
@@ -45,6 +46,7 @@ FAMILY = Family(
     ),
     build=lake_tasks,
     applies=any_framing,
+    trivial=question_trivial,
     per_framing=False,
     pass_bar=ANSWER_PASS_BAR,
     no_variant="their folder mixes several sources, each with its own map",

@@ -15,6 +15,7 @@ from dareforge.families.family import (
     any_framing,
     until_accepted,
 )
+from dareforge.families.trivial import question_trivial
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.questions.build import fill_question
 from dareforge.generators.questions.question import Question, Table
@@ -70,6 +71,7 @@ FAMILY = Family(
     ),
     build=qa_tasks,
     applies=any_framing,
+    trivial=question_trivial,
     per_framing=False,
     pass_bar=ANSWER_PASS_BAR,
     variant=redraw,

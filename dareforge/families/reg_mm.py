@@ -3,6 +3,7 @@ ML modelling)."""
 
 from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.tabular import mm_tasks, mm_variant
+from dareforge.families.trivial import mm_trivial
 from dareforge.schema import TaskType
 
 FAMILY = Family(
@@ -17,6 +18,7 @@ FAMILY = Family(
     ),
     build=mm_tasks,
     applies=predicts(TaskType.REGRESSION),
+    trivial=mm_trivial,
     pass_bar=0.7,
     variant=mm_variant,
     dare_bench=DareBenchSlot("reg", 2),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -13,8 +14,9 @@ from dareforge.generators.noise import add_noise
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.references import certify, score_references
 from dareforge.generators.taskio import Draft, limits_of
-from dareforge.reference_solutions.reference_code import StrongSpec, if_reference_code
-from dareforge.reference_solutions.spec import sample_if_spec, usable_features
+from dareforge.reference_solutions.reference_code import REFERENCE_PREDICTIONS, StrongSpec, if_reference_code
+from dareforge.reference_solutions.sensitivity import SENSITIVITY, mutation_test
+from dareforge.reference_solutions.spec import sample_if_spec, unstated_requirements, usable_features
 from dareforge.schema import MetricSpec, PreparedSource, Task, TaskScores, TaskType
 
 
@@ -43,7 +45,7 @@ def goal_task_fields(
     task_words: str,
     test_note: str,
     group: str | None = None,
-    forecasts: list[pd.DataFrame] = (),
+    forecasts: Mapping[str, pd.DataFrame] | None = None,
 ) -> dict:
     """Record fields of a goal-only (MM or time-series) task: the prompt, metric, limits and reference scores
     (`forecasts`: the model-free forecasts a series task's strong reference must beat)."""
@@ -79,6 +81,8 @@ def if_task(build: Build, seed: int) -> Task | None:
     classification = build.family.kind == TaskType.CLASSIFICATION
     train = cap_rows(build.frames[0], cfg.max_train_rows, seed)
     spec = sample_if_spec(prepared, train, seed)
+    # Noise rows fill no missing value in (nor remove one from) the columns an imputer acts on.
+    spec = spec.model_copy(update={"unstated": unstated_requirements(spec, [train, build.frames[1]])})
     metric = MetricSpec(
         name="exact-match" if classification else "allclose",
         target_columns=[spec.target],
@@ -93,14 +97,29 @@ def if_task(build: Build, seed: int) -> Task | None:
         copy_prepared(build, draft, answers_only=True)
         code = if_reference_code(spec)
         (draft.private / "reference.py").write_text(code)
-        (draft.private / "spec.json").write_text(spec.model_dump_json(indent=2) + "\n")
         seconds, problem = certify(build.runners, code, draft, metric)
+        stated = spec
+        if problem is None:
+            # Mutation-test the instruction and state what changes the predictions (the `sensitivity` check);
+            # the code stays the sampled spec's: what is left out changes nothing.
+            stated, found = mutation_test(
+                build.runners.main,
+                spec,
+                draft.public,
+                draft.private / REFERENCE_PREDICTIONS,
+                metric,
+                draft.folder / "run-sensitivity",
+            )
+            (draft.private / SENSITIVITY).write_text(found.to_json())
+            seconds_in = build.writer.report.seconds_in
+            seconds_in["sensitivity"] = seconds_in.get("sensitivity", 0.0) + found.cpu_seconds
+        (draft.private / "spec.json").write_text(stated.model_dump_json(indent=2) + "\n")
         draft.fields = {
-            "instruction": render_if(spec, limits_of(ctx)),
+            "instruction": render_if(stated, limits_of(ctx)),
             "metric": metric,
             "limits": limits_of(ctx),
             "scores": TaskScores(reference_seconds=seconds),
-            "spec": spec.model_dump_json(),
+            "spec": stated.model_dump_json(),
             "status": "rejected" if problem else "candidate",
             "reject_reason": problem,
         }

@@ -62,7 +62,7 @@ def model_free_forecasts(
 
 def _model_free(
     prepared: PreparedSource, train: pd.DataFrame, test: pd.DataFrame, answers: pd.DataFrame, keys: list[str]
-) -> tuple[list[pd.DataFrame], list[float]]:
+) -> tuple[dict[str, pd.DataFrame], list[float]]:
     """The model-free forecasts of the test rows (keyed like the answers) and, per target, the best one's MAE:
     the scale of the task's `forecast-skill` (see `reference_solutions.forecast`)."""
     forecasts = model_free_forecasts(prepared, train, test, keys)
@@ -74,7 +74,7 @@ def _model_free(
         )
         for target in prepared.target_columns
     ]
-    return list(forecasts.values()), scale
+    return forecasts, scale
 
 
 def forecast_task(build: Build, exogenous: bool) -> Task | None:

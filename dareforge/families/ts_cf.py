@@ -3,6 +3,7 @@ model-free forecast (DARE-bench's Time-CF). Only where the understand stage foun
 
 from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.timeseries import cf_tasks, cf_variant, forecasts_from_time
+from dareforge.families.trivial import forecast_trivial
 from dareforge.schema import PreparedSource, TaskType
 
 
@@ -23,6 +24,7 @@ FAMILY = Family(
     ),
     build=cf_tasks,
     applies=_applies,
+    trivial=forecast_trivial,
     pass_bar=0.3,
     variant=cf_variant,
     shows_clean_data=1,

@@ -3,6 +3,7 @@ model-free forecast (DARE-bench's Time-XF)."""
 
 from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.timeseries import xf_tasks, xf_variant
+from dareforge.families.trivial import forecast_trivial
 from dareforge.schema import TaskType
 
 FAMILY = Family(
@@ -18,6 +19,7 @@ FAMILY = Family(
     ),
     build=xf_tasks,
     applies=predicts(TaskType.TIME_SERIES),
+    trivial=forecast_trivial,
     pass_bar=0.6,
     variant=xf_variant,
     dare_bench=DareBenchSlot("ts", 1),

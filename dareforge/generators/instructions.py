@@ -8,7 +8,16 @@ from __future__ import annotations
 import random
 
 from dareforge.reference_solutions.reference_code import PREDICTIONS, literal
-from dareforge.reference_solutions.spec import CategoryFilter, IFSpec
+from dareforge.reference_solutions.spec import (
+    CATEGORICAL_IMPUTER,
+    ENCODER,
+    NUMERIC_IMPUTER,
+    SCALER,
+    CategoryFilter,
+    IFSpec,
+    filter_requirement,
+    param_requirement,
+)
 from dareforge.schema import MetricSpec, TaskLimits
 
 
@@ -18,7 +27,9 @@ def _names(columns: list[str]) -> str:
 
 def _filters(spec: IFSpec) -> list[str]:
     lines = []
-    for f in spec.filters:
+    for index, f in enumerate(spec.filters):
+        if filter_requirement(index) in spec.unstated:
+            continue  # dropping it changes no prediction (`sensitivity.settle`)
         if isinstance(f, CategoryFilter):
             allowed = ", ".join(repr(v) for v in f.allowed)
             lines.append(f"keep rows whose `{f.column}` is one of {allowed}")
@@ -31,10 +42,11 @@ def _filters(spec: IFSpec) -> list[str]:
 
 def _steps(spec: IFSpec) -> list[str]:
     filters = "; then ".join(_filters(spec))
-    steps = [
-        f"Load `train.csv` and `test.csv` with pandas' `read_csv` defaults. Clean the training rows by applying "
-        f"these filters in this order, always keeping a row whose value in the filtered column is missing: {filters}.",
-    ]
+    clean = (
+        " Clean the training rows by applying these filters in this order, always keeping a row whose value in "
+        f"the filtered column is missing: {filters}."
+    )
+    steps = [f"Load `train.csv` and `test.csv` with pandas' `read_csv` defaults.{clean if filters else ''}"]
     if spec.date_parts:
         derived = ", ".join(
             f"`{name}` (its {part})"
@@ -48,25 +60,10 @@ def _steps(spec: IFSpec) -> list[str]:
         f"Use these numeric features, in this order: {_names(spec.numeric_features)}; and these categorical "
         f"features, in this order: {_names(spec.categorical)}. Use no other column."
     )
-    numeric = f"impute missing values with the {spec.numeric_imputer}"
-    if spec.scaler != "none":
-        numeric += f", then scale with scikit-learn's {'StandardScaler' if spec.scaler == 'standard' else 'MinMaxScaler'}"
-    imputer = (
-        "the most frequent value"
-        if spec.categorical_imputer == "most_frequent"
-        else "the constant string 'missing'"
+    steps.append(_preprocessing(spec))
+    params = ", ".join(
+        f"{k}={v!r}" for k, v in spec.model.params.items() if param_requirement(k) not in spec.unstated
     )
-    encoder = (
-        "one-hot encode with `OneHotEncoder(handle_unknown='ignore')`"
-        if spec.encoder == "onehot"
-        else "ordinal encode with `OrdinalEncoder(handle_unknown='use_encoded_value', unknown_value=-1)`"
-    )
-    steps.append(
-        f"Preprocess with a scikit-learn `ColumnTransformer` whose first transformer handles the numeric features "
-        f"({numeric}) and whose second handles the categorical features (impute missing values with {imputer}, "
-        f"then {encoder}); every step uses its default settings otherwise and is fitted on the cleaned training rows."
-    )
-    params = ", ".join(f"{k}={v!r}" for k, v in spec.model.params.items())
     steps.append(
         f"Put the preprocessing and `{spec.model.module}.{spec.model.name}({params})` (all other parameters at "
         f"their defaults) in one `Pipeline`, fit it on the cleaned training rows to predict `{spec.target}`, and "
@@ -77,6 +74,47 @@ def _steps(spec: IFSpec) -> list[str]:
         "of `test.csv`."
     )
     return steps
+
+
+NOTHING_TO_STATE = "any imputing or scaling you choose gives the same predictions"
+
+
+def _preprocessing(spec: IFSpec) -> str:
+    """The ColumnTransformer step, stating only the requirements the spec does not leave out (`IFSpec.unstated`:
+    an imputer with no missing value to fill, the scaler of a scale-invariant model, the steps of a feature
+    kind the task does not use), so that each stated one changes the predictions."""
+    numeric = []
+    if NUMERIC_IMPUTER not in spec.unstated:
+        numeric.append(f"impute missing values with the {spec.numeric_imputer}")
+    if SCALER not in spec.unstated:
+        numeric.append(
+            "leave the values unscaled"
+            if spec.scaler == "none"
+            else f"scale with scikit-learn's {'StandardScaler' if spec.scaler == 'standard' else 'MinMaxScaler'}"
+        )
+    categorical = []
+    if CATEGORICAL_IMPUTER not in spec.unstated:
+        imputer = (
+            "the most frequent value"
+            if spec.categorical_imputer == "most_frequent"
+            else "the constant string 'missing'"
+        )
+        categorical.append(f"impute missing values with {imputer}")
+    if ENCODER not in spec.unstated:
+        categorical.append(
+            "one-hot encode with `OneHotEncoder(handle_unknown='ignore')`"
+            if spec.encoder == "onehot"
+            else "ordinal encode with `OrdinalEncoder(handle_unknown='use_encoded_value', unknown_value=-1)`"
+        )
+    transformers = []
+    if spec.numeric_features:
+        transformers.append(f"one for the numeric features ({', then '.join(numeric) or NOTHING_TO_STATE})")
+    if spec.categorical:
+        transformers.append(f"one for the categorical features ({', then '.join(categorical)})")
+    return (
+        f"Preprocess with a scikit-learn `ColumnTransformer` with {' and then '.join(transformers)}; every step "
+        "uses its default settings otherwise and is fitted on the cleaned training rows."
+    )
 
 
 def _numbered(spec: IFSpec) -> str:

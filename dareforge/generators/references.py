@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -112,19 +113,23 @@ def trivial_predictions(
     test: pd.DataFrame,
     classification: bool,
     group: str | None,
-    forecasts: list[pd.DataFrame] = (),
-) -> list[pd.DataFrame]:
-    """Every trivial predictor's predictions of the test rows (keyed like the answers); the best one's score
-    is a goal task's bar. For macro-F1 a majority vote scores far below chance, so classes drawn at their
-    training shares count too; a series task adds its model-free `forecasts`."""
+    forecasts: Mapping[str, pd.DataFrame] | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Every trivial predictor's predictions of the test rows (keyed like the answers), by name; the best
+    one's score is a goal task's bar. For macro-F1 a majority vote scores far below chance, so classes drawn at
+    their training shares count too; a series task adds its model-free `forecasts`."""
     keys = [*metric.key_columns, *([group] if group and group not in metric.key_columns else [])]
-    stratified = [False, True] if classification else [False]
-    return [
-        baseline_predictions(train, test[keys], metric.target_columns, classification, group, s)[
-            [*metric.key_columns, *metric.target_columns]
-        ]
-        for s in stratified
-    ] + list(forecasts)
+    if classification:
+        named = {"majority class": False, "class shares": True}
+    else:
+        named = {"group mean" if group else "mean": False}
+    predicted = {
+        name: baseline_predictions(
+            train, test[keys], metric.target_columns, classification, group, stratified
+        )[[*metric.key_columns, *metric.target_columns]]
+        for name, stratified in named.items()
+    }
+    return predicted | dict(forecasts or {})
 
 
 def score_references(
@@ -134,7 +139,7 @@ def score_references(
     metric: MetricSpec,
     train: pd.DataFrame,
     group: str | None,
-    forecasts: list[pd.DataFrame] = (),
+    forecasts: Mapping[str, pd.DataFrame] | None = None,
 ) -> TaskScores:
     """The strong reference's score and the bar: the best trivial predictor's, including `forecasts` (the
     model-free forecasts of a series task, keyed like the answers)."""
@@ -149,7 +154,9 @@ def score_references(
     test_keys = pd.read_csv(draft.public / "test.csv", dtype=str, keep_default_na=False)
     baselines = [
         grade(metric, trivial, answers)
-        for trivial in trivial_predictions(metric, train, test_keys, strong.classification, group, forecasts)
+        for trivial in trivial_predictions(
+            metric, train, test_keys, strong.classification, group, forecasts
+        ).values()
     ]
     for name, result in (("strong", strong_score), *(("baseline", b) for b in baselines)):
         if result.error:

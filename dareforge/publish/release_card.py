@@ -90,8 +90,12 @@ def skill_lines(summary: dict[str, Any]) -> list[str]:
         lines += [skill.LADDER_TEXT, "", *family_table(skill.ladder_rows(summary), skill.LADDER_COLUMNS), ""]
     else:
         lines += [skill.NO_LADDER, ""]
+    if trivial := skill.trivial_rows(summary):
+        lines += [skill.TRIVIAL_TEXT, "", *family_table(trivial, skill.TRIVIAL_COLUMNS), ""]
     if summary["tiers"]:
         lines += [skill.TIER_TEXT, "", *family_table(skill.tier_rows(summary), skill.TIER_COLUMNS), ""]
+    if sensitivity := skill.sensitivity_rows(summary):
+        lines += [skill.SENSITIVITY_TEXT, "", *family_table(sensitivity, skill.SENSITIVITY_COLUMNS), ""]
     return lines
 
 

@@ -393,10 +393,20 @@ def _skill_section(release: Release) -> list[str]:
                     "histograms of difficulty and headroom of the released tasks",
                 ),
             ]
+    if trivial := skill.trivial_rows(summary):
+        parts += [
+            f"<p class='muted'>{_e(skill.TRIVIAL_TEXT)}</p>",
+            _family_table(trivial, skill.TRIVIAL_COLUMNS, "trivial-answers"),
+        ]
     if summary["tiers"]:
         parts += [
             f"<p class='muted'>{_e(skill.TIER_TEXT)}</p>",
             _family_table(skill.tier_rows(summary), skill.TIER_COLUMNS, "question-tiers"),
+        ]
+    if sensitivity := skill.sensitivity_rows(summary):
+        parts += [
+            f"<p class='muted'>{_e(skill.SENSITIVITY_TEXT)}</p>",
+            _family_table(sensitivity, skill.SENSITIVITY_COLUMNS, "if-sensitivity"),
         ]
     return parts
 

@@ -54,6 +54,25 @@ LADDER_TEXT = (
     "difficulty` (the share of rungs the strong reference beats) and `median headroom` (1 minus the best "
     "rung's score)."
 )
+TRIVIAL_CHECK = "trivial"
+TRIVIAL_COLUMNS = ["graded", "median", "max", "pass bar"]
+TRIVIAL_TEXT = (
+    "Each task's trivial answers, made without doing the task (IF: the reference predictions' most frequent "
+    "value, mean and median on every row; MM and time series: the bar's own baselines and model-free "
+    "forecasts; questions: 0, 1, the empty list, true, false, a column's first value, the numbers the question "
+    "states), are graded with the task's grader. The gate rejects a task where the best one reaches its "
+    "family's pass bar, or reproduces more than `validate.max_trivial_share` of an IF task's rows. Over the "
+    "released tasks: the best trivial answer's score, median and max (`graded`: tasks graded so)."
+)
+SENSITIVITY = "sensitivity"
+SENSITIVITY_COLUMNS = ["mutation-tested", "stated requirements", "that matter", "share that matter"]
+SENSITIVITY_TEXT = (
+    "Each instruction-following task's instruction is mutation-tested: for each requirement (each filter, the "
+    "feature lists, imputers, scaler, encoder, model class, each parameter and the seed) the reference is run "
+    "once more with only that requirement changed to a neighbouring value. A requirement matters when that "
+    "changes a prediction on at least one test row; the instruction leaves out what cannot change one. Over the "
+    "released tasks: the stated requirements and the share of them that matter."
+)
 TIER_COLUMNS = [*TIERS, NOT_TIERED, "hard share"]
 TIER_TEXT = (
     "Question tasks are tiered by the operations their certified program needs: easy (one, or what a "
@@ -138,7 +157,12 @@ def skill_summary(
     verdicts: Iterable[Verdict],
 ) -> dict[str, Any]:
     """The manifest's `skill` block: `ladder` (prediction family -> its ladder figures; empty when no ladder
-    ran on any candidate) and `tiers` (question family -> released tasks per tier, `not tiered` included)."""
+    ran on any candidate), `trivial` (family -> the best trivial answer's median and max score over its
+    released tasks), `tiers` (question family -> released tasks per tier, `not tiered` included) and
+    `sensitivity` (IF family -> its stated requirements and how many matter)."""
+    validations = list(
+        validations
+    )  # read thrice: the ladders', the trivial answers' and sensitivity findings
     ladders = _ladders(validations)
     gated = {v.task_id for v in verdicts if any(r.startswith(f"{CHECK}:") for r in v.reasons)}
     released_ids = {t.id for t in released}
@@ -152,13 +176,58 @@ def skill_summary(
         )
         for family in in_order(laddered)
     }
+    return {
+        "ladder": ladder,
+        "trivial": _trivial(released, validations),
+        "tiers": _tiers(released),
+        SENSITIVITY: _sensitivity(released, validations),
+    }
+
+
+def _trivial(released: list[Task], validations: Iterable[Validation]) -> dict[str, dict[str, Any]]:
+    """Released family -> how its tasks' best trivial answers score (`trivial` findings with a score)."""
+    best = {f.task_id: f.score for f in validations if f.check == TRIVIAL_CHECK and f.score is not None}
+    scores: dict[str, list[float]] = defaultdict(list)
+    for task in released:
+        if task.id in best:
+            scores[task.family].append(best[task.id])
+    return {
+        family: {
+            "graded": len(scores[family]),
+            "median": _round(statistics.median(scores[family])),
+            "max": _round(max(scores[family])),
+        }
+        for family in in_order(scores)
+    }
+
+
+def _tiers(released: list[Task]) -> dict[str, dict[str, int]]:
     tiers: dict[str, Counter] = {}
     for task in released:
         if family_named(task.family).asks_question:
             tiers.setdefault(task.family, Counter())[task.difficulty or NOT_TIERED] += 1
+    return {f: {t: tiers[f][t] for t in (*TIERS, NOT_TIERED)} for f in in_order(tiers)}
+
+
+def _sensitivity(released: list[Task], validations: list[Validation]) -> dict[str, dict[str, int]]:
+    """IF family -> its released tasks that were mutation-tested, their stated requirements and how many of them
+    change the predictions (the `sensitivity` findings)."""
+    found = {v.task_id: json.loads(v.details) for v in validations if v.check == SENSITIVITY and v.details}
+    out: dict[str, dict[str, int]] = {}
+    for task in sorted(released, key=lambda t: t.id):
+        if task.id in found:
+            figures = out.setdefault(task.family, {"tested": 0, "stated": 0, "matter": 0})
+            figures["tested"] += 1
+            figures["stated"] += found[task.id]["stated"]
+            figures["matter"] += found[task.id]["matter"]
+    return {family: out[family] for family in in_order(out)}
+
+
+def sensitivity_rows(skill: dict[str, Any]) -> dict[str, list[str]]:
+    """Family -> its cells under `SENSITIVITY_COLUMNS` (none for a manifest written before them)."""
     return {
-        "ladder": ladder,
-        "tiers": {f: {t: tiers[f][t] for t in (*TIERS, NOT_TIERED)} for f in in_order(tiers)},
+        family: [str(f["tested"]), str(f["stated"]), str(f["matter"]), _share(f["matter"], f["stated"])]
+        for family, f in skill.get(SENSITIVITY, {}).items()
     }
 
 
@@ -182,6 +251,19 @@ def ladder_rows(skill: dict[str, Any]) -> dict[str, list[str]]:
             _number(f["median_headroom"]),
         ]
         for family, f in skill["ladder"].items()
+    }
+
+
+def trivial_rows(skill: dict[str, Any]) -> dict[str, list[str]]:
+    """Family -> its cells under `TRIVIAL_COLUMNS` (none for a manifest made before the trivial check)."""
+    return {
+        family: [
+            str(f["graded"]),
+            _number(f["median"]),
+            _number(f["max"]),
+            f"{family_named(family).pass_bar:g}",
+        ]
+        for family, f in skill.get("trivial", {}).items()
     }
 
 

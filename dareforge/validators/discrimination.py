@@ -37,8 +37,7 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config
-from dareforge.families.timeseries import model_free_forecasts
-from dareforge.generators.references import last_line, trivial_predictions
+from dareforge.generators.references import last_line
 from dareforge.reference_solutions.graders import InvalidPredictionError, bootstrap_scores, grade
 from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
 from dareforge.reference_solutions.reference_code import (
@@ -49,7 +48,6 @@ from dareforge.reference_solutions.reference_code import (
     strong_spec_of,
 )
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
-from dareforge.schema import TaskType
 from dareforge.validators.check import Finding, TaskView
 
 RESAMPLES = 200
@@ -110,24 +108,16 @@ class Discrimination:
         )
         budget = config.validate_.ladder_cpu_seconds
         scripted, spent = _scripted(view, spec, answers, strong_code, runner, budget)
-        rungs = [_trivial(view, spec, answers), *scripted]
+        rungs = [_trivial(view, answers), *scripted]
         # The worker's CPU seconds in the scripts it ran, and this process's in everything else (the trivial
         # rung, the grading and the bootstrap intervals; waiting for the worker costs none).
         return _finding(view, rungs, spent + time.process_time() - started)
 
 
-def _trivial(view: TaskView, spec: StrongSpec, answers: pd.DataFrame) -> RungResult:
-    """The best trivial predictor (the task's bar), computed here: it needs no script."""
+def _trivial(view: TaskView, answers: pd.DataFrame) -> RungResult:
+    """The best of the family's trivial answers (the task's bar), computed here: it needs no script."""
     metric = view.task.metric
-    series = view.family.kind == TaskType.TIME_SERIES
-    forecasts = (
-        list(model_free_forecasts(view.prepared, view.train, view.test, metric.key_columns).values())
-        if series
-        else []
-    )
-    test = pd.read_csv(view.path("public", "test.csv"), dtype=str, keep_default_na=False)
-    group = view.prepared.entity_column if series else None
-    candidates = trivial_predictions(metric, view.train, test, spec.classification, group, forecasts)
+    candidates = view.family.trivial(view).values()
     best = max(candidates, key=lambda predictions: grade(metric, predictions, answers).score)
     return _graded(view, answers, TRIVIAL, best, 0.0)
 

@@ -14,22 +14,37 @@ from dataclasses import dataclass
 
 from dareforge.config import ValidateConfig
 from dareforge.context import RunContext
+from dareforge.families.family import Family
+from dareforge.families.registry import REGISTERED
 from dareforge.report import StageReport
 from dareforge.schema import Task, Validation, Verdict
 
 
 @dataclass(frozen=True)
 class Threshold:
-    """Reject when `score <compare> config.<setting>` (or the finding's `details[detail]`, when set)."""
+    """Reject when `score <compare> config.<setting>` (or the finding's `details[detail]`, when set); with
+    `setting` None the limit is `fixed`, or with `pass_bar` the task family's pass bar. `exact_only`: the
+    threshold applies to exact-graded (IF) families only."""
 
     compare: Callable[[float, float], bool]
     symbol: str
     setting: str | None
     fixed: float | None = None
     detail: str | None = None
+    pass_bar: bool = False
+    exact_only: bool = False
 
-    def limit(self, config: ValidateConfig) -> float:
+    def limit(self, config: ValidateConfig, family: Family | None) -> float:
+        if self.pass_bar:
+            if family is None:
+                raise ValueError("a threshold at the pass bar needs the task's family")
+            return family.pass_bar
         return self.fixed if self.setting is None else getattr(config, self.setting)
+
+    def where(self) -> str:
+        if self.pass_bar:
+            return "the family's pass bar"
+        return f"validate.{self.setting}" if self.setting else "the fixed limit"
 
 
 GE, GT, LT = (operator.ge, ">="), (operator.gt, ">"), (operator.lt, "<")
@@ -42,6 +57,11 @@ THRESHOLDS: dict[str, tuple[Threshold, ...]] = {
     "learnable": (Threshold(*LT, "min_learnable_margin"),),
     "runtime": (Threshold(*GT, "max_reference_share_of_limit"),),
     "shortcut": (Threshold(*GT, "max_shortcut_share"),),
+    "trivial": (
+        Threshold(*GE, None, pass_bar=True),
+        Threshold(*GT, "max_trivial_share", exact_only=True),
+    ),
+    "sensitivity": (Threshold(*LT, "min_sensitive_requirements"),),
     "discrimination": (
         Threshold(*LT, "min_ladder_tau"),
         Threshold(*LT, "min_ladder_spread", detail="spread"),
@@ -49,20 +69,21 @@ THRESHOLDS: dict[str, tuple[Threshold, ...]] = {
 }
 
 
-def reasons_against(finding: Validation, config: ValidateConfig) -> str | None:
-    """Why this finding rejects its task, or None."""
+def reasons_against(finding: Validation, config: ValidateConfig, family: Family | None = None) -> str | None:
+    """Why this finding rejects its task (of `family`, which thresholds at the pass bar need), or None."""
     if finding.flagged:
         return f"{finding.check}: {finding.reason}"
     if finding.score is None:
         return None
     failed = []
     for threshold in THRESHOLDS.get(finding.check, ()):
+        if threshold.exact_only and not (family is not None and family.exact):
+            continue
         value = finding.score if threshold.detail is None else json.loads(finding.details)[threshold.detail]
-        limit = threshold.limit(config)
+        limit = threshold.limit(config, family)
         if threshold.compare(value, limit):
-            where = f"validate.{threshold.setting}" if threshold.setting else "the fixed limit"
             named = f"{threshold.detail} " if threshold.detail else ""
-            failed.append(f"{named}{value:.3f} {threshold.symbol} {where}={limit:g}")
+            failed.append(f"{named}{value:.3f} {threshold.symbol} {threshold.where()}={limit:g}")
     return f"{finding.check}: {finding.reason} ({'; '.join(failed)})" if failed else None
 
 
@@ -78,7 +99,8 @@ def gate(ctx: RunContext) -> StageReport:
     for task in sorted(ctx.store.iter_records(Task), key=lambda t: t.id):
         if task.id not in findings:
             continue
-        reasons = sorted(r for f in findings[task.id] if (r := reasons_against(f, config)))
+        family = REGISTERED.get(task.family)
+        reasons = sorted(r for f in findings[task.id] if (r := reasons_against(f, config, family)))
         by_source[task.source_id].append(
             Verdict(
                 task_id=task.id,

@@ -20,7 +20,7 @@ from dareforge.kept import kept
 from dareforge.queries import task_source_ids
 from dareforge.report import SHOWN, StageReport
 from dareforge.schema import PreparedSource, Task, Validation, Verdict
-from dareforge.validators import discrimination, duplicates, leakage, solvability
+from dareforge.validators import discrimination, duplicates, leakage, sensitivity, solvability, trivial
 from dareforge.validators import validation_report as html_report
 from dareforge.validators.check import Check, Finding, RunCheck, TaskView
 from dareforge.validators.gate import gate
@@ -31,11 +31,14 @@ TASK_CHECKS: tuple[Check, ...] = (
     *leakage.TASK_CHECKS,
     *duplicates.TASK_CHECKS,
     *solvability.TASK_CHECKS,
+    *trivial.TASK_CHECKS,
+    *sensitivity.TASK_CHECKS,
 )
 RUN_CHECKS: tuple[RunCheck, ...] = (
     *leakage.RUN_CHECKS,
     *duplicates.RUN_CHECKS,
     *solvability.RUN_CHECKS,
+    *trivial.RUN_CHECKS,
 )
 
 

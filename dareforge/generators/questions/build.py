@@ -247,11 +247,17 @@ def degenerate(posed: Posed, output: dict[str, Any]) -> str | None:
     return None
 
 
+def stated_numbers(texts: list[str]) -> list[float]:
+    """The numbers written in `texts` (whole words: "12", "-3.5"; not the digits of a name such as "x2"), in
+    order of appearance: what a reader can guess a numeric answer from without the data."""
+    return [float(m) for text in texts for m in _NUMBER.findall(text)]
+
+
 def visible(answer: Any, texts: list[str]) -> str | None:
     """The part of `answer` that a text states (a name as a whole word, case-insensitive; a number equal to
     one written in the text), or None. Booleans are never 'visible'."""
     items = answer if isinstance(answer, list) else [answer]
-    numbers = [float(m) for text in texts for m in _NUMBER.findall(text)]
+    numbers = stated_numbers(texts)
     for item in items:
         if isinstance(item, bool) or item is None:
             continue

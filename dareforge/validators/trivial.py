@@ -1,0 +1,71 @@
+"""Trivial answers: can a task be passed without doing it?
+
+The family's trivial answers (`Family.trivial`, see `dareforge.families.trivial`) are graded with the task's
+own grader against the file attempts are graded against. The finding's score is the best one's score; its
+details name it (`best`) and hold every trivial answer's score (`scores`). The gate rejects a task where the
+best reaches the family's pass bar, and an IF task (graded by the share of rows reproduced) where it scores
+above `validate.max_trivial_share`.
+
+Flagged: an IF task whose reference predictions are one constant in a target column. The instruction says
+every step changes the answer, yet one number reproduces all of it; no threshold makes such a task sound.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dareforge.config import Config
+from dareforge.families.trivial import read_text
+from dareforge.reference_solutions.graders import grade
+from dareforge.validators.check import Finding, TaskView
+
+
+class Trivial:
+    name = "trivial"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        family, task = view.family, view.task
+        if task.status == "rejected":
+            return Finding(
+                "rejected at generation, so nothing to grade (the certificate check says why)", None
+            )
+        truth = view.path("private", family.files.truth)
+        if not truth.is_file():
+            return Finding(f"no private/{family.files.truth} to grade trivial answers against", None)
+        # Read once as the grader reads a table (every cell as text): each trivial answer is graded against it.
+        against = truth if family.asks_question else read_text(truth)
+        scores = {}
+        for name, submission in family.trivial(view).items():
+            result = grade(task.metric, submission, against)
+            scores[name] = result.score
+        if not scores:
+            return Finding(f"the {family.name} family declares no trivial answer for this task", None)
+        best = max(scores, key=lambda name: scores[name])  # ties: the first declared
+        score = scores[best]
+        details = {"best": best, "scores": scores}
+        constant = _constant_reference(view, against) if family.exact else None
+        if constant is not None:
+            return Finding(
+                f"the reference predictions are one constant ({constant}): a single guess reproduces every row",
+                score,
+                flagged=True,
+                details=details,
+            )
+        return Finding(
+            f"best trivial answer: {best} scores {score:.3f} {task.metric.name} (bar {family.pass_bar:g})",
+            score,
+            details=details,
+        )
+
+
+def _constant_reference(view: TaskView, reference: pd.DataFrame) -> str | None:
+    """`target = value` of the first target column the reference predicts as one value, else None."""
+    for target in view.task.metric.target_columns:
+        values = reference[target].unique()
+        if len(values) == 1:
+            return f"{target} = {values[0]}"
+    return None
+
+
+TASK_CHECKS = (Trivial(),)
+RUN_CHECKS: tuple = ()
