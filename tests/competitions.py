@@ -111,7 +111,7 @@ def rentals(root: Path, days: int = 60) -> Competition:
         10 + 8 * np.sin(np.arange(len(stamps)) / 24 / 30 * np.pi) + rng.normal(0, 2, len(stamps)), 1
     )
     humidity = rng.integers(30, 95, len(stamps))
-    workingday = (stamps.dayofweek < 5).astype(int)
+    workingday = (stamps.day_of_week < 5).astype(int)
     weather = rng.choice([1, 2, 3], len(stamps), p=[0.6, 0.3, 0.1])
     rush = np.isin(hour, [7, 8, 17, 18]).astype(int)
     registered = (
@@ -157,7 +157,7 @@ def rentals(root: Path, days: int = 60) -> Competition:
 
 
 def transport(root: Path, rows: int = 600) -> Competition:
-    """Who was transported: a boolean target written True/False, boolean features with blanks."""
+    """Who was transported: a boolean target written TRUE/FALSE, boolean features (True/False) with blanks."""
     rng = np.random.default_rng(3)
     n = rows + rows // 3
     cryo = rng.random(n) < 0.35
@@ -182,6 +182,8 @@ def transport(root: Path, rows: int = 600) -> Competition:
     frame.loc[rng.random(n) < 0.05, "CryoSleep"] = None
     frame["VIP"] = frame["VIP"].astype(object)
     frame.loc[rng.random(n) < 0.05, "VIP"] = None
+    # Spelled as a spreadsheet writes it; prepared files spell it as pandas does.
+    frame["Transported"] = np.where(transported, "TRUE", "FALSE")
     train, test = frame.iloc[:rows], frame.iloc[rows:]
     sample = pd.DataFrame({"PassengerId": test["PassengerId"], "Transported": False})
     comp = Competition("starship-transport", "Transported", (), "classification")
