@@ -175,6 +175,11 @@ class SourceOverride(Section):
     time_column: str | None = None
     entity_column: str | None = None
     group_column: str | None = Field(None, description="Rows sharing it stay on one side of the split.")
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="Columns left out of every task of the source and of its files (a leak, an outcome known "
+        "only afterwards), each recorded with this setting as the reason.",
+    )
 
 
 class UnderstandConfig(Section):
@@ -296,6 +301,11 @@ class ValidateConfig(Section):
 
     leakage_max_single_feature: float = Field(
         0.98, description="Reject when one feature alone scores this high on the task's metric (held out)."
+    )
+    leakage_max_formula_fit: float = Field(
+        0.9999,
+        description="Reject when one or two features compute a numeric target this exactly (R² of a line "
+        "through them or their logarithms, on the held-out rows): a sum, difference or ratio.",
     )
     leakage_max_order_correlation: float = Field(
         0.95, description="Reject when the id or row order correlates this strongly with the target."

@@ -130,6 +130,7 @@ def test_registry_names_are_the_ones_the_gate_keys_on():
     run_checks = [c.name for m in modules if hasattr(m, "RUN_CHECKS") for c in m.RUN_CHECKS]
     assert task_checks == [
         "leakage-feature",
+        "leakage-formula",
         "leakage-order",
         "leakage-shared-rows",
         "learnable",

@@ -81,7 +81,8 @@ CASES = [
         "json",
         "submission-csv",
         False,
-        "submission format is .json (sample_submission.json), not CSV",
+        "submission format is .json (sample_submission.json), not a CSV table; name the target under "
+        "sources.kaggle-competition.titanic-like.target to pose the competition's task from its train file",
         ".json",
         files=[make_file("train.csv"), make_file("sample_submission.json")],
     ),
@@ -89,7 +90,8 @@ CASES = [
         "missing",
         "submission-csv",
         False,
-        "no sample submission among 2 files",
+        "no sample submission among 2 files (no table holds the test file's id column and train columns the test "
+        "file lacks, one row per test row); name the target under sources.kaggle-competition.titanic-like.target",
         None,
         files=[make_file("train.csv"), make_file("test.csv")],
     ),

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from dareforge.config import Config
 from dareforge.crawlers.documents import derived_names
-from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
+from dareforge.crawlers.inspect import SAMPLE_SUBMISSION, competition_files
 from dareforge.describe import BINARY, TEXT_TABLES, UNDECODABLE, is_binary, unread, unread_notes
 from dareforge.errors import ConfigError
 from dareforge.schema import Source, SourceStatus
@@ -59,14 +59,30 @@ class SubmissionCsv(Rule):
     def check(self, source, config):
         if source.kind != "competition":
             return RuleOutcome(True, NOT_A_COMPETITION)
-        samples = sorted(f.name for f in source.files if SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem))
-        if not samples:
-            return RuleOutcome(False, f"no sample submission among {len(source.files)} files", None)
-        csv = [name for name in samples if PurePosixPath(name).suffix.lower() == ".csv"]
-        if not csv:
-            suffix = PurePosixPath(samples[0]).suffix.lower() or "unknown"
-            return RuleOutcome(False, f"submission format is {suffix} ({samples[0]}), not CSV", suffix)
-        return RuleOutcome(True, f"sample submission {csv[0]} is CSV", ".csv")
+        override = config.sources.get(source.id)
+        if override and override.target:
+            return RuleOutcome(True, f"sources.{source.id}.target names the target", None)
+        sample = competition_files(source.files).sample
+        if sample is None:
+            named = sorted(
+                f.name for f in source.files if SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem)
+            )
+            if named:
+                suffix = PurePosixPath(named[0]).suffix.lower() or "unknown"
+                return RuleOutcome(
+                    False,
+                    f"submission format is {suffix} ({named[0]}), not a CSV table; name the target under "
+                    f"sources.{source.id}.target to pose the competition's task from its train file",
+                    suffix,
+                )
+            return RuleOutcome(
+                False,
+                f"no sample submission among {len(source.files)} files (no table holds the test file's id "
+                "column and train columns the test file lacks, one row per test row); name the target under "
+                f"sources.{source.id}.target",
+                None,
+            )
+        return RuleOutcome(True, f"sample submission {sample.name} is CSV", ".csv")
 
 
 class SizeLimit(Rule):

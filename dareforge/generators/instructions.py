@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+import pandas as pd
+
 from dareforge.reference_solutions.reference_code import PREDICTIONS, literal
 from dareforge.reference_solutions.spec import (
     CATEGORICAL_IMPUTER,
@@ -59,6 +61,11 @@ def _steps(spec: IFSpec) -> list[str]:
     steps.append(
         f"Use these numeric features, in this order: {_names(spec.numeric_features)}; and these categorical "
         f"features, in this order: {_names(spec.categorical)}. Use no other column."
+        + (
+            " Read the categorical features as text (`.astype(str)`), keeping missing values missing."
+            if spec.categorical
+            else ""
+        )
     )
     steps.append(_preprocessing(spec))
     params = ", ".join(
@@ -139,9 +146,22 @@ def _checklist(spec: IFSpec) -> str:
 IF_TEMPLATES = (_numbered, _prose, _checklist)
 
 
-def render_if(spec: IFSpec, limits: TaskLimits) -> str:
+def render_if(spec: IFSpec, limits: TaskLimits, note: str = "") -> str:
     template = random.Random(spec.seed).choice(IF_TEMPLATES)
-    return template(spec) + "\n\n" + _limits(limits)
+    return template(spec) + (f" {note}" if note else "") + "\n\n" + _limits(limits)
+
+
+def boolean_note(answers: pd.DataFrame, targets: list[str]) -> str:
+    """What a boolean target's instruction says of its spelling (empty for any other target): pandas reads a
+    prepared boolean column (`True`/`False`) as bool, and the grader reads every spelling of one boolean alike."""
+    booleans = [t for t in targets if t in answers.columns and pd.api.types.is_bool_dtype(answers[t])]
+    if not booleans:
+        return ""
+    names = ", ".join(f"`{t}`" for t in booleans)
+    return (
+        f"{names} {'is' if len(booleans) == 1 else 'are'} true or false: write True or False (true/false, "
+        "TRUE/FALSE, yes/no and 1/0 are read the same)."
+    )
 
 
 METRIC_WORDS = {

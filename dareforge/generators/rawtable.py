@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 
 from dareforge.context import RunContext
-from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
+from dareforge.crawlers.inspect import is_sample_submission
 from dareforge.describe import HEAD_BYTES, UNDECODABLE, head_preamble, is_binary
 from dareforge.describe import read_header as header_of
 from dareforge.errors import DareforgeError
@@ -115,9 +115,7 @@ def choose_table(ctx: RunContext, source: Source, override: Any) -> RawTable:
     labelled = [
         t
         for t in candidates
-        if not SAMPLE_SUBMISSION.search(Path(t.file.name).stem)
-        and t.columns
-        and has_columns(t.columns, targets)
+        if not is_sample_submission(source, t.file) and t.columns and has_columns(t.columns, targets)
     ]
     if not labelled:
         raise PrepareError(

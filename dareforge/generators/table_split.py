@@ -230,12 +230,14 @@ class SplitMixin:
             "test.csv": ([c for c in all_names if c not in target_names], "IN", n_test),
             "answers.csv": (answer_names, "IN", n_test),
         }
+        spelled = self._spelled(columns, all_names)
         files = []
         for name, (names, condition, rows) in outputs.items():
             path = scratch / name
             with timed(sid, f"write {name}"):
+                selected = ", ".join(spelled.get(n, sql_ident(n)) for n in names)
                 con.execute(
-                    f"COPY (SELECT {', '.join(map(sql_ident, names))} FROM lab WHERE __rid {condition} "
+                    f"COPY (SELECT {selected} FROM lab WHERE __rid {condition} "
                     f"(SELECT __rid FROM held_out) ORDER BY {order_sql}) "
                     f"TO {sql_text(str(path))} (FORMAT csv, HEADER true, DELIMITER ',')"
                 )
@@ -273,3 +275,25 @@ class SplitMixin:
             seed=cfg.seed,
             files=files,
         )
+
+    def _spelled(self, columns: list[Column], names: list[str]) -> dict[str, str]:
+        """SELECT expressions for the columns of `names` that hold booleans (every value true or false, in any
+        case, as `TRUE`, `true` or a Parquet BOOLEAN): written `True` and `False`, as pandas writes a boolean
+        column, so a prepared file and an agent's predictions spell a boolean one way."""
+        by_name = {c.name: c for c in columns}
+        candidates = [by_name[n] for n in names if n in by_name]
+        if not candidates:
+            return {}
+        tests = ", ".join(
+            f"count({c.text}) > 0 AND bool_and({c.text} IS NULL OR lower(trim({c.text})) IN ('true', 'false'))"
+            for c in candidates
+        )
+        found = self.con.execute(f"SELECT {tests} FROM lab").fetchone()
+        return {
+            c.name: (
+                f"CASE lower(trim({c.text})) WHEN 'true' THEN 'True' WHEN 'false' THEN 'False' END "
+                f"AS {sql_ident(c.name)}"
+            )
+            for c, boolean in zip(candidates, found, strict=True)
+            if boolean
+        }

@@ -20,11 +20,13 @@ from dareforge.report import StageReport
 from dareforge.schema import PreparedSource, Task, TaskLimits
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = "4"
+GENERATOR_VERSION = "5"
 """Bump when a task's files change for the same prepared source (every task is generated again). 3: the strong
 reference reads dates in UTC, categories as text, and fits a classifier without classes seen once. 4: IF specs
 state only requirements that can change the predictions (no scaler for trees, no seed for LogisticRegression,
-no n_jobs, no imputer without a missing value) and carry their mutation test (`private/sensitivity.json`)."""
+no n_jobs, no imputer without a missing value) and carry their mutation test (`private/sensitivity.json`). 5: IF
+categorical features are read as text (a boolean column with blanks mixed bools with the imputer's 'missing');
+a boolean target's instruction says how it is spelled."""
 
 
 @dataclass

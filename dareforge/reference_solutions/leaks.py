@@ -1,5 +1,6 @@
-"""How well one column alone predicts a target: the score the understand stage uses to leave a leaking column
-out of a framing and the validation gate uses to reject a task, so the two never disagree on what leaks.
+"""How well one column alone predicts a target, and whether one or two columns compute it: the measures the
+understand stage uses to leave a leaking column out of a framing and the validation gate uses to reject a task,
+so the two never disagree on what leaks.
 
 A shallow tree on the one column, fitted on the first 70% of a row order and scored on the last 30% (a random
 order, or time for a forecast: a feature must then predict the future), by macro-F1 for a label and clipped
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,12 @@ from dareforge.reference_solutions.metrics import canonical_label, clipped_r2, m
 
 HOLDOUT_SHARE = 0.3
 TREE_DEPTH = 6
+MIN_FORMULA_ROWS = 20
+DERIVED_FIT = 0.9999
+"""A target that one or two columns determine this exactly (through a line, or a line in logarithms) is a
+formula's result: rounding to the printed decimals still leaves R2 above it."""
+FORMULA_COLUMNS = 40
+"""Only this many columns, the most correlated with the target, are paired: a wide table costs no more."""
 
 
 def natural_key(value: object) -> list:
@@ -70,3 +78,62 @@ def single_column_scores(
         value = score(y[held], tree.predict(x[held]))
         scores[name] = value if math.isfinite(value) else 0.0
     return scores
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A target computed from `columns`: `text` says how, `fit` is the R² of the line through them."""
+
+    text: str
+    columns: tuple[str, ...]
+    fit: float
+
+
+def pair_formula(y: np.ndarray, x: np.ndarray, names: list[str], target: str) -> Formula | None:
+    """How `y` is computed from one or two of `x`'s columns (`names`), when it is: R² >= DERIVED_FIT of a least
+    squares line through them, or through their logarithms for products and ratios: a difference
+    `price - benchmark`, a sum `casual + registered`, a unit twin `F = 1.8 C + 32`, a ratio `weight / height²`.
+    Rows with a missing value in the target or a column are left out; three or more parts are left to a
+    cross-validated model."""
+    y = np.asarray(y, dtype=float)
+    x = np.asarray(x, dtype=float).reshape(len(y), -1)
+    rows = np.isfinite(y) & np.isfinite(x).all(axis=1)
+    if rows.sum() < MIN_FORMULA_ROWS:
+        return None
+    y, x = y[rows], x[rows]
+    found = _best_pair(y, x, names, target, "")
+    if found is None and (y > 0).all():
+        logs = np.where(x > 0, np.log(np.where(x > 0, x, 1)), np.nan)
+        usable = [i for i in range(x.shape[1]) if np.isfinite(logs[:, i]).all()]
+        if usable:
+            found = _best_pair(np.log(y), logs[:, usable], [names[i] for i in usable], target, "log ")
+    return found
+
+
+def _best_pair(y: np.ndarray, x: np.ndarray, names: list[str], target: str, scale: str) -> Formula | None:
+    spread = x.std(axis=0)
+    keep = np.flatnonzero(spread > 0)
+    if y.std() == 0 or len(keep) == 0:
+        return None
+    x, names = x[:, keep], [names[i] for i in keep]
+    corr = np.corrcoef(np.column_stack([y, x]), rowvar=False)
+    r_y = np.nan_to_num(corr[0, 1:])
+    top = np.argsort(-np.abs(r_y), kind="stable")[:FORMULA_COLUMNS]
+    best = int(top[0])
+    if r_y[best] ** 2 >= DERIVED_FIT:
+        fit = float(r_y[best] ** 2)
+        text = f"{scale}{target} is a linear function of {scale}{names[best]} (R2 {fit:.5f})"
+        return Formula(text, (names[best],), fit)
+    r_x = np.nan_to_num(corr[1:, 1:][np.ix_(top, top)])
+    a, b = r_y[top][:, None], r_y[top][None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fits = (a**2 + b**2 - 2 * a * b * r_x) / (1 - r_x**2)
+    fits = np.where(np.isfinite(fits) & (np.abs(r_x) < 0.9999), fits, 0.0)
+    np.fill_diagonal(fits, 0.0)
+    i, j = np.unravel_index(int(np.argmax(fits)), fits.shape)
+    if fits[i, j] < DERIVED_FIT:
+        return None
+    first, second = names[top[i]], names[top[j]]
+    fit = float(fits[i, j])
+    text = f"{scale}{target} is a linear function of {scale}{first} and {scale}{second} (R2 {fit:.5f})"
+    return Formula(text, (first, second), fit)

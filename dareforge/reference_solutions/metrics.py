@@ -66,6 +66,34 @@ def _labels(values: ArrayLike) -> list[str]:
     return [canonical_label(v) for v in values]
 
 
+BOOLEAN_WORDS = {
+    True: frozenset({"true", "yes", "t", "y", "1"}),
+    False: frozenset({"false", "no", "f", "n", "0"}),
+}
+"""Spellings of one boolean, compared case-insensitively: what an agent may write for a boolean label."""
+
+
+def _boolean_of(label: str) -> bool | None:
+    folded = label.casefold()
+    return next((value for value, words in BOOLEAN_WORDS.items() if folded in words), None)
+
+
+def _label_pair(y_true: ArrayLike, y_pred: ArrayLike) -> tuple[list[str], list[str]]:
+    """Canonical labels of both sides; when the answers are booleans (every label one spelling of true or of
+    false: True/False, TRUE/FALSE, yes/no, 1/0), a prediction spelling the same boolean another way is read
+    as the answers spell it, so `true` and `True` are one class, as are `yes` and `True`."""
+    truth, predicted = _labels(y_true), _labels(y_pred)
+    spelling: dict[bool, str] = {}
+    for label in set(truth):
+        value = _boolean_of(label)
+        if value is None or spelling.setdefault(value, label) != label:
+            return truth, predicted
+    if not spelling:
+        return truth, predicted
+    read = [spelling.get(_boolean_of(p), p) if _boolean_of(p) is not None else p for p in predicted]
+    return truth, read
+
+
 def _check_lengths(y_true: ArrayLike, y_pred: ArrayLike) -> None:
     if len(y_true) != len(y_pred):
         raise InvalidPredictionError(
@@ -104,9 +132,11 @@ def _binary_truth(y_true: np.ndarray, metric: str) -> None:
 
 
 def exact_match(y_true: ArrayLike, y_pred: ArrayLike) -> float:
-    """Fraction of rows whose labels are equal in canonical form ("1" == "1.0", "a" != "A")."""
+    """Fraction of rows whose labels are equal in canonical form ("1" == "1.0", "a" != "A"; a boolean answer
+    in any of its spellings, `_label_pair`)."""
     _check_lengths(y_true, y_pred)
-    return float(np.mean([t == p for t, p in zip(_labels(y_true), _labels(y_pred), strict=True)]))
+    truth, predicted = _label_pair(y_true, y_pred)
+    return float(np.mean([t == p for t, p in zip(truth, predicted, strict=True)]))
 
 
 def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
@@ -152,7 +182,8 @@ def macro_f1(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     occurs in the answers counts as a class with F1 0.
     """
     _check_lengths(y_true, y_pred)
-    codes, _ = pd.factorize(np.asarray(_labels(y_true) + _labels(y_pred), dtype=object), sort=True)
+    truth_labels, predicted_labels = _label_pair(y_true, y_pred)
+    codes, _ = pd.factorize(np.asarray(truth_labels + predicted_labels, dtype=object), sort=True)
     return macro_f1_codes(codes[: len(y_true)], codes[len(y_true) :])
 
 
@@ -201,7 +232,8 @@ def forecast_skill(y_true: ArrayLike, y_pred: ArrayLike, scale: float) -> float:
 def macro_f1_resampled(y_true: ArrayLike, y_pred: ArrayLike, counts: np.ndarray) -> np.ndarray:
     """`macro_f1` of every resample: the classes of a resample are those drawn on either side of it."""
     _check_lengths(y_true, y_pred)
-    codes, _ = pd.factorize(np.asarray(_labels(y_true) + _labels(y_pred), dtype=object), sort=True)
+    truth_labels, predicted_labels = _label_pair(y_true, y_pred)
+    codes, _ = pd.factorize(np.asarray(truth_labels + predicted_labels, dtype=object), sort=True)
     truth, predicted = codes[: len(y_true)], codes[len(y_true) :]
     one_hot = np.eye(int(codes.max()) + 1)
     true_counts, predicted_counts = counts @ one_hot[truth], counts @ one_hot[predicted]

@@ -97,12 +97,12 @@ def if_reference_sections(spec: IFSpec) -> list[Section]:
         "X, X_test = train[features].copy(), test[features].copy()",
     ]
     if categorical:
-        # Strings as plain objects: imputers and encoders treat pandas' string dtype inconsistently.
+        # As text, missing values kept missing: pandas reads a column of True/False with blanks as bools beside
+        # NaN, which the imputer's "missing" would mix with a str (encoders refuse mixed types), and numbers
+        # with gaps as floats beside it.
         lines.append(
-            f"for frame in (X, X_test):\n    frame[{categorical!r}] = frame[{categorical!r}].astype(object)"
-        )
-        lines.append(
-            f"    frame[{categorical!r}] = frame[{categorical!r}].where(frame[{categorical!r}].notna(), np.nan)"
+            f"for frame in (X, X_test):\n    frame[{categorical!r}] = "
+            f"frame[{categorical!r}].astype(str).where(frame[{categorical!r}].notna(), np.nan)"
         )
     add("features", "select the features", *lines)
     numeric_steps = [f'("impute", SimpleImputer(strategy={spec.numeric_imputer!r}))']

@@ -13,17 +13,13 @@ import pandas as pd
 from dareforge.config import Config
 from dareforge.reference_solutions.forecast import clock as forecast_clock
 from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
-from dareforge.reference_solutions.leaks import single_column_scores
+from dareforge.reference_solutions.leaks import Formula, pair_formula, single_column_scores
 from dareforge.reference_solutions.metrics import forecast_skill
 from dareforge.schema import TaskType
 from dareforge.understand.columns import Column, Sample
 
 CV_ROWS = 2000
 MIN_LEAK_ROWS = 20
-DERIVED_FIT = 0.9999
-"""A target that one or two columns determine this exactly (through a line, or a line in logarithms) is a
-formula's result: rounding to the printed decimals still leaves R2 above it."""
-FORMULA_COLUMNS = 40
 FOLDS = 3
 DERIVED_SCORE = 0.995
 """A cross-validated R2 this close to perfect means the number is computed from the other columns. (A label
@@ -46,6 +42,9 @@ class Outcome:
     questions: bool = False
     """It failed as a prediction target only (noise, a formula, no usable feature): its table still poses
     questions."""
+    formula: Formula | None = None
+    """How one or two columns compute the target, when they do (a target named in the config or by a
+    competition is then posed without them)."""
 
 
 def labelled_rows(sample: Sample, target: Column) -> int:
@@ -113,8 +112,9 @@ def check_tabular(
         return out
     formula = None if classification else derived_formula(target, kept, labelled)
     if formula:
-        out.reason = f"derived: {formula}, so a model only recomputes a formula"
+        out.reason = f"derived: {formula.text}, so a model only recomputes a formula"
         out.soft = out.questions = True
+        out.formula = formula
         return out
     score, baseline = cross_validated(kept, y, labelled, classification, cfg.seed, clock)
     metric = "macro-F1" if classification else "R2"
@@ -175,6 +175,13 @@ def check_series(
             out.excluded.append(column.name)
             out.checks.append(f"leak: {column.name} alone scores {score:.3f} on later rows (left out)")
     exogenous = [c for c in others if c.name not in out.excluded]
+    # Columns known in the forecast window that compute the target (its parts, `count = casual + registered`)
+    # give every future value away, whichever split; the one-column measure above sees neither part alone.
+    formula = derived_formula(target, exogenous, labelled)
+    if formula:
+        out.excluded += list(formula.columns)
+        out.checks.append(f"leak: {formula.text} (left out)")
+        exogenous = [c for c in exogenous if c.name not in formula.columns]
     skill, from_time = forecastable(times, entity_codes(sample, entity), exogenous, values, cfg.seed)
     # Not a verdict on the framing (the gate measures the strong reference on the real split): among series
     # that pass, the stage prefers one a quick model forecasts, and poses TS-CF only where the timestamps alone
@@ -280,56 +287,14 @@ def single_scores(
     return single_column_scores(values, y, classification, order)
 
 
-def derived_formula(target: Column, features: list[Column], labelled: np.ndarray) -> str | None:
-    """How the target is computed from one or two numeric columns, when it is (R² >= DERIVED_FIT of a least
-    squares line through them, or through their logarithms for products and ratios): a difference
-    `price - benchmark`, a unit twin `F = 1.8 C + 32`, a ratio `weight / height²`. Three or more parts are
-    left to the cross-validated check. Only the FORMULA_COLUMNS columns most correlated with the target are
-    paired, so a wide table costs no more than a narrow one."""
-    y = target.numbers.to_numpy(dtype=float)
+def derived_formula(target: Column, features: list[Column], labelled: np.ndarray) -> Formula | None:
+    """How the target is computed from one or two numeric feature columns, when it is (`leaks.pair_formula`)."""
     numeric = [c for c in features if c.numeric]
-    rows = labelled & np.isfinite(y)
-    matrix = np.column_stack([c.numbers.to_numpy(dtype=float) for c in numeric]) if numeric else None
-    if matrix is None or rows.sum() < MIN_LEAK_ROWS:
+    if not numeric:
         return None
-    rows &= np.isfinite(matrix).all(axis=1)
-    if rows.sum() < MIN_LEAK_ROWS:
-        return None
-    y, x = y[rows], matrix[rows]
-    found = _best_pair(y, x, [c.name for c in numeric], target.name, "")
-    positive = (y > 0).all()
-    if found is None and positive:
-        logs = np.where(x > 0, np.log(np.where(x > 0, x, 1)), np.nan)
-        usable = [i for i in range(x.shape[1]) if np.isfinite(logs[:, i]).all()]
-        if usable:
-            names = [numeric[i].name for i in usable]
-            found = _best_pair(np.log(y), logs[:, usable], names, target.name, "log ")
-    return found
-
-
-def _best_pair(y: np.ndarray, x: np.ndarray, names: list[str], target: str, scale: str) -> str | None:
-    spread = x.std(axis=0)
-    keep = np.flatnonzero(spread > 0)
-    if y.std() == 0 or len(keep) == 0:
-        return None
-    x, names = x[:, keep], [names[i] for i in keep]
-    corr = np.corrcoef(np.column_stack([y, x]), rowvar=False)
-    r_y = np.nan_to_num(corr[0, 1:])
-    top = np.argsort(-np.abs(r_y), kind="stable")[:FORMULA_COLUMNS]
-    best = int(top[0])
-    if r_y[best] ** 2 >= DERIVED_FIT:
-        return f"{scale}{target} is a linear function of {scale}{names[best]} (R2 {r_y[best] ** 2:.5f})"
-    r_x = np.nan_to_num(corr[1:, 1:][np.ix_(top, top)])
-    a, b = r_y[top][:, None], r_y[top][None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fit = (a**2 + b**2 - 2 * a * b * r_x) / (1 - r_x**2)
-    fit = np.where(np.isfinite(fit) & (np.abs(r_x) < 0.9999), fit, 0.0)
-    np.fill_diagonal(fit, 0.0)
-    i, j = np.unravel_index(int(np.argmax(fit)), fit.shape)
-    if fit[i, j] < DERIVED_FIT:
-        return None
-    first, second = names[top[i]], names[top[j]]
-    return f"{scale}{target} is a linear function of {scale}{first} and {scale}{second} (R2 {fit[i, j]:.5f})"
+    y = target.numbers.to_numpy(dtype=float)
+    matrix = np.column_stack([c.numbers.to_numpy(dtype=float) for c in numeric])
+    return pair_formula(y[labelled], matrix[labelled], [c.name for c in numeric], target.name)
 
 
 def cross_validated(

@@ -12,12 +12,14 @@ the others are kept with why they lost.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from dareforge.config import Config, SourceOverride
+from dareforge.crawlers.inspect import competition_files
+from dareforge.errors import DareforgeError
 from dareforge.reference_solutions.spec import MAX_CATEGORIES
 from dareforge.schema import Source, TaskType
 from dareforge.understand.checks import Outcome, check_series, check_tabular
@@ -197,6 +199,13 @@ class Proposal:
     time_index: Axis | None = None
     """The axis that indexes the rows (one row per time, or per time and entity, over a run of times): a
     tabular framing is then checked and split in time, so a date cannot interpolate the answer."""
+    withheld: dict[str, str] = field(default_factory=dict)
+    """Columns in no framing's files, with why: a competition's outcomes (its train columns that its test file
+    lacks, known only afterwards; each may still be a target) and those `sources.<id>.exclude` names."""
+
+    def left_out(self, target: str) -> dict[str, str]:
+        """The columns a framing of `target` uses as no feature, with why (`excluded` and `withheld`)."""
+        return {k: v for k, v in {**self.excluded, **self.withheld}.items() if k != target}
 
 
 def label_type(column: Column, config: Config, text: TextEvidence) -> TaskType | None:
@@ -228,6 +237,8 @@ def propose(
             excluded[column.name] = "free text"
     for hint in text.excluded:
         excluded.setdefault(hint.column, hint.sentence)
+    configured = _configured_exclusions(source, sample, override)
+    excluded.update(configured)
     id_column = _id_column(sample, source if hints else None, override)
     keys = [id_column] if id_column else []
     for column in sample.columns:
@@ -288,7 +299,31 @@ def propose(
         # The config said what the task is: nothing else is proposed beside it.
         candidates = [c for c in candidates if "config" in c.proposers]
     candidates.sort(key=lambda c: (-c.score, c.family, -_position(sample, c.target)))
-    return Proposal(candidates, id_column, excluded, axes, text.series, keys, time_index)
+    withheld = {**_outcomes(source, sample), **configured}
+    return Proposal(candidates, id_column, excluded, axes, text.series, keys, time_index, withheld)
+
+
+def _configured_exclusions(source: Source, sample: Sample, override: SourceOverride | None) -> dict[str, str]:
+    """The columns `sources.<id>.exclude` names, each with the setting as its reason; a name the table lacks
+    is an error naming the fix."""
+    names = override.exclude if override else []
+    missing = [n for n in names if sample.column(n) is None]
+    if missing:
+        shown = ", ".join(c.name for c in sample.columns[:30])
+        raise DareforgeError(
+            f"sources.{source.id}.exclude names {missing}, which {sample.file} lacks (columns: {shown}); fix "
+            f"sources.{source.id}.exclude"
+        )
+    return dict.fromkeys(names, f"sources.{source.id}.exclude in dareforge.yaml leaves it out")
+
+
+def _outcomes(source: Source, sample: Sample) -> dict[str, str]:
+    """A competition's train columns that its test file lacks (other than the targets): outcomes."""
+    found = competition_files(source.files)
+    if found.train is None or found.train.name != sample.file:
+        return {}
+    why = f"an outcome: {found.test.name if found.test else 'the test file'} lacks it, so it is known only afterwards"
+    return {c: why for c in found.outcomes if sample.column(c) is not None}
 
 
 def _position(sample: Sample, name: str) -> int:
@@ -522,6 +557,16 @@ def _apply_source(
 
 def check(candidate: Candidate, sample: Sample, proposal: Proposal, config: Config) -> Outcome:
     outcome = _check(candidate, sample, proposal, config)
+    if not outcome.passed and outcome.formula and {"config", "source"} & candidate.proposers:
+        # A target named by the config or a competition's submission is posed, but never beside the columns
+        # that compute it: they leave its files as leaks, and what is left is checked again.
+        formula = outcome.formula
+        parts = dict.fromkeys(formula.columns, "computes the target")
+        outcome = _check(
+            candidate, sample, replace(proposal, excluded={**proposal.excluded, **parts}), config
+        )
+        outcome.excluded = [*formula.columns, *outcome.excluded]
+        outcome.checks.insert(0, f"leak: {formula.text} (left out)")
     if not outcome.passed and outcome.soft and "config" in candidate.proposers:
         # The config names this target: a person has overruled the learnability check, which is recorded.
         outcome.passed = True
@@ -535,7 +580,7 @@ def _check(candidate: Candidate, sample: Sample, proposal: Proposal, config: Con
     target = sample.column(candidate.target)
     if target is None:
         return Outcome(passed=False, reason=f"{candidate.target!r} is not a column of {sample.file}")
-    skip = {candidate.target, proposal.id_column, *proposal.excluded}
+    skip = {candidate.target, proposal.id_column, *proposal.left_out(candidate.target)}
     if candidate.task_type == TaskType.TIME_SERIES:
         axis = candidate.axis
         if axis is None:

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from dareforge.context import RunContext
 from dareforge.crawlers.crawler import slugify
-from dareforge.crawlers.inspect import SAMPLE_SUBMISSION
+from dareforge.crawlers.inspect import is_sample_submission
 from dareforge.describe import UNDECODABLE, is_binary, unread, unread_notes
 from dareforge.errors import DareforgeError, machine_at_fault
 from dareforge.generators.engine import Engine
@@ -31,8 +31,10 @@ from dareforge.understand.propose import Candidate, Proposal, check, propose
 
 log = logging.getLogger(__name__)
 
-UNDERSTAND_FORMAT = 6
-"""Bump when the stage decides differently for the same inputs, so every source is understood again."""
+UNDERSTAND_FORMAT = 7
+"""Bump when the stage decides differently for the same inputs, so every source is understood again. 7: a
+competition's outcome columns and `sources.<id>.exclude` withheld; a series' exogenous columns that compute its
+target, and those of a named target, left out."""
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 RUNNERS_UP = 2
 """Unchecked candidates stored per family below the chosen one (an auditor sees what else was in the running)."""
@@ -179,7 +181,7 @@ def choose_table(source: Source, table: str | None) -> SourceFile:
                 f"(tables: {names}){hint}"
             )
         return named[0]
-    usable = [f for f in tables if not SAMPLE_SUBMISSION.search(PurePosixPath(f.name).stem)]
+    usable = [f for f in tables if not is_sample_submission(source, f)]
     if not usable:
         raise DareforgeError(f"{source.id}: no CSV, TSV or Parquet table to understand{hint}")
     if source.kind == "competition":
@@ -351,7 +353,8 @@ def _record(
 ) -> Framing:
     outcome = candidate.outcome
     leaks = outcome.excluded if outcome else []
-    excluded = sorted({*proposal.excluded, *leaks} - {candidate.target})
+    withheld = set(proposal.withheld) - {candidate.target}
+    excluded = sorted({*proposal.left_out(candidate.target), *leaks})
     series = candidate.axis is not None and candidate.family == "series"
     axis = candidate.axis if series else proposal.time_index
     axis_parts = axis.parts if axis is not None else set()
@@ -360,7 +363,7 @@ def _record(
         for c in sample.columns
         if c.sequential and c.name != proposal.id_column and c.name not in axis_parts
     ]
-    dropped = sorted({*leaks, *numbering} - {candidate.target})
+    dropped = sorted({*leaks, *numbering, *withheld} - {candidate.target})
     known = []
     if series:
         skip = {candidate.target, proposal.id_column, candidate.entity, *excluded, *axis.parts}
@@ -385,7 +388,10 @@ def _record(
         confidence=candidate.confidence,
         proposers=sorted(candidate.proposers),
         evidence=candidate.evidence,
-        checks=outcome.checks if outcome else [],
+        checks=[
+            *(outcome.checks if outcome else []),
+            *(f"withheld: {name}: {proposal.withheld[name]}" for name in sorted(withheld)),
+        ],
         reason=reason,
         understand_version=version,
     )

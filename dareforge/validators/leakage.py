@@ -1,5 +1,5 @@
-"""Leakage checks: a single feature that gives the target away, an id or row order that does, test rows
-that repeat training rows. Each stores a score; the gate compares it with `validate:` thresholds later.
+"""Leakage checks: a single feature that gives the target away, one or two features that compute it, an id or
+row order that does, test rows that repeat training rows. Each stores a score; the gate compares it with `validate:` thresholds later.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config
-from dareforge.reference_solutions.leaks import encode_column, single_column_scores
+from dareforge.reference_solutions.leaks import encode_column, pair_formula, single_column_scores
 from dareforge.reference_solutions.metrics import canonical_label
 from dareforge.schema import TaskType
 from dareforge.validators.check import Finding, TaskView
@@ -267,5 +267,46 @@ class LeakageSharedRows:
         )
 
 
-TASK_CHECKS = (LeakageFeature(), LeakageOrder(), LeakageSharedRows())
+class LeakageFormula:
+    """Whether one or two public features compute the target on the task's held-out rows (`leaks.pair_formula`:
+    a sum, difference, ratio or other line through them or their logarithms, `count = casual + registered`);
+    the score is that line's R² (0 when none is found). The features are test.csv's numeric columns besides
+    the keys and the time; the target is the private answers', joined on the metric's keys, so an IF task's
+    noise rows and a chronological split change nothing: a formula holds on every row. Numeric targets only."""
+
+    name = "leakage-formula"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        if view.is_question:
+            return question_finding(view)
+        if is_classification(view):
+            return Finding(
+                "a class label is no formula's result; the single-feature check covers labels", None
+            )
+        if not (view.has("public", "test.csv") and view.has("private", "answers.csv")):
+            return Finding("no test.csv or answers.csv to measure a formula on", None)
+        keys = view.task.metric.key_columns
+        skip = key_columns(view) | set(view.task.metric.target_columns) | {view.prepared.time_column}
+        numeric = [
+            c for c in view.test.columns if c not in skip and pd.api.types.is_numeric_dtype(view.test[c])
+        ]
+        if not numeric:
+            return Finding("no numeric feature in test.csv", 0.0)
+        rows = view.test[[*keys, *numeric]].merge(view.answers, on=keys, how="inner")
+        found = None
+        for target in view.task.metric.target_columns:
+            y = pd.to_numeric(rows[target], errors="coerce").to_numpy(dtype=float)
+            formula = pair_formula(y, rows[numeric].to_numpy(dtype=float), numeric, target)
+            if formula is not None and (found is None or formula.fit > found.fit):
+                found = formula
+        if found is None:
+            return Finding(f"no one or two of {len(numeric)} numeric features compute the target", 0.0)
+        return Finding(
+            f"{found.text} on the held-out rows: the features give it away",
+            found.fit,
+            details={"columns": list(found.columns), "fit": round(found.fit, 6)},
+        )
+
+
+TASK_CHECKS = (LeakageFeature(), LeakageFormula(), LeakageOrder(), LeakageSharedRows())
 RUN_CHECKS: tuple = ()
