@@ -11,14 +11,11 @@ run; a second small release has an IF solution corrupted on purpose, which fails
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
 import re
 import tomllib
 from datetime import date
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -41,6 +38,7 @@ from dareforge.exports.harbor import (
 )
 from dareforge.exports.harbor_control import Controller
 from dareforge.exports.harbor_grader import RESULTS_STANDIN, SCHEMA_STANDIN
+from dareforge.exports.reward_hacks import wrong_output
 from dareforge.families.registry import family_of
 from dareforge.publish.release import build_release
 from dareforge.reference_solutions.graders import grade
@@ -286,33 +284,6 @@ def test_answers_are_only_under_tests(exported):
         assert graded_against.decode().strip() not in (folder / "instruction.md").read_text()
 
 
-def _wrong(task, truth: bytes) -> bytes:
-    """A submission that must not pass: every target value changed."""
-    if family_of(task).asks_question:
-        answer = json.loads(truth)["answer"]
-        if isinstance(answer, bool):
-            wrong = not answer
-        elif isinstance(answer, int | float):
-            wrong = answer * 3 + 1000
-        elif isinstance(answer, list):
-            wrong = ["no such item"]
-        else:
-            wrong = "no such answer"
-        return json.dumps({"answer": wrong}).encode()
-    frame = pd.read_csv(io.BytesIO(truth), dtype=str, keep_default_na=False)
-    for column in task.metric.target_columns:
-        values = frame[column]
-        numeric = pd.to_numeric(values, errors="coerce")
-        if numeric.notna().all() and task.metric.name not in ("exact-match", "accuracy", "macro-f1"):
-            frame[column] = (numeric * 3 + 1000).astype(str)
-        else:
-            labels = sorted(set(values))
-            frame[column] = [
-                labels[(labels.index(v) + 1) % len(labels)] if len(labels) > 1 else v + "x" for v in values
-            ]
-    return frame.to_csv(index=False).encode()
-
-
 def test_the_bundled_grader_scores_as_dareforge_on_gold_and_wrong_submissions(exported, tmp_path):
     ctx, _, report = exported
     controller = Controller(ctx.config.sandbox)
@@ -321,7 +292,7 @@ def test_the_bundled_grader_scores_as_dareforge_on_gold_and_wrong_submissions(ex
         folder = report.dest / folder_name(task)
         truth_path = folder / "tests" / family.files.truth
         truth = truth_path.read_bytes()
-        for kind, submission in (("gold", truth), ("wrong", _wrong(task, truth))):
+        for kind, submission in (("gold", truth), ("wrong", wrong_output(task, truth))):
             run = controller.run(
                 folder,
                 oracle=False,
