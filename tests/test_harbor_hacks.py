@@ -3,9 +3,9 @@
 with `/tests`, a fresh `/logs` and the image's `/app` plus the graded output carried over. Each hostile agent is a
 shell script run in the agent phase; each pays no more than its honest equivalent (almost always 0).
 
-The issue's two exploits (a link from the output to `/tests/<truth>`, absolute or relative; a `cp` from `/tests`
-in the agent's phase) run on every family of the small release `tests/test_harbor.py` builds (Class-IF, Class-MM,
-TS-CF, QA, Lake); the rest (a pre-written reward, a process left behind, a FIFO, a folder, hard links) on one
+The issue's first exploit (a link from the output to `/tests/<truth>`) runs on every family of the small release
+`tests/test_harbor.py` builds (Class-IF, Class-MM, TS-CF, QA, Lake); its relative form, the second exploit (a
+`cp` from `/tests` in the agent's phase) and the rest (a pre-written reward, a process left behind, a FIFO, a folder, hard links) on one
 predictions family and one question family, to keep the cost to seconds per run. The oracle earning 1 and a
 no-op 0 for every family under these phases is `test_harbor.py`'s control-run test. The grader's own refusals
 (links, FIFOs, folders, huge files, malformed answers) are the battery in `test_reward_hacks.py`.
@@ -78,9 +78,13 @@ def _refused(run: ControlRun) -> None:
     assert run.details.get("passed") is False and run.details.get("error"), run.details
 
 
-@pytest.mark.parametrize("family", EVERY_FAMILY)
+ABSOLUTE, RELATIVE = "ln -s /tests/{truth} /app/{output}", "ln -s ../tests/{truth} /app/{output}"
+
+
 @pytest.mark.parametrize(
-    "link", ["ln -s /tests/{truth} /app/{output}", "ln -s ../tests/{truth} /app/{output}"], ids=["abs", "rel"]
+    ("family", "link"),
+    [*((f, ABSOLUTE) for f in EVERY_FAMILY), *((f, RELATIVE) for f in TWO_FAMILIES)],
+    ids=[*(f"{f}-abs" for f in EVERY_FAMILY), *(f"{f}-rel" for f in TWO_FAMILIES)],
 )
 def test_a_link_to_the_truth_that_resolves_only_at_grading_pays_0(tasks, controller, family, link):
     run = _agent(controller, tasks[family], link)
@@ -88,7 +92,7 @@ def test_a_link_to_the_truth_that_resolves_only_at_grading_pays_0(tasks, control
     assert "link" in run.details["error"], run.details
 
 
-@pytest.mark.parametrize("family", EVERY_FAMILY)
+@pytest.mark.parametrize("family", TWO_FAMILIES)
 def test_the_agent_finds_no_tests_to_copy_the_truth_from(tasks, controller, family):
     run = _agent(controller, tasks[family], "cp /tests/{truth} /app/{output}")
     assert run.failure and "No such file or directory" in run.failure, run
