@@ -302,3 +302,15 @@ def test_a_named_target_whose_columns_compute_it_is_posed_without_them(tmp_path,
     assert framing.task_type == task_type
     assert {"walk_in", "online"} <= set(framing.dropped_columns), framing
     assert any("leak: total is a linear function" in c for c in framing.checks), framing.checks
+
+
+def test_the_formula_check_reads_only_keys_and_targets_from_the_answers(tmp_path):
+    """A series' answers also hold its entity, a column of test.csv too: the join must not rename it away."""
+    view = _formula_view(tmp_path, "TS-XF", summed)
+    answers = view.path("private", "answers.csv")
+    frame = pd.read_csv(answers)
+    test = pd.read_csv(view.path("public", "test.csv"))
+    frame.assign(a=test["a"].to_numpy()).to_csv(answers, index=False)
+    view = type(view)(view.task, view.prepared, view.folder)
+    finding = LeakageFormula().run(view, Config())
+    assert sorted(finding.details["columns"]) == ["a", "b"], finding

@@ -295,9 +295,11 @@ class LeakageFormula:
         ]
         if not numeric:
             return Finding("no numeric feature in test.csv", 0.0)
-        rows = view.test[[*keys, *numeric]].merge(view.answers, on=keys, how="inner")
+        targets = [t for t in view.task.metric.target_columns if t in view.answers.columns]
+        # Only keys and targets from the answers: a series' answers also hold its entity, a test column too.
+        rows = view.test[[*keys, *numeric]].merge(view.answers[[*keys, *targets]], on=keys, how="inner")
         found = None
-        for target in view.task.metric.target_columns:
+        for target in targets:
             y = pd.to_numeric(rows[target], errors="coerce").to_numpy(dtype=float)
             formula = pair_formula(y, rows[numeric].to_numpy(dtype=float), numeric, target)
             if formula is not None and (found is None or formula.fit > found.fit):
