@@ -56,9 +56,10 @@ needs_sandbox = pytest.mark.skipif(not probe().available, reason=f"no sandbox he
 
 # Specs sampled from the built-in sources, with the sha256 of the reference script the generator wrote for them
 # before the script was split into sections (every branch: date parts, category filters, no numeric feature,
-# each scaler and encoder, classification and regression).
+# each scaler and encoder, classification and regression); the three with categorical features again when
+# GENERATOR_VERSION 5 read categories as text.
 CERTIFIED = {
-    "56f74b3a2136c31b2bbbec4ac06294a255c1d448ad30c21489a16588cc732a4d": (
+    "4099d8b2a8ecea57eab8145f6a75e803670ee315fde204d40ef904c206eef4a0": (
         '{"task_type":"regression","id_column":"row_id","target":"Miles_per_Gallon",'
         '"filters":[{"kind":"range","column":"Cylinders","low":3.0,"high":8.0},{"kind":"range",'
         '"column":"Displacement","low":68.0,"high":455.0},{"kind":"category","column":"Origin",'
@@ -68,7 +69,7 @@ CERTIFIED = {
         '"encoder":"onehot","model":{"name":"GradientBoostingRegressor","module":"sklearn.ensemble",'
         '"params":{"max_depth":2,"n_estimators":60,"random_state":931}},"seed":0}'
     ),
-    "5468feb2bdef0813b65793e0eca345a3ea4000c0b40b7956ebeee71037bc3784": (
+    "b70baf980409445ac98426ddea3dfad025f2e3cbf915f07fc9220c96159a807a": (
         '{"task_type":"regression","id_column":"row_id","target":"yield","filters":[{"kind":"category",'
         '"column":"site","allowed":["Crookston","Duluth","Grand Rapids","Morris","University Farm",'
         '"Waseca"]}],"numeric":[],"categorical":["variety","site"],"date_parts":null,'
@@ -76,7 +77,7 @@ CERTIFIED = {
         '"encoder":"ordinal","model":{"name":"Ridge","module":"sklearn.linear_model",'
         '"params":{"alpha":10.0}},"seed":49}'
     ),
-    "110edf652546582603a58d3f666095124357c5254b1d4c10c50c0b4ac928fa72": (
+    "8b5dc99c1600f43adc9be3719b899460705cc5d52cae6e0710e763f5d7ce1806": (
         '{"task_type":"regression","id_column":"row_id","target":"invest","filters":[{"kind":"range",'
         '"column":"capital","low":0.8,"high":2226.3},{"kind":"category","column":"firm",'
         '"allowed":["American Steel","Atlantic Refining","Chrysler","Diamond Match","General Electric",'

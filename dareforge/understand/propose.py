@@ -18,14 +18,13 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config, SourceOverride
-from dareforge.crawlers.inspect import competition_files
-from dareforge.errors import DareforgeError
 from dareforge.reference_solutions.spec import MAX_CATEGORIES
 from dareforge.schema import Source, TaskType
 from dareforge.understand.checks import Outcome, check_series, check_tabular
 from dareforge.understand.columns import Column, Sample
 from dareforge.understand.evidence import TextEvidence, normalize
 from dareforge.understand.timeaxis import Axis, find_axes, series_key
+from dareforge.understand.withheld import configured_exclusions, outcomes
 
 STRONG_NAMES = {
     "target",
@@ -237,7 +236,7 @@ def propose(
             excluded[column.name] = "free text"
     for hint in text.excluded:
         excluded.setdefault(hint.column, hint.sentence)
-    configured = _configured_exclusions(source, sample, override)
+    configured = configured_exclusions(source, sample, override)
     excluded.update(configured)
     id_column = _id_column(sample, source if hints else None, override)
     keys = [id_column] if id_column else []
@@ -299,31 +298,8 @@ def propose(
         # The config said what the task is: nothing else is proposed beside it.
         candidates = [c for c in candidates if "config" in c.proposers]
     candidates.sort(key=lambda c: (-c.score, c.family, -_position(sample, c.target)))
-    withheld = {**_outcomes(source, sample), **configured}
+    withheld = {**outcomes(source, sample), **configured}
     return Proposal(candidates, id_column, excluded, axes, text.series, keys, time_index, withheld)
-
-
-def _configured_exclusions(source: Source, sample: Sample, override: SourceOverride | None) -> dict[str, str]:
-    """The columns `sources.<id>.exclude` names, each with the setting as its reason; a name the table lacks
-    is an error naming the fix."""
-    names = override.exclude if override else []
-    missing = [n for n in names if sample.column(n) is None]
-    if missing:
-        shown = ", ".join(c.name for c in sample.columns[:30])
-        raise DareforgeError(
-            f"sources.{source.id}.exclude names {missing}, which {sample.file} lacks (columns: {shown}); fix "
-            f"sources.{source.id}.exclude"
-        )
-    return dict.fromkeys(names, f"sources.{source.id}.exclude in dareforge.yaml leaves it out")
-
-
-def _outcomes(source: Source, sample: Sample) -> dict[str, str]:
-    """A competition's train columns that its test file lacks (other than the targets): outcomes."""
-    found = competition_files(source.files)
-    if found.train is None or found.train.name != sample.file:
-        return {}
-    why = f"an outcome: {found.test.name if found.test else 'the test file'} lacks it, so it is known only afterwards"
-    return {c: why for c in found.outcomes if sample.column(c) is not None}
 
 
 def _position(sample: Sample, name: str) -> int:

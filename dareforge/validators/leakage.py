@@ -288,7 +288,9 @@ class LeakageFormula:
         keys = view.task.metric.key_columns
         unjoined = [k for k in keys if k not in view.test.columns or k not in view.answers.columns]
         if unjoined:
-            return Finding(f"test.csv or answers.csv lacks the key(s) {unjoined}; no rows to measure on", None)
+            return Finding(
+                f"test.csv or answers.csv lacks the key(s) {unjoined}; no rows to measure on", None
+            )
         skip = key_columns(view) | set(view.task.metric.target_columns) | {view.prepared.time_column}
         numeric = [
             c for c in view.test.columns if c not in skip and pd.api.types.is_numeric_dtype(view.test[c])
