@@ -4,6 +4,7 @@ leaves the idle ones out where that is safe, and the gate rejects a task with to
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from dareforge.generators.instructions import render_if
 from dareforge.reference_solutions.reference_code import PREDICTIONS, if_reference_code
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.sensitivity import (
+    OUTCOMES,
     SENSITIVITY,
     Sensitivity,
     measure,
@@ -225,6 +227,20 @@ def test_one_script_reads_the_files_once_and_each_mutant_predicts_as_its_own_ref
         shutil.copytree(public, own)
         assert runner.run(if_reference_code(spec), own).ok
         assert (tmp_path / "all" / mutant_file(index)).read_bytes() == (own / PREDICTIONS).read_bytes(), index
+
+
+def test_a_failing_model_fails_only_its_mutant_and_failing_preprocessing_only_its_group(runner, tmp_path):
+    public = make_task(tmp_path / "task")
+    good = make_spec(*TREE)
+    bad_model = good.model_copy(update={"model": good.model.model_copy(update={"params": {"max_depth": -1}})})
+    bad_rows = good.model_copy(update={"numeric": ["small", "no such column"]})
+    specs = [good, bad_model, bad_rows, bad_rows.model_copy(update={"model": bad_model.model})]
+    shutil.copytree(public, tmp_path / "run")
+    assert runner.run(sensitivity_script(specs), tmp_path / "run").ok
+    runs = json.loads((tmp_path / "run" / OUTCOMES).read_text())
+    assert [run["error"] is None for run in runs] == [True, False, False, False]
+    assert "max_depth" in runs[1]["error"] and all("no such column" in run["error"] for run in runs[2:])
+    assert (tmp_path / "run" / mutant_file(0)).exists() and not (tmp_path / "run" / mutant_file(1)).exists()
 
 
 def test_every_requirement_has_a_mutant_that_breaks_only_it():
