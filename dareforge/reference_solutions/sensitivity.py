@@ -156,10 +156,9 @@ def sensitivity_script(specs: list[IFSpec]) -> str:
         raise ValueError("a sensitivity script needs at least one spec")
     loads, groups = set(), {}
     for index, spec in enumerate(specs):
-        sections = {
-            kind: "".join(s.code for s in if_reference_sections(spec) if s.kind == kind)
-            for kind in SECTION_KINDS
-        }
+        sections = dict.fromkeys(SECTION_KINDS, "")
+        for section in if_reference_sections(spec):
+            sections[section.kind] += section.code
         loads.add(sections["load"])
         shared = (
             HEADER
@@ -170,10 +169,9 @@ def sensitivity_script(specs: list[IFSpec]) -> str:
                 "X_test = preprocess.transform(X_test)\n"
             )
         )
-        # Each model keeps its own imports: importing a loaded module again costs nothing.
-        model = (
-            sections["imports"] + f"model = {estimator_code(spec)}\n" + sections["fit"] + sections["predict"]
-        )
+        # Each model imports its own class; the shared part ran the rest of the imports in the same namespace.
+        imports = sections["imports"].removeprefix(HEADER)
+        model = imports + f"model = {estimator_code(spec)}\n" + sections["fit"] + sections["predict"]
         groups.setdefault(shared, []).append((index, model))
     if len(loads) > 1:
         raise ValueError(
