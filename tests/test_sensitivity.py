@@ -4,6 +4,7 @@ leaves the idle ones out where that is safe, and the gate rejects a task with to
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -13,12 +14,14 @@ import pytest
 
 from dareforge.config import Config, ValidateConfig
 from dareforge.generators.instructions import render_if
-from dareforge.reference_solutions.reference_code import PREDICTIONS, if_reference_code, if_reference_sections
+from dareforge.reference_solutions.reference_code import PREDICTIONS, if_reference_code
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.sensitivity import (
+    OUTCOMES,
     SENSITIVITY,
     Sensitivity,
     measure,
+    mutant_file,
     mutation_test,
     sensitivity_script,
 )
@@ -190,14 +193,54 @@ def test_an_unstated_requirement_that_matters_is_stated_after_all(runner, tmp_pa
     assert "StandardScaler" in render_if(settled, LIMITS)
 
 
-def test_one_script_reads_the_files_once_and_runs_each_mutants_own_reference_code():
-    spec = make_spec(*TREE)
-    specs = [m.spec for m in mutants(spec)]
+FOREST = (
+    "RandomForestClassifier",
+    "sklearn.ensemble",
+    {"n_estimators": 25, "max_depth": 4, "random_state": 3},
+)
+BOOSTING = (
+    "GradientBoostingRegressor",
+    "sklearn.ensemble",
+    {"n_estimators": 30, "max_depth": 2, "random_state": 3},
+)
+NEIGHBOURS = ("KNeighborsRegressor", "sklearn.neighbors", {"n_neighbors": 5})
+
+
+@pytest.mark.parametrize(
+    ("model", "classification"),
+    [(TREE, True), (LINEAR, True), (FOREST, True), (BOOSTING, False), (NEIGHBOURS, False)],
+)
+def test_one_script_reads_the_files_once_and_each_mutant_predicts_as_its_own_reference_script(
+    runner, tmp_path, model, classification
+):
+    public = make_task(tmp_path / "task", classification=classification, missing=True)
+    specs = [m.spec for m in mutants(make_spec(*model, classification=classification))]
     script = sensitivity_script(specs)
     assert script.count('pd.read_csv("train.csv")') == 1
-    for mutant in specs:
-        body = "".join(s.code for s in if_reference_sections(mutant) if s.kind != "load")
-        assert repr(body) in script
+    # The model, parameter and seed mutants share one fit of the preprocessing; every other mutant has its own.
+    preprocessings = {s.model_copy(update={"model": specs[0].model}).model_dump_json() for s in specs}
+    assert script.count("preprocess.fit_transform(") == len(preprocessings) < len(specs)
+    shutil.copytree(public, tmp_path / "all")
+    assert runner.run(script, tmp_path / "all").ok
+    for index, spec in enumerate(specs):
+        own = tmp_path / f"own-{index}"
+        shutil.copytree(public, own)
+        assert runner.run(if_reference_code(spec), own).ok
+        assert (tmp_path / "all" / mutant_file(index)).read_bytes() == (own / PREDICTIONS).read_bytes(), index
+
+
+def test_a_failing_model_fails_only_its_mutant_and_failing_preprocessing_only_its_group(runner, tmp_path):
+    public = make_task(tmp_path / "task")
+    good = make_spec(*TREE)
+    bad_model = good.model_copy(update={"model": good.model.model_copy(update={"params": {"max_depth": -1}})})
+    bad_rows = good.model_copy(update={"numeric": ["small", "no such column"]})
+    specs = [good, bad_model, bad_rows, bad_rows.model_copy(update={"model": bad_model.model})]
+    shutil.copytree(public, tmp_path / "run")
+    assert runner.run(sensitivity_script(specs), tmp_path / "run").ok
+    runs = json.loads((tmp_path / "run" / OUTCOMES).read_text())
+    assert [run["error"] is None for run in runs] == [True, False, False, False]
+    assert "max_depth" in runs[1]["error"] and all("no such column" in run["error"] for run in runs[2:])
+    assert (tmp_path / "run" / mutant_file(0)).exists() and not (tmp_path / "run" / mutant_file(1)).exists()
 
 
 def test_every_requirement_has_a_mutant_that_breaks_only_it():

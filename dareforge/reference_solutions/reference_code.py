@@ -22,7 +22,7 @@ STRONG_SCRIPT = "strong_reference.py"
 STRONG_PREDICTIONS = "strong_predictions.csv"
 """The strong reference's predictions of a goal task, kept privately (its score is the task's `strong`)."""
 
-_HEADER = """\
+HEADER = """\
 import numpy as np
 import pandas as pd
 from sklearn.compose import ColumnTransformer
@@ -30,6 +30,7 @@ from sklearn.impute import SimpleImputer
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, OrdinalEncoder, StandardScaler
 """
+"""The imports every reference script starts with (an IF script then imports its model's class)."""
 
 
 def literal(value: float) -> str:
@@ -70,7 +71,7 @@ def if_reference_sections(spec: IFSpec) -> list[Section]:
     add(
         "imports",
         "import pandas, numpy and scikit-learn",
-        _HEADER,
+        HEADER,
         f"from {spec.model.module} import {spec.model.name}",
         "",
     )
@@ -105,6 +106,25 @@ def if_reference_sections(spec: IFSpec) -> list[Section]:
             f"frame[{categorical!r}].astype(str).where(frame[{categorical!r}].notna(), np.nan)"
         )
     add("features", "select the features", *lines)
+    add(
+        "pipeline",
+        f"build the preprocessing and {spec.model.name} pipeline",
+        f"preprocess = {preprocess_code(spec)}",
+        f'model = Pipeline([("preprocess", preprocess), ("model", {estimator_code(spec)})])',
+    )
+    add("fit", "fit on the cleaned training rows", f"model.fit(X, train[{spec.target!r}])")
+    add(
+        "predict",
+        f"predict the test rows and write {PREDICTIONS}",
+        f"pd.DataFrame({{{spec.id_column!r}: test[{spec.id_column!r}], {spec.target!r}: model.predict(X_test)}})"
+        f'.to_csv("{PREDICTIONS}", index=False)',
+    )
+    return sections
+
+
+def preprocess_code(spec: IFSpec) -> str:
+    """The reference's preprocessing step, a ColumnTransformer expression: what the model is fitted on."""
+    numeric, categorical = spec.numeric_features, spec.categorical
     numeric_steps = [f'("impute", SimpleImputer(strategy={spec.numeric_imputer!r}))']
     if spec.scaler != "none":
         numeric_steps.append(
@@ -127,21 +147,13 @@ def if_reference_sections(spec: IFSpec) -> list[Section]:
         transformers.append(
             f'("categorical", Pipeline([("impute", {imputer}), ("encode", {encoder})]), {categorical!r})'
         )
+    return f"ColumnTransformer([{', '.join(transformers)}])"
+
+
+def estimator_code(spec: IFSpec) -> str:
+    """The reference's model, a constructor expression of the class `spec.model.module` exports."""
     params = ", ".join(f"{k}={v!r}" for k, v in spec.model.params.items())
-    add(
-        "pipeline",
-        f"build the preprocessing and {spec.model.name} pipeline",
-        f"preprocess = ColumnTransformer([{', '.join(transformers)}])",
-        f'model = Pipeline([("preprocess", preprocess), ("model", {spec.model.name}({params}))])',
-    )
-    add("fit", "fit on the cleaned training rows", f"model.fit(X, train[{spec.target!r}])")
-    add(
-        "predict",
-        f"predict the test rows and write {PREDICTIONS}",
-        f"pd.DataFrame({{{spec.id_column!r}: test[{spec.id_column!r}], {spec.target!r}: model.predict(X_test)}})"
-        f'.to_csv("{PREDICTIONS}", index=False)',
-    )
-    return sections
+    return f"{spec.model.name}({params})"
 
 
 def if_reference_code(spec: IFSpec) -> str:
@@ -262,7 +274,7 @@ def strong_reference_code(spec: StrongSpec, estimator: Estimator | None = None) 
             models["candidates"] = "[trend_and_season]"
     return (
         (estimator.imports if estimator else "")
-        + _HEADER
+        + HEADER
         + _STRONG.format(
             estimator=boosted,
             **models,
@@ -286,7 +298,7 @@ end a list early)."""
 def _template_pattern() -> re.Pattern:
     """The strong script's template as a pattern: a `!r` field matches its repr, any other field lazily, a
     repeated field is a back-reference."""
-    parts, seen = [re.escape(_HEADER)], set()
+    parts, seen = [re.escape(HEADER)], set()
     for text, field, _, conversion in string.Formatter().parse(_STRONG):
         parts.append(re.escape(text))
         if field is None:

@@ -8,9 +8,10 @@ numbers beyond the regression tolerance): ignoring it would then cost an agent i
 requirement (`IFSpec.unstated`) that has a mutant must not matter: the instruction would be missing it.
 
 Every mutant runs in one script in the reference worker, which reads the task's files once and fits each
-mutant on a fresh copy of them: each mutant's code is its own reference script (`if_reference_sections`),
-the same code path as the reference, without its load step. The result is stored with the task
-(`private/sensitivity.json`) and the `sensitivity` check reports it.
+mutant on a fresh copy of them with its own reference script's sections (`if_reference_sections`); mutants
+that change only the model share one fit of the preprocessing, as the reference's Pipeline would have done it
+(`sensitivity_script`). A mutant's predictions byte for byte the reference's are not graded again. The
+result is stored with the task (`private/sensitivity.json`) and the `sensitivity` check reports it.
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from dareforge.reference_solutions.graders import grade
-from dareforge.reference_solutions.reference_code import PREDICTIONS, if_reference_sections
+from dareforge.reference_solutions.graders import GradeResult, grade
+from dareforge.reference_solutions.reference_code import (
+    HEADER,
+    PREDICTIONS,
+    SECTION_KINDS,
+    estimator_code,
+    if_reference_sections,
+    preprocess_code,
+)
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.spec import IFSpec, Mutant, as_followed, may_be_left_out, mutants
 from dareforge.schema import MetricSpec
@@ -109,40 +118,69 @@ import time as _time
 import traceback as _traceback
 
 _frames = (train, test)
-_outcomes = []
-for _index, _code in enumerate({codes!r}):
+_outcomes = [None] * {count}
+for _shared, _members in {groups!r}:
     _started = _time.process_time()
     _namespace = {{"__name__": "__main__", "train": _frames[0].copy(), "test": _frames[1].copy()}}
     try:
-        exec(compile(_code, f"mutant-{{_index}}.py", "exec"), _namespace)
-        _os.replace({predictions!r}, f"mutant-{{_index}}.csv")
-        _error = None
+        exec(compile(_shared, "preprocessing.py", "exec"), _namespace)
+        _failed = None
     except Exception:
-        _error = _traceback.format_exc(limit=-2)[-2000:]
-    _outcomes.append({{"cpu_seconds": _time.process_time() - _started, "error": _error}})
+        _failed = _traceback.format_exc(limit=-2)[-2000:]
+    for _index, _code in _members:
+        _error = _failed
+        if _failed is None:
+            try:
+                exec(compile(_code, f"mutant-{{_index}}.py", "exec"), _namespace)
+                _os.replace({predictions!r}, f"mutant-{{_index}}.csv")
+            except Exception:
+                _error = _traceback.format_exc(limit=-2)[-2000:]
+        _outcomes[_index] = {{"cpu_seconds": _time.process_time() - _started, "error": _error}}
+        _started = _time.process_time()
 with open({outcomes!r}, "w") as _out:
     _json.dump(_outcomes, _out)
 """
 
 
 def sensitivity_script(specs: list[IFSpec]) -> str:
-    """One script that fits every spec of `specs` on the task's files, read once: the shared load step, then
-    each spec's own reference script without it, run on fresh copies of the frames (its predictions renamed
-    `mutant-<i>.csv`), its CPU seconds or error in `mutants.json`."""
+    """One script that fits every spec of `specs` on the task's files, read once, its predictions renamed
+    `mutant-<i>.csv`, its CPU seconds or error in `mutants.json`.
+
+    Specs whose rows, features and preprocessing are the same (the model, parameter and seed mutants: those
+    of the reference) share one fit of the preprocessing: each group runs its specs' reference sections up to
+    the features on fresh copies of the frames, fits the reference's preprocessing step once
+    (`preprocess_code`), then each spec's model (`estimator_code`) with its own fit and predict sections. That
+    is what the reference's Pipeline does in its fit and predict, so the predictions are the spec's own
+    reference script's; the first spec of a group is charged the shared part's CPU seconds."""
     if not specs:
         raise ValueError("a sensitivity script needs at least one spec")
-    loads, bodies = set(), []
-    for spec in specs:
-        sections = if_reference_sections(spec)
-        loads.add("".join(s.code for s in sections if s.kind == "load"))
-        # Each body keeps its own imports (its model's): importing a loaded module again costs nothing.
-        bodies.append("".join(s.code for s in sections if s.kind != "load"))
+    loads, groups = set(), {}
+    for index, spec in enumerate(specs):
+        sections = dict.fromkeys(SECTION_KINDS, "")
+        for section in if_reference_sections(spec):
+            sections[section.kind] += section.code
+        loads.add(sections["load"])
+        shared = (
+            HEADER
+            + "".join(sections[kind] for kind in ("filter", "dates", "features"))
+            + (
+                f"preprocess = {preprocess_code(spec)}\n"
+                f"X = preprocess.fit_transform(X, train[{spec.target!r}])\n"
+                "X_test = preprocess.transform(X_test)\n"
+            )
+        )
+        # Each model imports its own class; the shared part ran the rest of the imports in the same namespace.
+        imports = sections["imports"].removeprefix(HEADER)
+        model = imports + f"model = {estimator_code(spec)}\n" + sections["fit"] + sections["predict"]
+        groups.setdefault(shared, []).append((index, model))
     if len(loads) > 1:
         raise ValueError(
             "IF reference scripts load their files in different ways; one script cannot share it"
         )
     head = "".join(s.code for s in if_reference_sections(specs[0]) if s.kind in ("imports", "load"))
-    return head + _SCRIPT.format(codes=bodies, predictions=PREDICTIONS, outcomes=OUTCOMES)
+    return head + _SCRIPT.format(
+        count=len(specs), groups=list(groups.items()), predictions=PREDICTIONS, outcomes=OUTCOMES
+    )
 
 
 def mutation_test(
@@ -227,20 +265,42 @@ def _run(
         lines = (outcome.error or "no error message").strip().splitlines()
         raise ValueError(f"the sensitivity script failed: {lines[-1]}")
     runs = json.loads((scratch / OUTCOMES).read_text())
+    graded = _grader(metric, reference_predictions, reference)
     verdicts = [
-        _verdict(m, run, scratch / mutant_file(i), reference, metric)
+        _verdict(m, run, scratch / mutant_file(i), graded)
         for i, (m, run) in enumerate(zip(found, runs, strict=True))
     ]
     return verdicts, outcome.cpu_seconds + time.process_time() - started
 
 
+def _grader(
+    metric: MetricSpec, reference_predictions: Path, reference: pd.DataFrame
+) -> Callable[[Path], GradeResult]:
+    """Grades predictions against the reference's with `metric`. A grade depends on the two files' contents
+    only, so predictions byte for byte the reference's (a requirement that changes nothing, often) take the
+    reference's grade against itself, computed once; when that grade names a problem (it names the file),
+    each is graded on its own."""
+    own = reference_predictions.read_bytes()
+    itself: list[GradeResult] = []
+
+    def graded(predictions: Path) -> GradeResult:
+        if predictions.stat().st_size == len(own) and predictions.read_bytes() == own:
+            if not itself:
+                itself.append(grade(metric, reference_predictions, reference))
+            if not itself[0].error:
+                return itself[0]
+        return grade(metric, predictions, reference)
+
+    return graded
+
+
 def _verdict(
-    mutant: Mutant, run: dict, predictions: Path, reference: Path, metric: MetricSpec
+    mutant: Mutant, run: dict, predictions: Path, graded: Callable[[Path], GradeResult]
 ) -> Requirement:
     base = {"name": mutant.requirement, "stated": mutant.stated, "cpu_seconds": run["cpu_seconds"]}
     if run["error"] is not None:
         return Requirement(**base, matters=False, error=run["error"].strip().splitlines()[-1])
-    result = grade(metric, predictions, reference)
+    result = graded(predictions)
     if result.error:
         return Requirement(**base, matters=False, error=result.error)
     differ = round((1.0 - result.score) * result.rows)
