@@ -22,7 +22,7 @@ from dareforge.reference_solutions.graders import grade
 from dareforge.reference_solutions.reference_code import if_reference_code
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.spec import IFSpec, ModelSpec
-from dareforge.schema import FilterDecision, Framing, Source, Task, TaskType, Validation, Verdict
+from dareforge.schema import FilterDecision, Framing, Source, Task, TaskType, Verdict
 from dareforge.understand.understand_stage import understand
 from dareforge.validators.gate import reasons_against
 from dareforge.validators.leakage import LeakageFormula
@@ -247,16 +247,7 @@ def test_the_gate_rejects_features_that_compute_the_target(tmp_path, family, mak
     view = _formula_view(tmp_path, family, make_target)
     finding = LeakageFormula().run(view, Config())
     assert finding.details and sorted(finding.details["columns"]) == ["a", "b"], finding
-    stored = Validation(
-        task_id=view.task.id,
-        source_id=view.task.source_id,
-        check=LeakageFormula.name,
-        score=finding.score,
-        flagged=finding.flagged,
-        reason=finding.reason,
-        details=finding.details_json(),
-        checks_version="test",
-    )
+    stored = finding.record(view.task.id, view.task.source_id, LeakageFormula.name, "test")
     assert reasons_against(stored, Config().validate_, view.family), finding
 
 

@@ -269,16 +269,7 @@ def finding_of(tmp_path: Path, found: Sensitivity) -> Validation:
     (tmp_path / "private" / SENSITIVITY).write_text(found.to_json())
     view = TaskView(task=None, prepared=None, folder=tmp_path)  # the check reads the stored file only
     finding = SensitivityCheck().run(view, Config())
-    return Validation(
-        task_id="t",
-        source_id="s",
-        check="sensitivity",
-        score=finding.score,
-        flagged=finding.flagged,
-        reason=finding.reason,
-        details=finding.details_json(),
-        checks_version="v",
-    )
+    return finding.record("t", "s", "sensitivity", "v")
 
 
 def test_the_gate_rejects_a_task_with_too_few_requirements_that_matter(runner, tmp_path):

@@ -95,16 +95,7 @@ def _question_view(
 def trivial_verdict(view: TaskView, config: ValidateConfig | None = None) -> tuple[dict, str | None]:
     """The trivial finding's details and the gate's reason against the task (None: it passes the gate)."""
     finding = Trivial().run(view, CONFIG)
-    stored = Validation(
-        task_id=view.task.id,
-        source_id=view.task.source_id,
-        check=Trivial.name,
-        score=finding.score,
-        flagged=finding.flagged,
-        reason=finding.reason,
-        details=finding.details_json(),
-        checks_version="test",
-    )
+    stored = finding.record(view.task.id, view.task.source_id, Trivial.name, "test")
     return json.loads(stored.details or "{}"), reasons_against(
         stored, config or CONFIG.validate_, view.family
     )

@@ -18,7 +18,7 @@ import pandas as pd
 from dareforge.config import Config
 from dareforge.families.family import Family
 from dareforge.families.registry import family_of
-from dareforge.schema import PreparedSource, Task
+from dareforge.schema import PreparedSource, Task, Validation
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,19 @@ class Finding:
 
     def details_json(self) -> str | None:
         return json.dumps(self.details, sort_keys=True, default=str) if self.details is not None else None
+
+    def record(self, task_id: str, source_id: str, check: str, checks_version: str) -> Validation:
+        """The finding as the `validations` row the gate reads."""
+        return Validation(
+            task_id=task_id,
+            source_id=source_id,
+            check=check,
+            score=self.score,
+            flagged=self.flagged,
+            reason=self.reason,
+            details=self.details_json(),
+            checks_version=checks_version,
+        )
 
 
 @dataclass

@@ -245,18 +245,7 @@ def _write_findings(
             if isinstance(finding, Validation):
                 by_source[task.source_id].append(finding)
                 continue
-            by_source[task.source_id].append(
-                Validation(
-                    task_id=task.id,
-                    source_id=task.source_id,
-                    check=name,
-                    score=finding.score,
-                    flagged=finding.flagged,
-                    reason=finding.reason,
-                    details=finding.details_json(),
-                    checks_version=version,
-                )
-            )
+            by_source[task.source_id].append(finding.record(task.id, task.source_id, name, version))
     written = []
     for source_id, rows in sorted(by_source.items()):
         if ctx.store.write_records(source_id, rows):
