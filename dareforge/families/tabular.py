@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from dareforge.families.family import Build
-from dareforge.generators.instructions import boolean_note, render_if, render_mm
+from dareforge.generators.instructions import boolean_note, notes, render_if, render_mm, split_note
 from dareforge.generators.noise import add_noise
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.references import certify, score_references
@@ -115,7 +115,11 @@ def if_task(build: Build, seed: int) -> Task | None:
             seconds_in["sensitivity"] = seconds_in.get("sensitivity", 0.0) + found.cpu_seconds
         (draft.private / "spec.json").write_text(stated.model_dump_json(indent=2) + "\n")
         draft.fields = {
-            "instruction": render_if(stated, limits_of(ctx), boolean_note(build.frames[2], [spec.target])),
+            "instruction": render_if(
+                stated,
+                limits_of(ctx),
+                notes(split_note(prepared), boolean_note(build.frames[2], [spec.target])),
+            ),
             "metric": metric,
             "limits": limits_of(ctx),
             "scores": TaskScores(reference_seconds=seconds),
@@ -172,13 +176,10 @@ def mm_task(build: Build) -> Task | None:
             strong,
             build.frames[0],
             task_words=prepared.task_type.value,
-            test_note=" ".join(
-                note
-                for note in (
-                    "`test.csv` holds the rows to predict, without the target.",
-                    boolean_note(build.frames[2], prepared.target_columns),
-                )
-                if note
+            test_note=notes(
+                "`test.csv` holds the rows to predict, without the target.",
+                split_note(prepared),
+                boolean_note(build.frames[2], prepared.target_columns),
             ),
         )
 

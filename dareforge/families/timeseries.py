@@ -10,6 +10,7 @@ import pandas as pd
 
 from dareforge.families.family import Build
 from dareforge.families.tabular import copy_prepared, goal_task_fields
+from dareforge.generators.instructions import notes, split_note
 from dareforge.generators.taskio import Draft
 from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
 from dareforge.reference_solutions.reference_code import StrongSpec
@@ -126,7 +127,10 @@ def forecast_task(build: Build, exogenous: bool) -> Task | None:
             strong,
             train,
             task_words=f"time series, ordered by `{prepared.time_column}`",
-            test_note=(XF_NOTE if exogenous else CF_NOTE).format(entity=f" and `{entity}`" if entity else ""),
+            test_note=notes(
+                (XF_NOTE if exogenous else CF_NOTE).format(entity=f" and `{entity}`" if entity else ""),
+                split_note(prepared),
+            ),
             group=entity,
             forecasts=forecasts,
         )

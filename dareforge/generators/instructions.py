@@ -20,7 +20,7 @@ from dareforge.reference_solutions.spec import (
     filter_requirement,
     param_requirement,
 )
-from dareforge.schema import MetricSpec, TaskLimits
+from dareforge.schema import MetricSpec, PreparedSource, TaskLimits
 
 
 def _names(columns: list[str]) -> str:
@@ -149,6 +149,24 @@ IF_TEMPLATES = (_numbered, _prose, _checklist)
 def render_if(spec: IFSpec, limits: TaskLimits, note: str = "") -> str:
     template = random.Random(spec.seed).choice(IF_TEMPLATES)
     return template(spec) + (f" {note}" if note else "") + "\n\n" + _limits(limits)
+
+
+def split_note(prepared: PreparedSource) -> str:
+    """What an instruction says of a split that is not random (empty for a random or stratified one): the rows
+    split in time, by which column, or the groups kept apart, so an agent validates the way it is tested."""
+    if prepared.split == "chronological" and prepared.time_column:
+        return (
+            f"The rows are split in time by `{prepared.time_column}`: every row of `test.csv` comes after the "
+            "rows of `train.csv`."
+        )
+    if prepared.split == "grouped" and prepared.group_column:
+        return f"The rows are split by `{prepared.group_column}`: no value of it in `test.csv` occurs in `train.csv`."
+    return ""
+
+
+def notes(*parts: str) -> str:
+    """Instruction sentences joined, the empty ones left out."""
+    return " ".join(part for part in parts if part)
 
 
 def boolean_note(answers: pd.DataFrame, targets: list[str]) -> str:

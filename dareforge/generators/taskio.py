@@ -26,7 +26,8 @@ reference reads dates in UTC, categories as text, and fits a classifier without 
 state only requirements that can change the predictions (no scaler for trees, no seed for LogisticRegression,
 no n_jobs, no imputer without a missing value) and carry their mutation test (`private/sensitivity.json`). 5: IF
 categorical features are read as text (a boolean column with blanks mixed bools with the imputer's 'missing');
-a boolean target's instruction says how it is spelled."""
+a boolean target's instruction says how it is spelled; an instruction names a split that is not random (the time
+column, or the groups kept apart)."""
 
 
 @dataclass
