@@ -25,7 +25,7 @@ from dareforge.reference_solutions.spec import IFSpec, ModelSpec
 from dareforge.schema import FilterDecision, Framing, Source, Task, TaskType, Verdict
 from dareforge.understand.understand_stage import understand
 from dareforge.validators.gate import reasons_against
-from dareforge.validators.leakage import LeakageFormula
+from dareforge.validators.leakage import LeakageFeature, LeakageFormula
 from dareforge.validators.validate import validate
 from tests.competitions import competition_mirror
 from tests.stores import mirror_dataset, prediction_only, store_config
@@ -201,7 +201,7 @@ def test_sources_exclude_leaves_a_column_out_of_every_file_with_the_reason(tmp_p
     assert headers and not any("LotArea" in h.split(",") for h in headers), headers
 
 
-def _formula_view(tmp_path, family: str, make_target):
+def _formula_view(tmp_path, family: str, make_target, trend: bool = False):
     """A task whose public test features `a` and `b` compute its target on every row (`make_target(a, b)`),
     beside a feature `c` that does not."""
     rng = np.random.default_rng(5)
@@ -209,6 +209,8 @@ def _formula_view(tmp_path, family: str, make_target):
     frame = pd.DataFrame(
         {"row_id": range(n), "a": rng.uniform(1, 50, n).round(2), "b": rng.uniform(1, 9, n).round(2)}
     )
+    if trend:  # rising past every training value: the held-out rows lie beyond the training range
+        frame["a"] = (np.linspace(1, 500, n) + rng.normal(0, 1, n)).round(2)
     frame["c"] = rng.normal(size=n)
     frame["y"] = make_target(frame["a"], frame["b"])
     time = "day" if family.startswith("TS") else None
@@ -305,3 +307,23 @@ def test_the_formula_check_reads_only_keys_and_targets_from_the_answers(tmp_path
     view = type(view)(view.task, view.prepared, view.folder)
     finding = LeakageFormula().run(view, Config())
     assert sorted(finding.details["columns"]) == ["a", "b"], finding
+
+
+@pytest.mark.parametrize("family", ["Reg-IF", "Reg-MM", "TS-XF"])
+def test_a_renamed_copy_of_the_target_is_caught_whatever_the_split(tmp_path, family):
+    """A public feature equal to the target (a source's swapped headers): a tree on it alone cannot carry the
+    copy past the training range on rows split in time, a line through it can (TS-XF's rows are split in time)."""
+
+    def copied(a, b):
+        return a * 1.0
+
+    view = _formula_view(tmp_path, family, copied, trend=True)
+    finding = LeakageFormula().run(view, Config())
+    assert finding.details["columns"] == ["a"], finding
+    if (
+        view.prepared.split == "chronological"
+    ):  # the single-feature tree, trained on the earlier rows, misses it
+        single = LeakageFeature().run(view, Config())
+        assert single.score < Config().validate_.leakage_max_single_feature, single
+    stored = finding.record(view.task.id, view.task.source_id, LeakageFormula.name, "test")
+    assert reasons_against(stored, Config().validate_, view.family), finding
