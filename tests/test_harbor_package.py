@@ -31,6 +31,11 @@ pytestmark = pytest.mark.skipif(not probe().available, reason="the harbor export
 
 HARBOR_VERSION = "0.25.0"
 MIN_PYTHON = (3, 12)
+QUERY_SECONDS = 60
+INSTALL_SECONDS = 900
+"""Deadlines far above what the step needs (creating the venv and installing Harbor took about 30 s here): a
+hung child fails or skips the test instead of holding the suite."""
+HARBOR_SECONDS = 300
 
 INSPECT = """
 import json, sys
@@ -62,7 +67,7 @@ def _is_new_enough(python: str) -> bool:
         done = subprocess.run(
             [python, "-c", f"import sys; sys.exit(0 if sys.version_info[:2] >= {MIN_PYTHON} else 1)"],
             capture_output=True,
-            timeout=60,
+            timeout=QUERY_SECONDS,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
@@ -88,6 +93,7 @@ def find_python() -> str | None:
             capture_output=True,
             text=True,
             check=False,
+            timeout=QUERY_SECONDS,
         )
         if done.returncode == 0 and done.stdout.strip():
             found.append(done.stdout.strip())
@@ -124,7 +130,15 @@ def harbor_venv() -> Path:
         else:
             steps.append([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", _pin()])
         for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, check=False)
+            try:
+                done = subprocess.run(
+                    step, capture_output=True, text=True, check=False, timeout=INSTALL_SECONDS
+                )
+            except subprocess.TimeoutExpired:
+                shutil.rmtree(venv, ignore_errors=True)
+                pytest.skip(
+                    f"installing {_pin()} did not finish within {INSTALL_SECONDS} s ({' '.join(step[:3])})"
+                )
             if done.returncode != 0:
                 shutil.rmtree(venv, ignore_errors=True)
                 last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -164,6 +178,7 @@ def _lint(harbor: Path, folders: list[Path]) -> tuple[int, list[dict]]:
         capture_output=True,
         text=True,
         check=False,
+        timeout=HARBOR_SECONDS,
     )
     try:
         return done.returncode, json.loads(done.stdout)
@@ -179,6 +194,7 @@ def test_harbors_loader_reads_every_task_with_the_verifier_apart(harbor, export)
         capture_output=True,
         text=True,
         check=False,
+        timeout=HARBOR_SECONDS,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout)
