@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dareforge.child_python import child_env, python_argv
 from dareforge.errors import DareforgeError
 
 PG_PORT = 54329
@@ -76,31 +77,36 @@ class Cluster:
         db = f"postgresql+psycopg2://postgres@localhost:{PG_PORT}/airflow"
         secret = self._secret()
         bin_dir = Path(sys.executable).parent
-        return {
-            **os.environ,
-            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-            "AIRFLOW_HOME": str(self.airflow_home),
-            "AIRFLOW_CONFIG": str(self.repo / "airflow.cfg"),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(self.repo / "dags"),
-            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-            "AIRFLOW__CORE__PARALLELISM": str(WORKERS * WORKER_CONCURRENCY),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{API_PORT}/execution/",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.airflow_home / "passwords.json"),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db,
-            "AIRFLOW__CELERY__BROKER_URL": f"redis://localhost:{REDIS_PORT}/0",
-            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://postgres@localhost:{PG_PORT}/airflow",
-            "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
-            # A task instance whose worker died is failed (then retried elsewhere) after a minute without a
-            # heartbeat, not the default five.
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
-            "AIRFLOW__API__PORT": str(API_PORT),
-            "AIRFLOW__API__BASE_URL": f"http://localhost:{API_PORT}",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secret,
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs / "tasks"),
-            "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(self.logs / "dag_processor"),
-            "DAREFORGE_STORE__ROOT": str(self.store),
-            "DAREFORGE_STORE__WORK_DIR": str(self.store.parent / "work"),
-        }
+        return child_env(
+            {
+                "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+                "AIRFLOW_HOME": str(self.airflow_home),
+                "AIRFLOW_CONFIG": str(self.repo / "airflow.cfg"),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(self.repo / "dags"),
+                "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(WORKERS * WORKER_CONCURRENCY),
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{API_PORT}/execution/",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(
+                    self.airflow_home / "passwords.json"
+                ),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db,
+                "AIRFLOW__CELERY__BROKER_URL": f"redis://localhost:{REDIS_PORT}/0",
+                "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://postgres@localhost:{PG_PORT}/airflow",
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
+                # A task instance whose worker died is failed (then retried elsewhere) after a minute without a
+                # heartbeat, not the default five.
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+                "AIRFLOW__API__PORT": str(API_PORT),
+                "AIRFLOW__API__BASE_URL": f"http://localhost:{API_PORT}",
+                "AIRFLOW__API_AUTH__JWT_SECRET": secret,
+                "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs / "tasks"),
+                "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(
+                    self.logs / "dag_processor"
+                ),
+                "DAREFORGE_STORE__ROOT": str(self.store),
+                "DAREFORGE_STORE__WORK_DIR": str(self.store.parent / "work"),
+            }
+        )
 
     def _secret(self) -> str:
         path = self.root / "jwt_secret"
@@ -244,7 +250,7 @@ class Cluster:
         self.start_redis()
         env = self.env()
         _run([_airflow(), "db", "migrate"], "airflow db migrate", env)
-        _run([sys.executable, "-m", "dareforge.orchestration", "pools"], "pools", env)
+        _run(python_argv("-m", "dareforge.orchestration", "pools"), "pools", env)
         for name in AIRFLOW_PROCESSES:
             self._spawn(name, [_airflow(), name])
         for n in range(1, WORKERS + 1):

@@ -270,6 +270,12 @@ class GenerateConfig(Section):
         description="CPU seconds a reference script may use (CPU, not wall: a loaded machine must not change "
         "which tasks pass); a script that waits without using CPU is stopped after 10 times as long.",
     )
+    reference_ready_timeout_s: PositiveInt = Field(
+        300,
+        le=3600,
+        description="Wall seconds a reference worker may take to start (import its libraries) and say it is "
+        "ready; one that does not is started again once, then its script fails with the reason.",
+    )
     qa_per_source: NonNegativeInt = Field(
         2,
         description="QA tasks (questions with a typed answer) asked on each source's first framing "

@@ -38,6 +38,7 @@ FLOORS: dict[str, int] = {
             "report",
             "kept",
             "run_record",
+            "child_python",
         ],
         0,
     ),

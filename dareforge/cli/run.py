@@ -114,23 +114,26 @@ def _run_with_airflow(release: str) -> None:
     import os
     import subprocess
 
+    from dareforge.child_python import child_env, python_argv
+
     ctx = context()
     repo = Path(__file__).resolve().parents[2]
     if not (repo / "dags" / "dare_refresh.py").exists() or not ctx.store.is_local:
         raise DareforgeError("--airflow needs a source checkout (dags/, airflow.cfg) and a local store")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(repo),
-        "AIRFLOW_CONFIG": str(repo / "airflow.cfg"),
-        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-        "DAREFORGE_STORE__ROOT": str(Path(ctx.store.root).resolve()),
-        "DAREFORGE_STORE__WORK_DIR": str(ctx.work_dir.resolve()),
-    }
+    env = child_env(
+        {
+            "AIRFLOW_HOME": str(repo),
+            "AIRFLOW_CONFIG": str(repo / "airflow.cfg"),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+            "DAREFORGE_STORE__ROOT": str(Path(ctx.store.root).resolve()),
+            "DAREFORGE_STORE__WORK_DIR": str(ctx.work_dir.resolve()),
+        }
+    )
     (repo / "data" / "airflow").mkdir(parents=True, exist_ok=True)
     airflow_cli = str(Path(sys.executable).parent / "airflow")
     for step in (
         [airflow_cli, "db", "migrate"],
-        [sys.executable, "-m", "dareforge.orchestration", "pools"],
+        python_argv("-m", "dareforge.orchestration", "pools"),
         [airflow_cli, "dags", "test", "dare_refresh", "--conf", json.dumps({"release": release})],
     ):
         done = subprocess.run(step, env=env, capture_output=True, text=True)

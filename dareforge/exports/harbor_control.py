@@ -33,6 +33,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from dareforge.child_python import python_argv
 from dareforge.config import SandboxConfig
 from dareforge.exports import ExportError
 from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES
@@ -269,7 +270,7 @@ class Controller:
             "mkdirs": [HOME],
             "cwd": APP,
         }
-        launcher = [sys.executable, "-I", "-S", "-c", isolation.LAUNCHER, json.dumps(spec)]
+        launcher = python_argv("-S", "-c", isolation.LAUNCHER, json.dumps(spec), isolated=True)
         argv = [*prefix[:-1], *binds, "--", *launcher, *command]
         try:
             done = subprocess.run(

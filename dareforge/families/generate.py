@@ -39,8 +39,8 @@ def generate(ctx: RunContext, source_ids: list[str] | None = None) -> StageRepor
     report = StageReport("generate")
     every, framings = _whole_store(ctx)
     ids = source_ids if source_ids is not None else every
-    timeout = ctx.config.generate.reference_timeout_s
-    runners = kept(("runners", timeout), lambda: Runners.start(timeout), Runners.close)
+    timeouts = (ctx.config.generate.reference_timeout_s, ctx.config.generate.reference_ready_timeout_s)
+    runners = kept(("runners", timeouts), lambda: Runners.start(*timeouts), Runners.close)
     for source_id in ctx.each_source("generate", ids):
         _generate_source(ctx, source_id, runners, report, DistractorPool(ctx, framings, source_id))
     report.seconds = time.perf_counter() - started

@@ -15,7 +15,11 @@ from dareforge.describe import describe_file
 from dareforge.errors import DareforgeError
 from dareforge.generators.prepare import prepared_file
 from dareforge.hashing import fingerprint
-from dareforge.reference_solutions.reference_runner import ReferenceRunner, package_versions
+from dareforge.reference_solutions.reference_runner import (
+    READY_TIMEOUT_S,
+    ReferenceRunner,
+    package_versions,
+)
 from dareforge.report import StageReport
 from dareforge.schema import PreparedSource, Task, TaskLimits
 
@@ -42,8 +46,8 @@ class Runners:
     twin: ReferenceRunner
 
     @classmethod
-    def start(cls, timeout_s: float) -> Runners:
-        runners = cls(ReferenceRunner(1, timeout_s), ReferenceRunner(1, timeout_s))
+    def start(cls, timeout_s: float, ready_timeout_s: float = READY_TIMEOUT_S) -> Runners:
+        runners = cls(*(ReferenceRunner(1, timeout_s, ready_timeout_s) for _ in range(2)))
         runners.main.start()
         runners.twin.start()
         return runners

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dareforge.child_python import python_argv
 from dareforge.config import EndpointConfig, LocalModelConfig
 from dareforge.errors import DareforgeError
 
@@ -62,7 +63,10 @@ def find_local_model(config: LocalModelConfig) -> tuple[LocalModel | None, str]:
             f"the local model runtime is not installed ({config.python} missing): run `make local-llm`",
         )
     found = subprocess.run(
-        [str(python), "-c", FIND_PACKAGE, config.model_package], capture_output=True, text=True, timeout=60
+        python_argv("-c", FIND_PACKAGE, config.model_package, python=python, isolated=True),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     folder = found.stdout.strip()
     if found.returncode != 0 or not folder:
@@ -77,8 +81,7 @@ def find_local_model(config: LocalModelConfig) -> tuple[LocalModel | None, str]:
 
 
 def server_command(model: LocalModel, config: LocalModelConfig) -> list[str]:
-    return [
-        str(model.python),
+    return python_argv(
         "-m",
         "llama_cpp.server",
         "--model",
@@ -93,7 +96,9 @@ def server_command(model: LocalModel, config: LocalModelConfig) -> list[str]:
         str(config.n_threads),
         "--n_ctx",
         str(config.n_ctx),
-    ]
+        python=model.python,
+        isolated=True,  # the server needs nothing of our environment's PYTHON* variables
+    )
 
 
 class ServerProcess:

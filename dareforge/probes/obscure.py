@@ -469,7 +469,10 @@ def obscure_tasks(ctx: RunContext, task_ids: Iterable[str] | None = None) -> Sta
                             variants.append(Task.model_validate(manifest["task"]))
                             progress.advance(bar)
                     if todo:
-                        runners = runners or Runners.start(ctx.config.generate.reference_timeout_s)
+                        runners = runners or Runners.start(
+                            ctx.config.generate.reference_timeout_s,
+                            ctx.config.generate.reference_ready_timeout_s,
+                        )
                         variants += _build_source(ctx, source_id, todo, key, runners, report, progress, bar)
                     _record(ctx, source_id, variants, report)
     finally:

@@ -34,7 +34,11 @@ def resimulate(ctx: RunContext, task_ids: list[str] | None = None) -> list[Resim
         if _reproduces(t) and t.status == "candidate" and (task_ids is None or t.id in task_ids)
     ]
     results = []
-    with ReferenceRunner(1, ctx.config.generate.reference_timeout_s) as runner, ctx.progress() as progress:
+    limits = ctx.config.generate
+    with (
+        ReferenceRunner(1, limits.reference_timeout_s, limits.reference_ready_timeout_s) as runner,
+        ctx.progress() as progress,
+    ):
         bar = progress.add_task("resimulate", total=len(tasks), item="")
         for task in sorted(tasks, key=lambda t: t.id):
             progress.update(bar, item=task.id)

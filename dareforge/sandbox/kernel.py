@@ -28,13 +28,13 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import weakref
 from pathlib import Path
 from typing import Any
 
+from dareforge.child_python import python_argv
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import cgroups, disk, isolation, processes, strays
 from dareforge.sandbox.connection import KernelConnection, Reading, message_limit, socket_paths
@@ -369,8 +369,8 @@ class Sandbox:
             "error_chars": self.config.max_traceback_chars,
         }
         kernel_args = [json.dumps(boot), "-f", str(conn), *KERNEL_ARGS]
-        kernel = [sys.executable, "-c", KERNEL_BOOT, *kernel_args]
-        launcher = [sys.executable, "-I", "-S", "-c", isolation.LAUNCHER, json.dumps(spec)]
+        kernel = python_argv("-c", KERNEL_BOOT, *kernel_args)
+        launcher = python_argv("-S", "-c", isolation.LAUNCHER, json.dumps(spec), isolated=True)
         # Forked kernels: bubblewrap builds the sandbox around a placeholder that sleeps until the sandbox ends.
         first = [PLACEHOLDER, "infinity"] if self.forks else kernel
         self._log = processes.LogTail(LOG_TAIL)

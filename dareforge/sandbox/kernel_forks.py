@@ -15,11 +15,11 @@ import logging
 import queue
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dareforge.child_python import python_argv
 from dareforge.sandbox import processes
 from dareforge.sandbox.isolation import LAUNCHER
 from dareforge.sandbox.sandbox_errors import SandboxError
@@ -68,8 +68,7 @@ class KernelForkServer:
         self._log = processes.LogTail(LOG_TAIL)
         try:
             self._proc = processes.Spawner.popen(
-                [
-                    sys.executable,
+                python_argv(
                     "-c",
                     FORK_SERVER,
                     str(theirs.fileno()),
@@ -77,7 +76,7 @@ class KernelForkServer:
                     str(nice),  # its start and its forks are background work too: the kernels' priority
                     kernel_boot,
                     LAUNCHER,  # the confinement module, run as a program by fresh kernels
-                ],
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=self._log.write_fd,
                 stderr=self._log.write_fd,
