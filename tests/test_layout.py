@@ -29,6 +29,7 @@ FLOORS: dict[str, int] = {
             "schema",
             "config",
             "config_loader",
+            "config_limits",
             "locking",
             "scratch",
             "store",

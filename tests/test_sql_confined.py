@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from dareforge import table_views
 from dareforge.cli import app
-from dareforge.confined_sql import confined_connection
+from dareforge.config import SqlConfig
+from dareforge.confined_sql import Limits, locked_connection
 from dareforge.store import Store
 from tests.stores import write_decisions
 
@@ -212,7 +213,7 @@ def test_a_remote_store_is_confined_the_same_way(sql, tmp_path):
 
 def test_the_connection_alone_refuses_what_the_statement_check_lets_by(store, tmp_path):
     """The settings hold even for statements `dareforge sql` never lets through: a second, independent wall."""
-    con = confined_connection(store, private=True)
+    con = locked_connection([store.duckdb_url("")], Limits.from_config(SqlConfig()), tmp_path / "temp")
     for statement in (
         "set enable_external_access = true",
         "reset enable_external_access",
@@ -237,3 +238,44 @@ def test_help_teaches_the_rule(sql):
     text = " ".join(CliRunner().invoke(app, ["sql", "--help"], env={"COLUMNS": "200"}).output.split())
     assert "Read-only and confined to the store" in text
     assert "--private" in text and "private answers included" in text
+
+
+@pytest.mark.parametrize("private", [False, True], ids=["plain", "private"])
+def test_a_tmp_link_in_the_working_directory_leads_nowhere(sql, tmp_path, private):
+    """DuckDB adds its temp directory (by default `.tmp` in the working directory) to the folders a query may
+    read: a `.tmp` link to a host folder must not make that folder readable."""
+    (tmp_path / ".tmp").symlink_to(tmp_path / "host")
+    for query in ("select content from read_text('.tmp/secret.txt')", "select * from glob('.tmp/*')"):
+        line = refused(sql(*["--private"] * private, query), "reads only")
+        assert "host secret" not in line
+    assert sorted(os.listdir(tmp_path / "host")) == ["existing.duckdb", "secret.txt"]
+
+
+RUNAWAY = {
+    "recursive-cte-to-1e12": (
+        "with recursive r(i) as (select 1 union all select i + 1 from r where i < 1e12) select count(*) from r",
+        "time limit of 1 s",
+    ),
+    "cross-join-of-ranges": ("select count(*) from range(1000000) a, range(1000000) b", "time limit of 1 s"),
+    "a-2-gb-string": ("select length(repeat('x', 2000000000))", "memory limit of 256 MB"),
+    "a-huge-result": ("select * from range(100000000)", "memory limit of 256 MB"),
+}
+
+
+@pytest.mark.parametrize("query, words", RUNAWAY.values(), ids=RUNAWAY.keys())
+def test_a_runaway_query_stops_at_its_limit_in_one_line(sql, monkeypatch, query, words):
+    """Neither query can finish within its limit (a trillion rows; 2 GB against 256 MB), whatever the
+    machine's speed: each stops with the limit named, and the next query runs."""
+    monkeypatch.setenv("DAREFORGE_SQL__MEMORY_MB", "256")
+    line = refused(sql("--timeout", "1", query), "stopped the query at its", words)
+    assert "Traceback" not in line
+    assert sql("select count(*) from filter_decisions").exit_code == 0
+
+
+def test_a_timeout_past_an_hour_is_refused_naming_the_option(sql):
+    result = sql("--timeout", "1e9", "select 1")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: --timeout 1e+09: give more than 0 and at most 3600 seconds (set in the command line; the "
+        "default is sql.timeout_s)"
+    )

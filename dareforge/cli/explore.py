@@ -13,7 +13,7 @@ from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
-from dareforge.cli.app import FormatOption, command, context, fail, out
+from dareforge.cli.app import FormatOption, command, context, out
 from dareforge.errors import DareforgeError
 
 PANEL = "Asking the store"
@@ -107,9 +107,14 @@ def sql(
         typer.Option(
             "--private",
             help="Also let the query read any file inside the store by its path (read_csv, read_parquet, ...), "
-            "private answers included: tasks/*/private/, releases/*-private/, prepared answers.csv.",
+            "private answers included: tasks/*/private/, releases/*-private/, prepared answers.csv; and the "
+            "tables' private columns (tasks.spec: a question's reference program).",
         ),
     ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds the query may run (default: sql.timeout_s in the config; at most 3600)."),
+    ] = None,
     fmt: FormatOption = "table",
 ) -> None:
     """Query the store with DuckDB; every table is a view over its Parquet files.
@@ -117,24 +122,26 @@ def sql(
     Read-only and confined to the store: only queries run (SELECT, FROM, WITH, VALUES, DESCRIBE, SHOW,
     SUMMARIZE); COPY, EXPORT, ATTACH, INSTALL, LOAD, SET, PRAGMA and every statement that changes something
     are refused. A query reads the store's tables, never a file outside the store (a symbolic link counts
-    as where it points), never the network, and a file inside the store only with --private.
+    as where it points), never the network, and a file inside the store, or a table's private columns
+    (reference programs, answer checksums, agents' steps), only with --private. It stops at its time,
+    memory and disk limits (sql.* in the config), naming the one reached.
 
     Example: dareforge sql "select rule, count(*) from filter_decisions where not kept group by rule"
     """
-    import duckdb
+    import shutil
 
-    from dareforge.confined_sql import confined_connection, read_only_statements, refused_read
+    from dareforge.confined_sql import Limits, read_only_statements, run_query
 
+    ctx = context()
+    limits = Limits.from_config(ctx.config.sql, timeout)
+    read_only_statements(query)  # a refused statement leaves not even a scratch folder behind
+    scratch = ctx.scratch_dir("sql")
     try:
-        statements = read_only_statements(query)
-        con = confined_connection(context().store, private=private)
-        relations = [con.sql(statement) for statement in statements]
-        if relations:
-            _emit(relations[-1], fmt, None)  # results are read here, so a refused file can surface here too
-    except duckdb.PermissionException as exc:
-        fail(refused_read(exc, private=private))
-    except duckdb.Error as exc:
-        fail(exc)
+        result = run_query(ctx.store, query, private=private, limits=limits, scratch=scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if result.columns:
+        _emit(result, fmt, None)
 
 
 def _emit(relation, fmt: str, title: str | None) -> None:
