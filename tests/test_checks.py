@@ -280,6 +280,45 @@ def test_twin_specs_within_a_source(tmp_path):
     assert found["mm"].score == 0.0
 
 
+def test_specs_that_differ_only_in_the_target_or_the_seed_are_near_duplicates(tmp_path):
+    """Two framings of one source sample the same workflow from the same seed: the same features, filters and
+    model for another target is one task twice; so is the same pipeline under another seed."""
+    data = classification_data(n=200)
+    spec = {
+        "target": "y",
+        "seed": 0,
+        "numeric": ["x0", "x1"],
+        "filters": [{"kind": "range", "column": "x0", "low": -3.0, "high": 3.0}],
+        "model": {"name": "RandomForestClassifier", "params": {"max_depth": 3, "random_state": 7}},
+        "unstated": [],
+    }
+    other_target = {**spec, "target": "z", "filters": [{**spec["filters"][0], "low": -2.9}]}
+    other_seed = {
+        **spec,
+        "seed": 1,
+        "model": {**spec["model"], "params": {"max_depth": 3, "random_state": 8}},
+    }
+    other_model = {**spec, "target": "z", "model": {**spec["model"], "params": {"max_depth": 5}}}
+
+    def view(task_id, task_spec, **kw):
+        return split_view(tmp_path, task_id, data, family="Class-IF", spec=json.dumps(task_spec), **kw)
+
+    views = [
+        view("if-b", other_target),
+        view("if-a", spec),
+        view("if-c", other_seed),
+        view("if-d", other_model),
+        view("if-e", other_target, source_id="kaggle-dataset.other"),
+    ]
+    found = DuplicateTask().run_all(views, CONFIG)
+    assert found["if-a"].score == 0.0  # the first by id is kept, whatever the order given
+    assert found["if-b"].score == 1.0 and "near-duplicate of task `if-a`" in found["if-b"].reason
+    assert "the target ('z', not 'y')" in found["if-b"].reason and found["if-b"].details["twin"] == "if-a"
+    assert found["if-c"].score == 1.0 and "the seed (1, not 0)" in found["if-c"].reason
+    assert found["if-d"].score == 0.0  # another model: another task
+    assert found["if-e"].score == 0.0  # another source
+
+
 # --- learnable / runtime / certificate / reference-runs ------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from tests.test_question_conventions import _table
 
 def _answer(question: Question, frame: pd.DataFrame):
     """The question's answer, computed by its own code (as its reference does)."""
-    space: dict = {"df": frame.copy(), "pd": pd, "np": np}
+    space: dict = {"df": frame.copy(), "pd": pd, "np": np, "checks": {}}  # as `compute_code` starts it
     exec(question.body, space)  # the program's own code, on a table the test made
     answer = space["answer"]
     return answer.item() if hasattr(answer, "item") else answer

@@ -96,7 +96,13 @@ def test_qa_and_lake_tasks_from_every_source(built):
     _, tasks = built
     qa, lakes = _candidates(tasks, "QA"), _candidates(tasks, "Lake")
     assert {t.source_id for t in qa} == {f"builtin.{s}" for s in SOURCES}
-    assert {t.source_id for t in lakes} == {f"builtin.{s}" for s in SOURCES}
+    # A source may end without a lake when every draw asks nothing (vega-barley's one lake ranked sites by the
+    # mean of two rows each among one variety's rows): each such draw is stored rejected with its reason.
+    unasked = {f"builtin.{s}" for s in SOURCES} - {t.source_id for t in lakes}
+    assert len(unasked) <= 1
+    assert all(
+        t.reject_reason for t in tasks if t.family == "Lake" and t.source_id in unasked
+    ) and unasked <= {t.source_id for t in tasks if t.family == "Lake"}
     assert len(qa) == 2 * len(SOURCES)
     for task in qa + lakes:
         assert task.metric.name == "answer" and task.metric.answer_type
@@ -277,8 +283,16 @@ def _question(answer_type: str, program: str = "count-where", text: str = "How m
     [
         (_question("numeric_exact"), {"answer": None}, "undefined"),
         (_question("list_exact"), {"answer": []}, "empty"),
-        (_question("numeric_exact"), {"answer": 0, "checks": {"rows": 5, "count": 0}}, "a count of 0"),
-        (_question("numeric_exact"), {"answer": 5, "checks": {"rows": 5, "count": 5}}, "every row passes"),
+        (
+            _question("numeric_exact"),
+            {"answer": 0, "checks": {"filter:judged": 5, "filter:kept": 0}},
+            "a count of 0",
+        ),
+        (
+            _question("numeric_exact"),
+            {"answer": 5, "checks": {"filter:judged": 5, "filter:kept": 5}},
+            "the filter keeps every row",
+        ),
         (_question("numeric_approximate", "filtered-stat"), {"answer": 0.0}, "relative error is undefined"),
         (
             _question("numeric_exact", "distinct-count"),
@@ -335,7 +349,9 @@ def test_degenerate_questions_are_rejected_with_the_reason(question, output, rea
 
 def test_a_sound_question_is_not_degenerate():
     question = _question("numeric_exact", "count-where", "How many rows have `x` greater than 2.5?")
-    assert degenerate(_posed(question), {"answer": 3, "checks": {"rows": 10, "count": 3}}) is None
+    assert (
+        degenerate(_posed(question), {"answer": 3, "checks": {"filter:judged": 10, "filter:kept": 3}}) is None
+    )
 
 
 def test_visible_matches_whole_words_and_equal_numbers():

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pandas as pd
 
 from dareforge.context import RunContext
 from dareforge.crawlers.inspect import is_sample_submission
@@ -51,6 +52,18 @@ PANDAS_NA = (
 """The cells pandas' `read_csv` reads as missing by default. Task files are read that way (every prompt says
 so), so prepare reads them as missing too: a numeric column with `NA` cells is numeric on both sides, and a
 target cell `N/A` is an unlabelled row, not a class named "N/A" that pandas would hand a model as NaN."""
+MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null", "none", "?", "-", "--", ".", "unknown"})
+"""Cells that mean "no value" whatever their case and surrounding spaces (`is_missing_marker`), pandas' defaults
+or not: the one list understanding reads columns by and question tasks treat as missing (a question says so
+wherever a column it reads holds one, since pandas reads `Unknown`, `-` or `?` as text)."""
+
+
+def is_missing_marker(values: pd.Series) -> pd.Series:
+    """Which present cells of `values` are a `MISSING_MARKERS` entry (trimmed, case-insensitive)."""
+    text = values.astype(str).str.strip().str.lower()
+    return text.isin(MISSING_MARKERS) & values.notna()
+
+
 NULL_CELLS = "nullstr=[" + ", ".join("'" + v.replace("'", "''") + "'" for v in PANDAS_NA) + "]"
 """The `read_csv` option that reads those cells as NULL."""
 

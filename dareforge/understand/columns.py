@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dareforge.generators.rawtable import MISSING_MARKERS
 from dareforge.reference_solutions.leaks import encode_column
 
 ID_NAME = re.compile(
@@ -20,7 +21,6 @@ ID_NAME = re.compile(
 TEXT_MIN_LENGTH = 20
 NUMERIC_SHARE = 0.98
 """A column counts as numeric when this share of its values parse as numbers (stray 'NA', '?' tolerated)."""
-MISSING_MARKERS = {"", "na", "n/a", "nan", "null", "none", "?", "-", "--", "."}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Duplicate checks across the run: the same dataset under two source ids, the same IF spec twice in a source.
+"""Duplicate checks across the run: the same dataset under two source ids, the same IF spec twice in a source (or
+two that differ only in the target or the seed: `NEAR_DUPLICATE_FIELDS`).
 
 Source similarity is a MinHash estimate of the Jaccard similarity of two token sets. A source's tokens are
 its column names plus, per column, up to `VALUES_PER_COLUMN` distinct "column=value" tokens, chosen by the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -118,35 +120,80 @@ class DuplicateSource:
         return findings
 
 
-def _canonical_spec(spec: str) -> str:
+def _parsed(spec: str) -> Any:
     try:
-        return json.dumps(json.loads(spec), sort_keys=True)
+        return json.loads(spec)
     except json.JSONDecodeError:
         return spec
 
 
+NEAR_DUPLICATE_FIELDS = ("target", "seed", "unstated")
+"""Fields of a seeded pipeline's spec (an IF spec) two tasks of one source may differ in and still be one task:
+the target (the same features through the same pipeline and model, asked of another column: two framings of one
+source sample the same workflow from the same seed), the seed (with the model's `random_state` it draws, and the
+bounds it reads off the training rows), and what the instruction leaves out. Of such twins one is a task and the
+rest are its copies."""
+
+
+def _near_key(spec: Any) -> str | None:
+    """The spec without what `NEAR_DUPLICATE_FIELDS` lets differ (filters by their column only, the model without
+    its `random_state`), or None for a spec that is no seeded pipeline (a question's)."""
+    if not isinstance(spec, dict) or not any(f in spec for f in NEAR_DUPLICATE_FIELDS):
+        return None
+    rest = {k: v for k, v in spec.items() if k not in NEAR_DUPLICATE_FIELDS}
+    if isinstance(model := rest.get("model"), dict):
+        params = {k: v for k, v in (model.get("params") or {}).items() if k != "random_state"}
+        rest["model"] = {**model, "params": params}
+    if isinstance(rest.get("filters"), list):
+        rest["filters"] = [
+            {k: f.get(k) for k in ("kind", "column")} if isinstance(f, dict) else f for f in rest["filters"]
+        ]
+    return json.dumps(rest, sort_keys=True, default=str)
+
+
+def _differences(spec: dict, twin: dict) -> str:
+    """What tells two near-duplicate specs apart, in words ("the target (`b`, not `a`)")."""
+    fields = [f for f in NEAR_DUPLICATE_FIELDS if f != "unstated" and spec.get(f) != twin.get(f)]
+    words = [f"the {f} ({spec.get(f)!r}, not {twin.get(f)!r})" for f in fields]
+    return " and ".join(words) or "the seed's draws (a model's random_state, a filter's bounds)"
+
+
 class DuplicateTask:
-    """1.0 for a task whose IF spec equals that of an earlier task (by id) of the same source, else 0.0."""
+    """1.0 for a task whose spec equals that of an earlier task (by id) of the same source, or differs from it only
+    in what `NEAR_DUPLICATE_FIELDS` allows (a near-duplicate); else 0.0. The first task by id is kept."""
 
     name = "duplicate-task"
 
     def run_all(self, views: list[TaskView], config: Config) -> dict[str, Finding]:
         first: dict[tuple[str, str], str] = {}
+        near: dict[tuple[str, str], tuple[str, dict]] = {}
         findings: dict[str, Finding] = {}
         for view in sorted(views, key=lambda v: v.task.id):
             task = view.task
             if task.spec is None:
                 findings[task.id] = Finding("no IF spec to compare (one MM/TS task per family)", 0.0)
                 continue
-            key = (task.source_id, _canonical_spec(task.spec))
+            spec = _parsed(task.spec)
+            key = (task.source_id, json.dumps(spec, sort_keys=True) if isinstance(spec, dict) else spec)
+            close = _near_key(spec)
             if key in first:
                 findings[task.id] = Finding(
                     f"same spec as task `{first[key]}` of the same source",
                     1.0,
                     details={"twin": first[key]},
                 )
+            elif close is not None and (task.source_id, close) in near:
+                twin, twin_spec = near[(task.source_id, close)]
+                findings[task.id] = Finding(
+                    f"near-duplicate of task `{twin}` of the same source: the same features, filters, pipeline "
+                    f"and model, differing only in {_differences(spec, twin_spec)}",
+                    1.0,
+                    details={"twin": twin, "near": True},
+                )
             else:
                 first[key] = task.id
+                if close is not None:
+                    near[(task.source_id, close)] = (task.id, spec)
                 findings[task.id] = Finding("spec differs from every earlier task of the source", 0.0)
         return findings
 

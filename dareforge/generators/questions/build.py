@@ -9,7 +9,9 @@ judged: a degenerate question is stored as a rejected task with the reason and n
 Degenerate: an undefined (NaN) or empty answer or sub-answer; a count of 0 (a guess gets it right); an exact
 0 where the grade is a relative error; an answer that appears in the question or a sub-question (a column
 name, a value, a number stated in the text); a check the program computed that is undefined (NaN: the mean
-of a group with no values); and whatever the program's own rule says (a tie for a top-1, a correlation near 0).
+of a group with no values); a filter that removes no row or keeps fewer than a group's rows, an extreme decided by
+a group seen (nearly) once (`question.shared_problem`); and whatever the program's own rule says (a tie for a
+top-1, a correlation near 0).
 
 Guessed: a question that one of its family's trivial answers passes (`Guessing`: the guesses the gate's
 `trivial` check grades, made from the public files and the question's texts, graded by the task's own grader
@@ -32,7 +34,7 @@ import pandas as pd
 
 from dareforge.context import RunContext
 from dareforge.generators.questions.programs import PROGRAMS, QUESTIONS_VERSION
-from dareforge.generators.questions.question import Question, SubQuestion, format_note
+from dareforge.generators.questions.question import Question, SubQuestion, format_note, shared_problem
 from dareforge.generators.questions.scripts import (
     ANSWER_FILE,
     Reference,
@@ -269,7 +271,7 @@ def degenerate(posed: Posed, output: dict[str, Any]) -> str | None:
         # A statistic over a group with no values (a first difference in its base year) is NaN, and arrives
         # as null: the program's own test cannot compare it, and the question has no sound answer.
         return f"its checks are undefined (NaN or missing): {', '.join(undefined)}"
-    if why := PROGRAMS[question.program].problem(checks):
+    if why := PROGRAMS[question.program].problem(checks) or shared_problem(checks):
         return why
     if shown := visible(answer, texts_of(posed)):
         return f"the answer ({shown}) appears in the question or a sub-question"

@@ -17,6 +17,7 @@ from dareforge.generators.questions.question import (
     Table,
     col,
     equals,
+    extreme_checks,
     groups_of,
     lit,
     pick,
@@ -51,7 +52,8 @@ class GroupExtreme(Program):
             f"stats = df.groupby({group!r})[{number!r}].{how}().sort_values(ascending={not highest})\n"
             "answer = stats.index[0]\n"
             "checks = {'groups': len(stats), 'gap': abs(float(stats.iloc[0] - stats.iloc[1])) "
-            "if len(stats) > 1 else 0.0, 'scale': abs(float(stats.iloc[0]))}"
+            "if len(stats) > 1 else 0.0, 'scale': abs(float(stats.iloc[0]))}\n"
+            + extreme_checks(f"df.groupby({group!r})[{number!r}].count()", "[answer]")
         )
         params = {"number": number, "group": group, "highest": highest, "stat": how}
         return Question(self.name, params, text, "string_exact", body, (number, group), answer_in_data=True)
@@ -86,15 +88,17 @@ class TopK(Program):
             body = f"ranked = df.groupby({group!r})[{number!r}].mean().sort_values(ascending=False)\n"
             columns: tuple[str, ...] = (group, number)
             order = "largest mean first"
+            extreme = extreme_checks(f"df.groupby({group!r})[{number!r}].count()", "answer")
         else:
             text = f"List the {k} most frequent values of `{group}` (by number of rows), most frequent first."
             body = f"ranked = {col(group)}.value_counts()\n"
             columns = (group,)
             order = "most frequent first"
+            extreme = ""  # a count names no group by a few values: every row counts
         body += (
             f"answer = list(ranked.index[:{k}])\n"
             f"checks = {{'groups': len(ranked), 'gap': float(ranked.iloc[{k - 1}] - ranked.iloc[{k}]) "
-            f"if len(ranked) > {k} else 0.0}}"
+            f"if len(ranked) > {k} else 0.0}}\n{extreme}"
         )
         params = {"group": group, "k": k, "by": columns[-1]}
         return Question(

@@ -13,6 +13,7 @@ from dareforge.generators.questions.question import (
     Table,
     col,
     equals,
+    filter_checks,
     frequent_value,
     lit,
     nice_threshold,
@@ -32,7 +33,7 @@ class CountWhere(Program):
             column = pick(rng, table.numeric)
             threshold = nice_threshold(table.frame[column].dropna(), rng)
             text = f"How many rows have a `{column}` value greater than {shown(threshold)}?"
-            body = f"answer = int(({col(column)} > {lit(threshold)}).sum())"
+            mask = f"({col(column)} > {lit(threshold)})"
             params = {"column": column, "op": ">", "value": threshold}
         elif table.categorical:
             column = pick(rng, table.categorical)
@@ -40,17 +41,12 @@ class CountWhere(Program):
             if value is None:
                 return None
             text = f"How many rows have `{column}` equal to {shown(value)}?"
-            body = f"answer = int({equals(column, value)}.sum())"
+            mask = equals(column, value)
             params = {"column": column, "op": "==", "value": lit(value)}
         else:
             return None
-        body += "\nchecks = {'rows': len(df), 'count': answer}"
+        body = f"answer = int({mask}.sum())\n{filter_checks(mask, column)}"
         return Question(self.name, params, text, "numeric_exact", body, (params["column"],))
-
-    def problem(self, checks: Checks) -> str | None:
-        if checks["count"] == checks["rows"]:
-            return "every row passes the filter: the count is the table's length"
-        return None
 
 
 STATS = {
@@ -83,7 +79,8 @@ class FilteredStat(Program):
             f"What is the {words} of `{number}` over the rows whose `{group}` is {shown(value)}, ignoring "
             f"missing values? Round to {decimals} decimal places."
         )
-        body = f"answer = {col(number)}[{equals(group, value)}].{method}()"
+        kept = f"{col(number)}[{equals(group, value)}]"
+        body = f"answer = {kept}.{method}()\n{filter_checks(equals(group, value), group, kept)}"
         params = {"number": number, "group": group, "value": lit(value), "stat": stat}
         # A median is often a value of the column itself.
         return Question(
@@ -115,7 +112,7 @@ class Share(Program):
             f"What percentage of the rows have `{group}` equal to {shown(value)} (rows with a missing "
             f"`{group}` count in the total)?"
         )
-        body = f"answer = 100 * {equals(group, value)}.mean()"
+        body = f"answer = 100 * {equals(group, value)}.mean()\n{filter_checks(equals(group, value), group)}"
         params = {"group": group, "value": lit(value)}
         return Question(self.name, params, text, "numeric_approximate", body, (group,), decimals=2, unit="%")
 
@@ -137,9 +134,11 @@ class DistinctUnder(Program):
             f"How many distinct values of `{group}` occur among the rows whose `{number}` is greater than "
             f"{shown(threshold)}? Missing values do not count as a value."
         )
+        mask = f"({col(number)} > {lit(threshold)})"
         body = (
-            f"answer = int({col(group)}[{col(number)} > {lit(threshold)}].nunique())\n"
-            f"checks = {{'all': int({col(group)}.nunique()), 'count': answer}}"
+            f"answer = int({col(group)}[{mask}].nunique())\n"
+            f"checks = {{'all': int({col(group)}.nunique()), 'count': answer}}\n"
+            f"{filter_checks(mask, number)}"
         )
         params = {"number": number, "group": group, "value": threshold}
         return Question(self.name, params, text, "numeric_exact", body, (number, group))
@@ -168,6 +167,7 @@ class ExtremeWhere(Program):
             f"What is the {'largest' if largest else 'smallest'} `{number}` among the rows whose `{group}` is "
             f"{shown(value)} (missing values ignored)?"
         )
-        body = f"answer = {col(number)}[{equals(group, value)}].{'max' if largest else 'min'}()"
+        kept = f"{col(number)}[{equals(group, value)}]"
+        body = f"answer = {kept}.{'max' if largest else 'min'}()\n{filter_checks(equals(group, value), group, kept)}"
         params = {"number": number, "group": group, "value": lit(value), "largest": largest}
         return Question(self.name, params, text, "numeric_exact", body, (number, group), answer_in_data=True)

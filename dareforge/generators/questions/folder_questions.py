@@ -35,6 +35,7 @@ from dareforge.generators.questions.programs import PROGRAMS
 from dareforge.generators.questions.question import Question, SubQuestion, Table, pick
 from dareforge.generators.questions.scripts import Step
 from dareforge.generators.questions.table_questions import answer_lines, program_order, seeded
+from dareforge.generators.rawtable import is_missing_marker
 from dareforge.generators.taskio import Draft
 from dareforge.schema import PreparedSource, SubTask
 
@@ -43,7 +44,8 @@ MAX_DISTRACTOR_ROWS = 200
 DISTRACTORS = 2
 PARTS = (2, 3)
 NEAR_DUPLICATE_DROP = 0.1
-MISSING_MARKERS = ("N/A", "-")
+WRITTEN_MARKERS = ("N/A", "-")
+"""How the mess writes an empty cell (each a `MISSING_MARKERS` entry, so any question reads it as missing)."""
 KEY_PREFIX = "K-"
 """Written before every key of a joined lake's second table when its keys differ in form from the first's."""
 DATE_FORMATS = ("%Y-%m-%d", "%d %b %Y", "%b %d, %Y")
@@ -147,7 +149,7 @@ def lake_questions(
     order = program_order(base, LAKE_EXCLUDED_PROGRAMS)
     for attempt in range(cfg.lakes_per_source * cfg.question_attempts):
         rng = seeded(cfg.seed, prepared.source_id, prepared.framing, "lake", attempt)
-        question = PROGRAMS[order[attempt % len(order)]].propose(table, rng)
+        question = PROGRAMS[order[attempt % len(order)]].draw(table, rng)
         if question is None:
             continue
         plan = _plan(prepared, text, frame, question, pool, rng)
@@ -253,7 +255,10 @@ def _choose_mess(
     large = [c for c in numeric if (frame[c].abs() >= 1000).any()]
     plain = [c for c in large if text[c].map(lambda t: t == "" or bool(_PLAIN_NUMBER.match(t))).all()]
     missing = [
-        c for c in columns if c != key and (text[c] == "").any() and not text[c].isin(MISSING_MARKERS).any()
+        # A column with markers of its own (`Unknown`) would mix them with the written ones.
+        c
+        for c in columns
+        if c != key and (text[c] == "").any() and not (is_missing_marker(text[c]) & (text[c] != "")).any()
     ]
     dates = [
         c for c in columns if c != key and text[c].map(lambda t: t == "" or bool(_ISO_DATE.match(t))).all()
@@ -415,7 +420,7 @@ from decimal import Decimal
 import pandas as pd
 
 DATE_FORMATS = {list(DATE_FORMATS)!r}
-MISSING_MARKERS = {{marker: "" for marker in {list(MISSING_MARKERS)!r}}}
+MISSING_MARKERS = {{marker: "" for marker in {list(WRITTEN_MARKERS)!r}}}
 
 
 def iso_date(text):
@@ -532,7 +537,7 @@ def _messy(table: pd.DataFrame, mess: Mess, rng: np.random.Generator) -> str:
     out = table.copy()
     for column in mess.missing:
         empty = out[column] == ""
-        markers = rng.choice(MISSING_MARKERS, size=int(empty.sum()))
+        markers = rng.choice(WRITTEN_MARKERS, size=int(empty.sum()))
         out.loc[empty, column] = markers
     for column in mess.thousands:
         out[column] = out[column].map(_grouped)

@@ -25,6 +25,8 @@ from dareforge.generators.questions.question import (
     Table,
     col,
     equals,
+    extreme_checks,
+    filter_checks,
     frequent_value,
     groups_of,
     lit,
@@ -131,9 +133,11 @@ class FilterGroupRank(NumberByGroup):
         )
         body = (
             prelude + "answer = stats.index[0]\n"
-            "checks = {'rows': len(df), 'kept': len(kept), 'groups': len(stats), "
+            "checks = {'groups': len(stats), "
             "'gap': abs(float(stats.iloc[0] - stats.iloc[1])) if len(stats) > 1 else 0.0, "
-            "'scale': abs(float(stats.iloc[0])) if len(stats) else 0.0}"
+            "'scale': abs(float(stats.iloc[0])) if len(stats) else 0.0}\n"
+            f"{filter_checks(where.mask, where.column, f'kept[{number!r}]')}\n"
+            f"{extreme_checks(f'kept.groupby({group!r})[{number!r}].count()', '[answer]')}"
         )
         steps = (
             SubQuestion(
@@ -165,8 +169,6 @@ class FilterGroupRank(NumberByGroup):
         )
 
     def problem(self, checks: Checks) -> str | None:
-        if checks["kept"] == checks["rows"]:
-            return "the filter keeps every row: it is not a step"
         if checks["groups"] < 2:
             return "fewer than two groups among the kept rows: nothing to rank"
         if checks["gap"] <= TIE_TOLERANCE * max(1.0, checks["scale"]):
@@ -204,7 +206,10 @@ class GroupGap(NumberByGroup):
             f"values (rows with a missing `{group}` belong to no group). What is the difference between the "
             f"highest and the lowest of these group means? Round to {DECIMALS} decimal places."
         )
-        body = prelude + "answer = means.max() - means.min()\nchecks = {'groups': len(means)}"
+        body = (
+            prelude + "answer = means.max() - means.min()\nchecks = {'groups': len(means)}\n"
+            f"{extreme_checks(f'derived.groupby({col(group)}).count()', '[means.idxmax(), means.idxmin()] if len(means) else []')}"
+        )
         steps = (
             SubQuestion(
                 f"For each row, compute {words}. What is its mean over all rows, ignoring missing values? "
@@ -314,7 +319,12 @@ class TopGroupsStat(NumberByGroup):
             f"ignoring missing values? Round to {DECIMALS} decimal places."
         )
         kept = f"kept = df[{col(group)}.isin(top)]\n"
-        body = ranking + kept + f"answer = kept[{number!r}].{method}()\nchecks = {{'groups': len(counts)}}"
+        body = (
+            ranking
+            + kept
+            + f"answer = kept[{number!r}].{method}()\nchecks = {{'groups': len(counts)}}\n"
+            + filter_checks(f"{col(group)}.isin(top)", group, f"kept[{number!r}]")
+        )
         steps = (
             SubQuestion(
                 f"List {chosen}.",

@@ -2,8 +2,9 @@
 
 Each program's `propose(table, rng)` draws one candidate `Question` (or None when the table has nothing for it):
 the question's text states what to compute, the answer type and format (rounding, units, list order); its
-`body` is Python that reads the table as `df` and sets `answer` (and `checks`, numbers the program's `problem`
-judges: the gap behind a top-1, the correlation itself). Column names and values enter the code as Python literals
+`body` is Python that reads the table as `df` and sets `answer` (and adds to `checks`, which the script starts
+empty, numbers the program's `problem` judges: the gap behind a top-1, the correlation itself; and those of
+`question.filter_checks` / `extreme_checks`, which `shared_problem` judges). Column names and values enter the code as Python literals
 (`repr`), never by string pasting, so any column name is safe.
 
 The body is the reference solution: `scripts.py` wraps it into the script the reference worker runs, and the
@@ -33,7 +34,7 @@ from dareforge.generators.questions.pipeline_questions import (
 from dareforge.generators.questions.question import Program
 from dareforge.generators.questions.year_questions import Growth, YearStat
 
-QUESTIONS_VERSION = "4"
+QUESTIONS_VERSION = "5"
 """Part of every question task's spec, hence of its id: bump it when a program, its rendering or a degeneracy
 rule changes, so stored questions are asked and judged again (prediction tasks keep their ids)."""
 

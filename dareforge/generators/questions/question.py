@@ -4,22 +4,33 @@ them into a question's text and code (Python literals, never pasted text)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dareforge.generators.questions.scripts import Step
+from dareforge.generators.rawtable import is_missing_marker
 from dareforge.schema import AnswerType, ColumnKind, PreparedSource
 
 MAX_GROUPS = 30
 MAX_LABEL_CHARS = 40
 MIN_NUMERIC_DISTINCT = 5
 MIN_GROUP_ROWS = 3
+MIN_KEPT_ROWS = MIN_GROUP_ROWS
+"""The fewest rows a question's filter may keep, and the fewest values a statistic over them may have: the
+smallest group a program draws a category from (`MIN_GROUP_ROWS`), so a filter is held to what a group is."""
+MIN_EXTREME_VALUES = 5
+"""The fewest values a group named by an extreme (the group with the highest mean, the top k by mean, the two
+ends of a gap) may have, and the fewest most groups must have. A mean or total over one or two values swings with
+one row, and among many thin groups the extreme is mostly the thinnest one (the winner's curse): "which group has
+the lowest mean" over 2,000 rows then names a value seen once, a fact about one row, not about the groups. Five
+keeps the small builtin tables (100-150 rows in a handful of groups) askable."""
 ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -33,11 +44,16 @@ class Table:
     dates: list[str] = field(default_factory=list)
     years: list[str] = field(default_factory=list)
     id_column: str | None = None
+    markers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per text column, the cells as written that mark a missing value (`MISSING_MARKERS`: `Unknown`, `-`, `?`)
+    though pandas reads them as text: missing in `frame`, and named by every question on the column."""
 
     @classmethod
     def of(cls, frame: pd.DataFrame, prepared: PreparedSource | None = None) -> Table:
         """Usable columns of `frame`: never the id or a framing's excluded column; numbers with enough distinct
-        values; categories with 2..30 short values; ISO dates; integer year columns."""
+        values; categories with 2..30 short values; ISO dates; integer year columns. Missing-value markers in a
+        text column are missing values first (`markers`)."""
+        frame, markers = _unmarked(frame)
         kinds = {c.name: c.kind for c in prepared.columns} if prepared else {}
         skip = {prepared.id_column, *prepared.excluded_columns} if prepared else set()
         numeric, categorical, dates, years = [], [], [], []
@@ -68,7 +84,19 @@ class Table:
             dates,
             years,
             prepared.id_column if prepared and prepared.id_column in frame.columns else None,
+            markers,
         )
+
+
+def _unmarked(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[str, ...]]]:
+    """`frame` with the missing-value markers of its text columns made missing, and the markers per column."""
+    markers: dict[str, tuple[str, ...]] = {}
+    for column in frame.columns:
+        if is_text(frame[column]) and (hit := is_missing_marker(frame[column])).any():
+            markers[column] = tuple(sorted(frame[column][hit].astype(str).unique()))
+    if not markers:
+        return frame, markers
+    return frame.assign(**{c: frame[c].mask(frame[c].isin(v)) for c, v in markers.items()}), markers
 
 
 def is_text(values: pd.Series) -> bool:
@@ -177,6 +205,95 @@ class Program(ABC):
     def problem(self, checks: Checks) -> str | None:
         """Why the answered candidate is degenerate in this program's terms, or None."""
         return None
+
+    def draw(self, table: Table, rng: np.random.Generator) -> Question | None:
+        """`propose`, with the table's missing-value markers stated and applied (`with_markers`): what the
+        builders ask."""
+        question = self.propose(table, rng)
+        return None if question is None else with_markers(question, table)
+
+
+def with_markers(question: Question, table: Table) -> Question:
+    """`question` where the columns it reads hold missing-value markers (`Table.markers`): its text and each
+    sub-question's name the markers as missing values, and its code (main and sub-questions) makes them
+    missing before anything else, so the text and the reference agree on what "missing" is."""
+    marked = {c: list(table.markers[c]) for c in question.columns if c in table.markers}
+    if not marked:
+        return question
+    rule = " ".join(
+        f"In `{column}`, {' and '.join(json.dumps(v) for v in values)} "
+        f"{'marks' if len(values) == 1 else 'mark'} a missing value, like an empty cell."
+        for column, values in marked.items()
+    )
+    code = (
+        f"markers = {marked!r}  # missing-value markers, as the question states\n"
+        "df = df.assign(**{c: df[c].mask(df[c].isin(v)) for c, v in markers.items()})\n"
+    )
+    steps = tuple(
+        replace(sub, text=f"{sub.text} {rule}", step=replace(sub.step, body=code + sub.step.body))
+        for sub in question.steps
+    )
+    return replace(question, text=f"{question.text} {rule}", body=code + question.body, steps=steps)
+
+
+# --- what makes a filter or an extreme a question (`shared_problem`) ------------------------------------
+
+FILTER_CHECK = "filter"
+EXTREME_CHECK = "extreme"
+
+
+def filter_checks(mask: str, column: str, values: str | None = None, name: str = FILTER_CHECK) -> str:
+    """Code recording a filter for `shared_problem`, run after the body: the rows it judges (its `column`
+    present), the rows its `mask` keeps, and, for a statistic over them, the values `values` (a Series) holds."""
+    lines = [
+        f"checks[{f'{name}:judged'!r}] = int({col(column)}.notna().sum())",
+        f"checks[{f'{name}:kept'!r}] = int(({mask}).sum())",
+    ]
+    if values is not None:
+        lines.append(f"checks[{f'{name}:values'!r}] = int(({values}).notna().sum())")
+    return "\n".join(lines)
+
+
+def extreme_checks(sizes: str, named: str) -> str:
+    """Code recording an extreme for `shared_problem`, run after the body: `sizes` is a Series of each group's
+    number of values (a groupby's count), `named` the groups the answer names (a list)."""
+    return (
+        f"_sizes = {sizes}\n_sizes = _sizes[_sizes > 0]\n"
+        f"checks[{f'{EXTREME_CHECK}:named'!r}] = int(min((_sizes.get(g, 0) for g in ({named})), default=0))\n"
+        f"checks[{f'{EXTREME_CHECK}:thin'!r}] = float((_sizes < {MIN_EXTREME_VALUES}).mean())"
+    )
+
+
+def shared_problem(checks: Checks) -> str | None:
+    """Why a filter or an extreme recorded by `filter_checks` / `extreme_checks` asks nothing, or None.
+
+    A filter must remove rows: one that keeps every row it judges ("in 2025" on a table of 2025 alone) is no
+    step, and one that keeps fewer than `MIN_KEPT_ROWS` rows (or values) leaves a statistic of one or two rows.
+    An extreme must be decided by groups with values: the groups it names hold `MIN_EXTREME_VALUES` values or
+    more, and so do most groups."""
+    filters = sorted({key.split(":")[0] for key in checks if key.endswith(":kept")})
+    for name in filters:
+        kept, judged = checks[f"{name}:kept"], checks[f"{name}:judged"]
+        values = checks.get(f"{name}:values", kept)
+        if kept >= judged:
+            return f"the filter keeps every row that has a value ({kept:g} of {judged:g}): it removes nothing"
+        if min(kept, values) < MIN_KEPT_ROWS:
+            return (
+                f"the filter keeps {kept:g} row(s) with {values:g} value(s), fewer than {MIN_KEPT_ROWS}: "
+                "a statistic of one or two rows"
+            )
+    if f"{EXTREME_CHECK}:named" in checks:
+        named, thin = checks[f"{EXTREME_CHECK}:named"], checks[f"{EXTREME_CHECK}:thin"]
+        if named < MIN_EXTREME_VALUES:
+            return (
+                f"the extreme is decided by a group of {named:g} value(s), fewer than {MIN_EXTREME_VALUES}: "
+                "a value seen (nearly) once"
+            )
+        if thin > 0.5:
+            return (
+                f"{thin:.0%} of the groups hold fewer than {MIN_EXTREME_VALUES} values: the extreme is noise"
+            )
+    return None
 
 
 # --- helpers -------------------------------------------------------------------------------------------

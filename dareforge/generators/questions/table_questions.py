@@ -63,7 +63,7 @@ def qa_questions(ctx: RunContext, prepared: PreparedSource, table: Table) -> Ite
     order = program_order(seeded(cfg.seed, prepared.source_id, prepared.framing, "qa"))
     for attempt in range(cfg.qa_per_source * cfg.question_attempts):
         rng = seeded(cfg.seed, prepared.source_id, prepared.framing, "qa", attempt)
-        question = PROGRAMS[order[attempt % len(order)]].propose(table, rng)
+        question = PROGRAMS[order[attempt % len(order)]].draw(table, rng)
         if question is not None:
             yield question
 

@@ -14,6 +14,7 @@ from dareforge.generators.questions.question import (
     SubQuestion,
     Table,
     col,
+    filter_checks,
     pick,
 )
 from dareforge.generators.questions.scripts import Step
@@ -59,7 +60,10 @@ class YearStat(Program):
             f"What is the mean `{number}` over the rows {words} {year}, ignoring missing values? "
             f"Round to {MEAN_DECIMALS} decimal places."
         )
-        body = f"year = {year_code}\nanswer = {col(number)}[year == {year}].mean()"
+        kept = f"{col(number)}[year == {year}]"
+        body = (
+            f"year = {year_code}\nanswer = {kept}.mean()\n{filter_checks(f'(year == {year})', column, kept)}"
+        )
         params = {"number": number, "time": column, "year": year}
         return Question(
             self.name, params, text, "numeric_approximate", body, (number, column), decimals=MEAN_DECIMALS
@@ -93,7 +97,11 @@ class Growth(Program):
             f"before = {col(number)}[year == {first}].mean()\n"
             f"after = {col(number)}[year == {second}].mean()\n"
             "answer = 100 * (after - before) / before\n"
-            "checks = {'base': abs(float(before))}"
+            "checks = {'base': abs(float(before))}\n"
+            + "\n".join(
+                filter_checks(f"(year == {y})", column, f"{col(number)}[year == {y}]", name=f"year {y}")
+                for y in (first, second)
+            )
         )
         params = {"number": number, "time": column, "from": first, "to": second}
         steps = tuple(
