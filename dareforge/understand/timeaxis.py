@@ -167,26 +167,52 @@ def _single(column: Column) -> Axis | None:
         parsed = column.text.map(_quarter_start)
         spec = TimeAxis(kind="quarter", columns=[column.name], frequency=frequency(parsed))
         return Axis(spec, column.name, parsed, f"{column.name} holds quarters such as {values.iloc[0]!r}")
+    found = _text_format(column.text, probe)
+    if found is None:
+        return None
+    fmt, parsed = found
+    kind = "native" if fmt in ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S") else "text"
+    spec = TimeAxis(
+        kind=kind,
+        columns=[column.name],
+        format=None if kind == "native" else fmt,
+        frequency=frequency(parsed),
+    )
+    return Axis(
+        spec, column.name, parsed, f"{column.name} holds dates written like {values.iloc[0]!r} ({fmt})"
+    )
+
+
+def _text_format(text: pd.Series, probe: pd.Series) -> tuple[str, pd.Series] | None:
+    """The first of TEXT_FORMATS that reads PARSE_SHARE of `text`'s values (`probe`: a few of them as str),
+    with the values it reads."""
     head = probe.iloc[:20]
     for fmt in TEXT_FORMATS:
         if parse_text(head, fmt).notna().mean() < PARSE_SHARE:
             continue
         if parse_text(probe, fmt).notna().mean() < PARSE_SHARE:
             continue
-        parsed = parse_text(column.text, fmt)
-        if parsed.notna().sum() < PARSE_SHARE * column.nonnull:
+        parsed = parse_text(text, fmt)
+        if parsed.notna().sum() < PARSE_SHARE * text.notna().sum():
             continue
-        kind = "native" if fmt in ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S") else "text"
-        spec = TimeAxis(
-            kind=kind,
-            columns=[column.name],
-            format=None if kind == "native" else fmt,
-            frequency=frequency(parsed),
-        )
-        return Axis(
-            spec, column.name, parsed, f"{column.name} holds dates written like {values.iloc[0]!r} ({fmt})"
-        )
+        return fmt, parsed
     return None
+
+
+def read_dates(values: pd.Series) -> pd.Series | None:
+    """A text column of dates as datetimes (NaT where a cell is no date), when PARSE_SHARE of its values are
+    dates in one of the spellings a time axis may take; None for numbers and other text."""
+    if pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+        return None
+    text = values.astype("string")
+    known = text.dropna()
+    if known.empty:
+        return None
+    probe = known.iloc[:: max(1, len(known) // PROBE_VALUES)]
+    if probe.str.fullmatch(DATE_LIKE).mean() < PARSE_SHARE:
+        return None
+    found = _text_format(text, probe)
+    return None if found is None else found[1]
 
 
 def parse_text(values: pd.Series, fmt: str) -> pd.Series:
