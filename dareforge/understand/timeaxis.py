@@ -9,7 +9,7 @@ can rebuild the same axis in SQL.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -72,6 +72,9 @@ ENTITY_NAME = re.compile(
     r"product|sku|series|group|area|zone|plant|line|machine|device)$"
 )
 """The name of a numeric column that can key a panel's series (`store`, `station_id`, `item_no`)."""
+NAMELESS = re.compile(r"\s*|Unnamed: ?\d+(?:_level_\d+)?|column\d+")
+"""A header cell that names nothing: empty (DuckDB reads it as `column0`), or pandas' `Unnamed: 0` of a file
+written with its index."""
 MONTHS = {
     m.lower(): i for i, m in enumerate(pd.date_range("2000-01-01", periods=12, freq="MS").strftime("%b"), 1)
 }
@@ -142,7 +145,8 @@ def find_axes(sample: Sample, series_documented: bool) -> list[Axis]:
     for column in sample.columns:
         axis = _single(column)
         if axis is not None:
-            axes.append(axis)
+            # Instructions name the time column ("the test rows come after the training rows by `date`").
+            axes.append(replace(axis, name=date_name(sample)) if NAMELESS.fullmatch(column.name) else axis)
     axes.extend(_from_parts(sample))
     if series_documented and not axes:
         index = next((c for c in sample.columns if c.sequential), None)
@@ -152,6 +156,12 @@ def find_axes(sample: Sample, series_documented: bool) -> list[Axis]:
                 Axis(spec, index.name, index.numbers, f"{index.name} numbers the rows of a documented series")
             )
     return axes
+
+
+def date_name(sample: Sample) -> str:
+    """A name no column of the sample has, for a time column that has none (made from parts, or nameless)."""
+    taken = {c.name for c in sample.columns}
+    return next(n for n in ("date", "period", "__date") if n not in taken)
 
 
 def _single(column: Column) -> Axis | None:
@@ -277,8 +287,7 @@ def _from_parts(sample: Sample) -> list[Axis]:
     if not years or not (months or quarters):
         return []
     year = years[0]
-    taken = {c.name for c in sample.columns}
-    name = next(n for n in ("date", "period", "__date") if n not in taken)
+    name = date_name(sample)
     if months:
         month = months[0]
         month_numbers = (
