@@ -297,11 +297,12 @@ def with_date_parts(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFra
     return pd.concat([frame, pd.DataFrame(parts, index=frame.index)], axis=1), list(parts)
 
 
-def held_out_rows(view: TaskView, features: list[str]) -> tuple[pd.DataFrame, list[str]] | str:
-    """test.csv's `features` beside the private answers' targets, joined on the metric's keys: the rows the task
-    is scored on, whatever its split and noise; or why there are none."""
+def held_out_rows(view: TaskView) -> tuple[pd.DataFrame, list[str], list[str]] | str:
+    """test.csv's features (`public_features`) beside the private answers' targets, joined on the metric's keys:
+    the rows the task is scored on, whatever its split and noise, its targets and features; or why none."""
     if not (view.has("public", "test.csv") and view.has("private", "answers.csv")):
         return "no test.csv or answers.csv to measure on"
+    features = public_features(view)
     keys = view.task.metric.key_columns
     unjoined = [k for k in keys if k not in view.test.columns or k not in view.answers.columns]
     if unjoined:
@@ -309,7 +310,7 @@ def held_out_rows(view: TaskView, features: list[str]) -> tuple[pd.DataFrame, li
     targets = [t for t in view.task.metric.target_columns if t in view.answers.columns]
     # Only keys and targets from the answers: a series' answers also hold its entity, a test column too.
     rows = view.test[[*keys, *features]].merge(view.answers[[*keys, *targets]], on=keys, how="inner")
-    return rows, targets
+    return rows, targets, features
 
 
 def public_features(view: TaskView) -> list[str]:
@@ -338,11 +339,10 @@ class LeakageFormula:
             return question_finding(view)
         if is_classification(view):
             return Finding("a class label is no formula's result; leakage-copy covers labels", None)
-        features = public_features(view) if view.has("public", "test.csv") else []
-        held = held_out_rows(view, features)
+        held = held_out_rows(view)
         if isinstance(held, str):
             return Finding(held, None)
-        rows, targets = held
+        rows, targets, features = held
         time = view.prepared.time_column
         rows, parts = with_date_parts(rows, [*features, *([time] if time in rows.columns else [])])
         numeric = [c for c in features if c != time and pd.api.types.is_numeric_dtype(rows[c])] + parts
@@ -393,11 +393,10 @@ class LeakageCopy:
             return question_finding(view)
         if not is_classification(view):
             return Finding("a number's copy is a line through one column; leakage-formula covers it", None)
-        features = public_features(view) if view.has("public", "test.csv") else []
-        held = held_out_rows(view, features)
+        held = held_out_rows(view)
         if isinstance(held, str):
             return Finding(held, None)
-        rows, targets = held
+        rows, targets, features = held
         train = view.train
         usable = [c for c in features if c in train.columns]
         rows, parts = with_date_parts(rows, usable)
