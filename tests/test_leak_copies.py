@@ -87,19 +87,21 @@ def test_a_relabelled_copy_right_on_most_rows_is_caught_where_the_tree_is_not_su
 
 
 def test_a_feature_that_predicts_the_label_well_gives_nothing_away(tmp_path):
-    """A strong honest feature (AUC near 0.97) and a many-to-one one (each of six values mostly one label)
-    reproduce the label on many rows, not on nearly all beyond the majority's share."""
+    """A strong honest feature (a tree on it alone reaches macro-F1 0.96, below the single-feature bar; a
+    threshold fitted on the held-out rows themselves would reproduce 98% of them) and a many-to-one one (each
+    of six values mostly one label) are no copies: every held-out label was seen in training, where a model
+    learns such a map; the copy check measures no map fitted on the rows it scores."""
     rng = np.random.default_rng(3)
     frame = _honest(rng, 2000)
     frame["score"] = rng.normal(size=2000).round(3)
-    frame["y"] = np.where(frame["score"] + rng.normal(0, 0.35, 2000) > 0, "sick", "well")
+    frame["y"] = np.where(frame["score"] + rng.normal(0, 0.08, 2000) > 0, "sick", "well")
     kind = rng.integers(0, 6, 2000)
     frame["kind"] = np.where((frame["y"] == "sick") ^ (rng.random(2000) < 0.1), kind % 3, 3 + kind % 3)
     view = _view(tmp_path, "Class-MM", frame, "honest")
     finding = LeakageCopy().run(view, CONFIG)
     assert finding.score is not None and finding.score < CONFIG.validate_.leakage_max_label_copy, finding
-    assert finding.score > 0.5, finding  # the measure sees the strong feature, below the bar
     assert not _rejected(view, LeakageCopy())
+    assert LeakageFeature().run(view, CONFIG).score < CONFIG.validate_.leakage_max_single_feature
 
 
 def test_a_label_copy_is_measured_beyond_the_majority_share():

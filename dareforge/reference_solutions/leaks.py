@@ -250,7 +250,8 @@ def label_copy(
     training, and how: `equal` (the feature is the label), `recoded` (a one-to-one relabelling learned on the
     training rows: each label's most common value stands for it) or `monotone` (a numeric feature whose order
     follows the labels' order: the best non-decreasing or non-increasing map from its values to the labels
-    on the held-out rows, the label order natural: `2` before `10`). Labels are canonical text. The score is
+    on the held-out rows, the label order natural: `2` before `10`; measured only where the held-out rows hold
+    a label training never did, which a tree cannot predict). Labels are canonical text. The score is
     the share of held-out rows reproduced beyond the most common label's share (1: every row; 0: no more than
     predicting that label), so a feature that only matches an imbalanced label's majority scores nothing."""
     truth = held_y.to_numpy(dtype=object)
@@ -268,7 +269,10 @@ def label_copy(
                 stands_for[value] = label
         shares["recoded"] = float(np.mean(pd.Series(_labels_of(held_x)).map(stands_for).to_numpy() == truth))
     numbers = pd.to_numeric(held_x, errors="coerce")
-    if numbers.notna().mean() >= 0.95 and held_y.nunique() <= MAX_COPY_CLASSES:
+    # Only for labels training never held (a tree maps a feature's order to the labels it saw): a map fitted
+    # on the held-out rows themselves would call an honest strong feature a copy (iris' petal length).
+    unseen = not set(held_y) <= set(train_y)
+    if unseen and numbers.notna().mean() >= 0.95 and held_y.nunique() <= MAX_COPY_CLASSES:
         shares["monotone"] = _monotone_share(numbers.to_numpy(dtype=float), truth)
     how = max(shares, key=lambda k: shares[k])
     return max(0.0, (shares[how] - common) / (1 - common)), how
