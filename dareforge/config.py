@@ -346,6 +346,18 @@ class ValidateConfig(Section):
         description="Reject when one or two features compute a numeric target this exactly (R² of a line "
         "through them or their logarithms, on the held-out rows): a sum, difference or ratio.",
     )
+    leakage_max_formula_share: Share = Field(
+        0.95,
+        description="Reject when one or two features (or parts of a date) reproduce a numeric target within "
+        "0.1% on this share of the held-out rows, beyond its most common value's share: a formula that holds "
+        "on most rows but not all, whose outliers ruin the R² of leakage_max_formula_fit.",
+    )
+    leakage_max_label_copy: Share = Field(
+        0.9,
+        description="Reject when one feature (or part of a date) reproduces a class label on the held-out rows "
+        "this far from the most common label's share to every row (0.9: 95% of the rows of a balanced label): "
+        "the label itself, a one-to-one relabelling or a monotone map, whatever values it took in training.",
+    )
     leakage_max_order_correlation: float = Field(
         0.95, description="Reject when the id or row order correlates this strongly with the target."
     )

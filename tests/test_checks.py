@@ -131,6 +131,7 @@ def test_registry_names_are_the_ones_the_gate_keys_on():
     assert task_checks == [
         "leakage-feature",
         "leakage-formula",
+        "leakage-copy",
         "leakage-order",
         "leakage-shared-rows",
         "learnable",

@@ -133,6 +133,30 @@ def test_time_indexed_rows_get_a_chronological_split_that_no_date_interpolates(t
     assert train["date"].max() < test["date"].min()
 
 
+@pytest.mark.parametrize("header", ["", "Unnamed: 0"])
+def test_a_column_of_dates_without_a_name_is_named_date(tmp_path, header):
+    """A table written with pandas' index of dates: its header cell is empty (or `Unnamed: 0` after another
+    round trip), so an instruction could only say "after the training rows by `Unnamed: 0`"."""
+    n = 400
+    temp = RNG.normal(15, 5, n)
+    frame = pd.DataFrame(
+        {
+            header: pd.date_range("2021-01-01", periods=n, freq="D").strftime("%m/%d/%Y"),
+            "temperature": temp.round(2),
+            "visitors": (200 + 8 * temp + RNG.normal(0, 10, n)).round(0),
+        }
+    )
+    ctx = _understood(tmp_path, ("shop", frame, "Daily visitors of a shop. The target is visitors."))
+    tabular = _chosen(ctx, "shop")["regression-visitors"]
+    assert tabular.split == "chronological" and tabular.time_column == "date", tabular
+    prepare(ctx)
+    (prepared,) = load_prepared(ctx, "mirror.someone--shop", "regression-visitors")
+    train = pd.read_csv(prepared_file(ctx, prepared, "train"))
+    test = pd.read_csv(prepared_file(ctx, prepared, "test"))
+    assert "date" in test.columns and not {"", "column0", "Unnamed: 0"} & set(train.columns), train.columns
+    assert train["date"].max() < test["date"].min()
+
+
 # -- 3. copies and formulas are not targets -------------------------------------------------------------------
 def test_a_unit_twin_and_a_calendar_part_are_not_picked_as_targets(tmp_path):
     n = 400

@@ -10,6 +10,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -260,6 +261,16 @@ class Engine(ProfileMixin, InferMixin, SplitMixin):
         """Rebuild the framing's time axis in `src` as ISO text (which profiling reads as timestamps): parsed
         text, quarters, epochs and decimal years in place; year + month (or quarter) parts as a new column."""
         expression = time_sql(axis)
+        source = axis.columns[0]
+        if len(axis.columns) == 1 and source != name and name not in {c.name for c in columns}:
+            # A column of dates without a name (`Unnamed: 0`), named by the understand stage: renamed in place.
+            made = f"{expression or sql_ident(source)} AS {sql_ident(name)}"
+            kept = ", ".join(made if c.name == source else sql_ident(c.name) for c in columns)
+            self.con.execute(f"CREATE OR REPLACE TABLE src AS SELECT {kept} FROM src")
+            named = Column(name, "VARCHAR", "VARCHAR")
+            return [
+                (named if expression else replace(c, name=name)) if c.name == source else c for c in columns
+            ]
         if expression is None:
             return columns
         if name in {c.name for c in columns}:

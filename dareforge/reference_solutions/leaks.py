@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,18 @@ DERIVED_FIT = 0.9999
 formula's result: rounding to the printed decimals still leaves R2 above it."""
 FORMULA_COLUMNS = 40
 """Only this many columns, the most correlated with the target, are paired: a wide table costs no more."""
+EXACT_COLUMNS = 12
+"""The search for a formula that holds on most rows fits every pair of this many columns, the most
+rank-correlated with the target (ranks, because the rows it misses can be wild)."""
+EXACT_TOLERANCE = 1e-3
+"""A row is reproduced when the formula lands within this share of its target (or within half the target's
+printed step, when that is wider: a ratio printed to two decimals)."""
+TRIMMED_SHARE = 0.5
+TRIMMED_STEPS = 6
+EXACT_ROWS = 5_000
+"""Rows the trimmed fits use at most (evenly spaced over the held-out rows)."""
+MONOTONE_ROWS = 2_000
+MAX_COPY_CLASSES = 50
 
 
 def natural_key(value: object) -> list:
@@ -87,6 +100,8 @@ class Formula:
     text: str
     columns: tuple[str, ...]
     fit: float
+    share: float | None = None
+    """For `exact_formula`: the share of rows it reproduces beyond what the target's most common value does."""
 
 
 def pair_formula(y: np.ndarray, x: np.ndarray, names: list[str], target: str) -> Formula | None:
@@ -137,3 +152,156 @@ def _best_pair(y: np.ndarray, x: np.ndarray, names: list[str], target: str, scal
     fit = float(fits[i, j])
     text = f"{scale}{target} is a linear function of {scale}{first} and {scale}{second} (R2 {fit:.5f})"
     return Formula(text, (first, second), fit)
+
+
+def exact_formula(y: np.ndarray, x: np.ndarray, names: list[str], target: str) -> Formula | None:
+    """The line through one or two of `x`'s columns (or their logarithms) that reproduces the most rows of `y`
+    within `EXACT_TOLERANCE`, fitted by least trimmed squares (refitted on the half of the rows it fits best
+    until that half stops changing), so the few rows a formula does not hold on (a typo, a sentinel, 3% of
+    the rows) cannot hide it the way they ruin `pair_formula`'s R². Its `share` counts every row with a
+    target (a row whose columns are missing is not reproduced) and is normalised by the share of the target's
+    most common value, so a target that is mostly zeros is no formula of anything: 1 when every row is
+    reproduced, 0 when no more rows than that value's. An honest noisy relation reproduces few rows this
+    tightly, however strongly it correlates."""
+    y = np.asarray(y, dtype=float)
+    x = np.asarray(x, dtype=float).reshape(len(y), -1)
+    known = np.flatnonzero(np.isfinite(y))
+    if len(known) > EXACT_ROWS:
+        known = known[np.linspace(0, len(known) - 1, EXACT_ROWS).astype(int)]
+    y, x = y[known], x[known]
+    if len(y) < MIN_FORMULA_ROWS:
+        return None
+    common = float(pd.Series(y).value_counts().iloc[0]) / len(y)
+    if common >= 1.0:
+        return None
+    tolerance = np.maximum(EXACT_TOLERANCE * np.abs(y), printed_step(y) / 2) * (1 + 1e-9)
+    best: tuple[float, tuple[int, ...], str, np.ndarray] | None = None
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scales = [("", y, x)]
+        if (y > 0).mean() > 0.5:
+            scales.append(("log ", np.log(np.where(y > 0, y, np.nan)), np.log(np.where(x > 0, x, np.nan))))
+        for scale, ys, xs in scales:
+            ranked = _rank_correlated(ys, xs)
+            for combo in [(i,) for i in ranked] + list(combinations(ranked, 2)):
+                line = _trimmed_line(ys, xs[:, list(combo)])
+                if line is None:
+                    continue
+                predicted = np.exp(line) if scale else line
+                share = float(np.mean(np.abs(predicted - y) <= tolerance))
+                if best is None or share > best[0]:
+                    best = (share, combo, scale, predicted)
+    if best is None:
+        return None
+    share, combo, scale, predicted = best
+    excess = max(0.0, (share - common) / (1 - common))
+    columns = tuple(names[i] for i in combo)
+    parts = " and ".join(f"{scale}{c}" for c in columns)
+    text = f"{scale}{target} is a linear function of {parts} on {share:.1%} of the rows"
+    # Its R² as a prediction of every row (the target's mean where a column is missing), beside a model's.
+    score = clipped_r2(y, np.where(np.isfinite(predicted), predicted, y.mean()))
+    return Formula(text, columns, score, excess)
+
+
+def printed_step(values: np.ndarray) -> float:
+    """The step the values are printed to (1 for whole numbers, 0.01 for cents), 0 past six decimals."""
+    for decimals in range(7):
+        scaled = values * 10.0**decimals
+        whole = np.abs(scaled - np.round(scaled)) <= 1e-6 * np.maximum(1.0, np.abs(scaled))
+        if whole.mean() >= 0.99:
+            return 10.0**-decimals
+    return 0.0
+
+
+def _rank_correlated(y: np.ndarray, x: np.ndarray) -> list[int]:
+    """`EXACT_COLUMNS` columns of `x` by |Spearman| with `y` over the rows both hold, strongest first."""
+    frame = pd.DataFrame(x)
+    usable = frame.notna().sum() >= MIN_FORMULA_ROWS
+    usable &= frame.nunique() > 1
+    rho = frame.loc[:, usable].corrwith(pd.Series(y), method="spearman").abs().fillna(0.0)
+    ranked = rho.sort_values(ascending=False, kind="stable").index[:EXACT_COLUMNS]
+    return [int(i) for i in ranked]
+
+
+def _trimmed_line(y: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """Least trimmed squares: predictions of the line fitted to the half of the rows it fits best (NaN where a
+    column is missing), or None with too few complete rows."""
+    rows = np.isfinite(y) & np.isfinite(x).all(axis=1)
+    if rows.sum() < MIN_FORMULA_ROWS:
+        return None
+    design = np.column_stack([np.ones(int(rows.sum())), x[rows]])
+    target = y[rows]
+    half = max(MIN_FORMULA_ROWS, int(TRIMMED_SHARE * len(target)))
+    keep = np.arange(len(target))
+    for _ in range(TRIMMED_STEPS):
+        coef = np.linalg.lstsq(design[keep], target[keep], rcond=None)[0]
+        chosen = np.sort(np.argsort(np.abs(design @ coef - target), kind="stable")[:half])
+        if np.array_equal(chosen, keep):
+            break
+        keep = chosen
+    predicted = np.full(len(y), np.nan)
+    predicted[rows] = design @ coef
+    return predicted
+
+
+def label_copy(
+    train_x: pd.Series, train_y: pd.Series, held_x: pd.Series, held_y: pd.Series
+) -> tuple[float, str]:
+    """How completely one feature gives a class label away on held-out rows, whatever values it took in
+    training, and how: `equal` (the feature is the label), `recoded` (a one-to-one relabelling learned on the
+    training rows: each label's most common value stands for it) or `monotone` (a numeric feature whose order
+    follows the labels' order: the best non-decreasing or non-increasing map from its values to the labels
+    on the held-out rows, the label order natural: `2` before `10`; measured only where the held-out rows hold
+    a label training never did, which a tree cannot predict). Labels are canonical text. The score is
+    the share of held-out rows reproduced beyond the most common label's share (1: every row; 0: no more than
+    predicting that label), so a feature that only matches an imbalanced label's majority scores nothing."""
+    truth = held_y.to_numpy(dtype=object)
+    common = float(held_y.value_counts().iloc[0]) / len(held_y) if len(held_y) else 1.0
+    if common >= 1.0:
+        return 0.0, "equal"
+    shares = {"equal": float(np.mean(_labels_of(held_x) == truth))}
+    values, labels = _labels_of(train_x), train_y.to_numpy(dtype=object)
+    pairs = pd.DataFrame({"value": values, "label": labels})[train_x.notna().to_numpy()]
+    if len(pairs):
+        counts = pairs.groupby(["label", "value"]).size().sort_values(ascending=False, kind="stable")
+        stands_for: dict[object, object] = {}
+        for label, value in counts.index:  # each label's most common value, a value taken once
+            if label not in stands_for.values() and value not in stands_for:
+                stands_for[value] = label
+        shares["recoded"] = float(np.mean(pd.Series(_labels_of(held_x)).map(stands_for).to_numpy() == truth))
+    numbers = pd.to_numeric(held_x, errors="coerce")
+    # Only for labels training never held (a tree maps a feature's order to the labels it saw): a map fitted
+    # on the held-out rows themselves would call an honest strong feature a copy (iris' petal length).
+    unseen = not set(held_y) <= set(train_y)
+    if unseen and numbers.notna().mean() >= 0.95 and held_y.nunique() <= MAX_COPY_CLASSES:
+        shares["monotone"] = _monotone_share(numbers.to_numpy(dtype=float), truth)
+    how = max(shares, key=lambda k: shares[k])
+    return max(0.0, (shares[how] - common) / (1 - common)), how
+
+
+def _labels_of(values: pd.Series) -> np.ndarray:
+    """Canonical labels of a feature's values (each distinct value labelled once), missing ones matching nothing."""
+    distinct = values.dropna().unique()
+    text = values.map(dict(zip(distinct, map(canonical_label, distinct), strict=True))).to_numpy(dtype=object)
+    return np.where(values.isna().to_numpy(), None, text)
+
+
+def _monotone_share(x: np.ndarray, labels: np.ndarray) -> float:
+    """Most rows a monotone map from `x` (equal values to one label) to the labels reproduces, either way,
+    over at most `MONOTONE_ROWS` evenly spaced rows; a missing value reproduces nothing."""
+    if len(x) > MONOTONE_ROWS:
+        pick = np.linspace(0, len(x) - 1, MONOTONE_ROWS).astype(int)
+        x, labels = x[pick], labels[pick]
+    order = sorted(set(labels), key=natural_key)
+    codes = np.array([order.index(v) for v in labels])
+    finite = np.isfinite(x)
+    groups, inverse = np.unique(x[finite], return_inverse=True)
+    counts = np.zeros((len(groups), len(order)))
+    np.add.at(counts, (inverse, codes[finite]), 1)
+    best = 0.0
+    for table in (counts, counts[:, ::-1]):
+        # Longest map: best[j] = most rows reproduced so far with the last group given label j or below.
+        reached = np.zeros(len(order))
+        for row in table:
+            reached = np.maximum.accumulate(reached) + row
+        best = max(best, float(reached.max()))
+    return best / len(x)

@@ -9,7 +9,7 @@ can rebuild the same axis in SQL.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -72,6 +72,9 @@ ENTITY_NAME = re.compile(
     r"product|sku|series|group|area|zone|plant|line|machine|device)$"
 )
 """The name of a numeric column that can key a panel's series (`store`, `station_id`, `item_no`)."""
+NAMELESS = re.compile(r"\s*|Unnamed: ?\d+(?:_level_\d+)?|column\d+")
+"""A header cell that names nothing: empty (DuckDB reads it as `column0`), or pandas' `Unnamed: 0` of a file
+written with its index."""
 MONTHS = {
     m.lower(): i for i, m in enumerate(pd.date_range("2000-01-01", periods=12, freq="MS").strftime("%b"), 1)
 }
@@ -142,7 +145,8 @@ def find_axes(sample: Sample, series_documented: bool) -> list[Axis]:
     for column in sample.columns:
         axis = _single(column)
         if axis is not None:
-            axes.append(axis)
+            # Instructions name the time column ("the test rows come after the training rows by `date`").
+            axes.append(replace(axis, name=date_name(sample)) if NAMELESS.fullmatch(column.name) else axis)
     axes.extend(_from_parts(sample))
     if series_documented and not axes:
         index = next((c for c in sample.columns if c.sequential), None)
@@ -152,6 +156,12 @@ def find_axes(sample: Sample, series_documented: bool) -> list[Axis]:
                 Axis(spec, index.name, index.numbers, f"{index.name} numbers the rows of a documented series")
             )
     return axes
+
+
+def date_name(sample: Sample) -> str:
+    """A name no column of the sample has, for a time column that has none (made from parts, or nameless)."""
+    taken = {c.name for c in sample.columns}
+    return next(n for n in ("date", "period", "__date") if n not in taken)
 
 
 def _single(column: Column) -> Axis | None:
@@ -167,26 +177,52 @@ def _single(column: Column) -> Axis | None:
         parsed = column.text.map(_quarter_start)
         spec = TimeAxis(kind="quarter", columns=[column.name], frequency=frequency(parsed))
         return Axis(spec, column.name, parsed, f"{column.name} holds quarters such as {values.iloc[0]!r}")
+    found = _text_format(column.text, probe)
+    if found is None:
+        return None
+    fmt, parsed = found
+    kind = "native" if fmt in ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S") else "text"
+    spec = TimeAxis(
+        kind=kind,
+        columns=[column.name],
+        format=None if kind == "native" else fmt,
+        frequency=frequency(parsed),
+    )
+    return Axis(
+        spec, column.name, parsed, f"{column.name} holds dates written like {values.iloc[0]!r} ({fmt})"
+    )
+
+
+def _text_format(text: pd.Series, probe: pd.Series) -> tuple[str, pd.Series] | None:
+    """The first of TEXT_FORMATS that reads PARSE_SHARE of `text`'s values (`probe`: a few of them as str),
+    with the values it reads."""
     head = probe.iloc[:20]
     for fmt in TEXT_FORMATS:
         if parse_text(head, fmt).notna().mean() < PARSE_SHARE:
             continue
         if parse_text(probe, fmt).notna().mean() < PARSE_SHARE:
             continue
-        parsed = parse_text(column.text, fmt)
-        if parsed.notna().sum() < PARSE_SHARE * column.nonnull:
+        parsed = parse_text(text, fmt)
+        if parsed.notna().sum() < PARSE_SHARE * text.notna().sum():
             continue
-        kind = "native" if fmt in ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S") else "text"
-        spec = TimeAxis(
-            kind=kind,
-            columns=[column.name],
-            format=None if kind == "native" else fmt,
-            frequency=frequency(parsed),
-        )
-        return Axis(
-            spec, column.name, parsed, f"{column.name} holds dates written like {values.iloc[0]!r} ({fmt})"
-        )
+        return fmt, parsed
     return None
+
+
+def read_dates(values: pd.Series) -> pd.Series | None:
+    """A text column of dates as datetimes (NaT where a cell is no date), when PARSE_SHARE of its values are
+    dates in one of the spellings a time axis may take; None for numbers and other text."""
+    if pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+        return None
+    text = values.astype("string")
+    known = text.dropna()
+    if known.empty:
+        return None
+    probe = known.iloc[:: max(1, len(known) // PROBE_VALUES)]
+    if probe.str.fullmatch(DATE_LIKE).mean() < PARSE_SHARE:
+        return None
+    found = _text_format(text, probe)
+    return None if found is None else found[1]
 
 
 def parse_text(values: pd.Series, fmt: str) -> pd.Series:
@@ -251,8 +287,7 @@ def _from_parts(sample: Sample) -> list[Axis]:
     if not years or not (months or quarters):
         return []
     year = years[0]
-    taken = {c.name for c in sample.columns}
-    name = next(n for n in ("date", "period", "__date") if n not in taken)
+    name = date_name(sample)
     if months:
         month = months[0]
         month_numbers = (

@@ -50,7 +50,11 @@ class Threshold:
 GE, GT, LT = (operator.ge, ">="), (operator.gt, ">"), (operator.lt, "<")
 THRESHOLDS: dict[str, tuple[Threshold, ...]] = {
     "leakage-feature": (Threshold(*GE, "leakage_max_single_feature"),),
-    "leakage-formula": (Threshold(*GE, "leakage_max_formula_fit"),),
+    "leakage-formula": (
+        Threshold(*GE, "leakage_max_formula_fit"),
+        Threshold(*GE, "leakage_max_formula_share", detail="share"),
+    ),
+    "leakage-copy": (Threshold(*GE, "leakage_max_label_copy"),),
     "leakage-order": (Threshold(*GE, "leakage_max_order_correlation"),),
     "leakage-shared-rows": (Threshold(*GT, "leakage_max_shared_rows"),),
     "duplicate-source": (Threshold(*GE, "duplicate_min_similarity"),),

@@ -10,9 +10,16 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config
-from dareforge.reference_solutions.leaks import encode_column, pair_formula, single_column_scores
+from dareforge.reference_solutions.leaks import (
+    encode_column,
+    exact_formula,
+    label_copy,
+    pair_formula,
+    single_column_scores,
+)
 from dareforge.reference_solutions.metrics import canonical_label
 from dareforge.schema import TaskType
+from dareforge.understand.timeaxis import read_dates
 from dareforge.validators.check import Finding, TaskView
 
 MAX_ROWS = 20_000
@@ -267,12 +274,63 @@ class LeakageSharedRows:
         )
 
 
+DATE_PARTS = {
+    "year": lambda d: d.dt.year,
+    "month": lambda d: d.dt.month,
+    "day": lambda d: d.dt.day,
+    "weekday": lambda d: d.dt.day_of_week,
+    "day_of_year": lambda d: d.dt.day_of_year,
+    "days": lambda d: (d - pd.Timestamp("1970-01-01")) // pd.Timedelta(days=1),
+}
+"""What a target may be computed from a date as (`days`: since an epoch; a line through it is days since any
+date, or whole weeks): `<column>.<part>` stands beside the public columns in the leak checks."""
+
+
+def with_date_parts(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """`frame` with each date part of every text column of `columns` that holds dates, and the parts' names."""
+    parts = {}
+    for column in columns:
+        dates = read_dates(frame[column])
+        if dates is not None:
+            for part, compute in DATE_PARTS.items():
+                parts[f"{column}.{part}"] = compute(dates).astype("float64")
+    return pd.concat([frame, pd.DataFrame(parts, index=frame.index)], axis=1), list(parts)
+
+
+def held_out_rows(view: TaskView) -> tuple[pd.DataFrame, list[str], list[str]] | str:
+    """test.csv's features (`public_features`) beside the private answers' targets, joined on the metric's keys:
+    the rows the task is scored on, whatever its split and noise, its targets and features; or why none."""
+    if not (view.has("public", "test.csv") and view.has("private", "answers.csv")):
+        return "no test.csv or answers.csv to measure on"
+    features = public_features(view)
+    keys = view.task.metric.key_columns
+    unjoined = [k for k in keys if k not in view.test.columns or k not in view.answers.columns]
+    if unjoined:
+        return f"test.csv or answers.csv lacks the key(s) {unjoined}; no rows to measure on"
+    targets = [t for t in view.task.metric.target_columns if t in view.answers.columns]
+    # Only keys and targets from the answers: a series' answers also hold its entity, a test column too.
+    rows = view.test[[*keys, *features]].merge(view.answers[[*keys, *targets]], on=keys, how="inner")
+    return rows, targets, features
+
+
+def public_features(view: TaskView) -> list[str]:
+    """test.csv's columns besides the keys and targets: what an agent has for every row it predicts (the time
+    column too: a target may be computed from the date)."""
+    skip = key_columns(view) | set(view.task.metric.target_columns)
+    return [c for c in view.test.columns if c not in skip]
+
+
 class LeakageFormula:
-    """Whether one or two public features compute the target on the task's held-out rows (`leaks.pair_formula`:
-    a sum, difference, ratio or other line through them or their logarithms, `count = casual + registered`);
-    the score is that line's R² (0 when none is found). The features are test.csv's numeric columns besides
-    the keys and the time; the target is the private answers', joined on the metric's keys, so an IF task's
-    noise rows and a chronological split change nothing: a formula holds on every row. Numeric targets only."""
+    """Whether one or two public features (or parts of a public date) compute a numeric target on the task's
+    held-out rows: `leaks.pair_formula` (a sum, difference, ratio or other line through them or their
+    logarithms, `count = casual + registered`; the score is that line's R², 0 when none is found) and
+    `leaks.exact_formula` (the line that reproduces the most rows within a tight tolerance, fitted by trimmed
+    least squares; details `share`, what the gate thresholds, and `formula_r2` beside the strong reference),
+    which sees a formula that holds on most rows but not all. The features are test.csv's numeric columns
+    besides the keys and the time (a trend is no formula), and the year, month, day, weekday,
+    day of year and day number of every column of dates, the time included (a target that is the day of the
+    year); the target is the private answers', joined on the metric's keys, so an IF task's noise rows and a
+    chronological split change nothing. Numeric targets only."""
 
     name = "leakage-formula"
 
@@ -280,40 +338,94 @@ class LeakageFormula:
         if view.is_question:
             return question_finding(view)
         if is_classification(view):
-            return Finding(
-                "a class label is no formula's result; the single-feature check covers labels", None
-            )
-        if not (view.has("public", "test.csv") and view.has("private", "answers.csv")):
-            return Finding("no test.csv or answers.csv to measure a formula on", None)
-        keys = view.task.metric.key_columns
-        unjoined = [k for k in keys if k not in view.test.columns or k not in view.answers.columns]
-        if unjoined:
-            return Finding(
-                f"test.csv or answers.csv lacks the key(s) {unjoined}; no rows to measure on", None
-            )
-        skip = key_columns(view) | set(view.task.metric.target_columns) | {view.prepared.time_column}
-        numeric = [
-            c for c in view.test.columns if c not in skip and pd.api.types.is_numeric_dtype(view.test[c])
-        ]
+            return Finding("a class label is no formula's result; leakage-copy covers labels", None)
+        held = held_out_rows(view)
+        if isinstance(held, str):
+            return Finding(held, None)
+        rows, targets, features = held
+        time = view.prepared.time_column
+        rows, parts = with_date_parts(rows, [*features, *([time] if time in rows.columns else [])])
+        numeric = [c for c in features if c != time and pd.api.types.is_numeric_dtype(rows[c])] + parts
         if not numeric:
-            return Finding("no numeric feature in test.csv", 0.0)
-        targets = [t for t in view.task.metric.target_columns if t in view.answers.columns]
-        # Only keys and targets from the answers: a series' answers also hold its entity, a test column too.
-        rows = view.test[[*keys, *numeric]].merge(view.answers[[*keys, *targets]], on=keys, how="inner")
-        found = None
+            return Finding("no numeric feature or date in test.csv", 0.0, details={"share": 0.0})
+        found, exact = None, None
+        matrix = rows[numeric].to_numpy(dtype=float)
         for target in targets:
             y = pd.to_numeric(rows[target], errors="coerce").to_numpy(dtype=float)
-            formula = pair_formula(y, rows[numeric].to_numpy(dtype=float), numeric, target)
+            formula = pair_formula(y, matrix, numeric, target)
             if formula is not None and (found is None or formula.fit > found.fit):
                 found = formula
-        if found is None:
-            return Finding(f"no one or two of {len(numeric)} numeric features compute the target", 0.0)
+            formula = exact_formula(y, matrix, numeric, target)
+            if formula is not None and (exact is None or formula.share > exact.share):
+                exact = formula
+        details = {
+            "columns": list(found.columns) if found else [],
+            "fit": round(found.fit, 6) if found else 0.0,
+            "share": round(exact.share, 4) if exact else 0.0,
+            "share_columns": list(exact.columns) if exact else [],
+            "formula_r2": round(exact.fit, 4) if exact else None,
+            "strong": view.task.scores.strong,
+        }
+        said = [found.text] if found else []
+        if exact is not None:
+            said.append(f"{exact.text} (R2 {exact.fit:.3f}, strong reference {view.task.scores.strong})")
+        if not said:
+            return Finding(
+                f"no one or two of {len(numeric)} numeric features compute the target", 0.0, details=details
+            )
         return Finding(
-            f"{found.text} on the held-out rows: the features give it away",
-            found.fit,
-            details={"columns": list(found.columns), "fit": round(found.fit, 6)},
+            "; ".join(said) + " on the held-out rows", found.fit if found else 0.0, details=details
         )
 
 
-TASK_CHECKS = (LeakageFeature(), LeakageFormula(), LeakageOrder(), LeakageSharedRows())
+class LeakageCopy:
+    """Whether one public feature (or part of a public date) gives a class label away on the task's held-out
+    rows, whatever values it took in training (`leaks.label_copy`: the label itself, a one-to-one relabelling
+    learned on train.csv, or a numeric feature whose order follows the labels'); a tree on it, fitted on
+    earlier rows, misses a copy whose test rows hold values it never saw. The score is the best feature's share
+    of held-out rows reproduced beyond the most common label's share. Classification only: a numeric copy is a
+    line through one column (leakage-formula)."""
+
+    name = "leakage-copy"
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        if view.is_question:
+            return question_finding(view)
+        if not is_classification(view):
+            return Finding("a number's copy is a line through one column; leakage-formula covers it", None)
+        held = held_out_rows(view)
+        if isinstance(held, str):
+            return Finding(held, None)
+        rows, targets, features = held
+        train = view.train
+        usable = [c for c in features if c in train.columns]
+        rows, parts = with_date_parts(rows, usable)
+        train, _ = with_date_parts(train, usable)
+        scores: dict[str, tuple[float, str]] = {}
+        for target in (t for t in targets if t in train.columns):
+            held_y, train_y = _target(view, rows, target), _target(view, train, target)
+            labelled, known = held_y.notna(), train_y.notna()
+            if labelled.sum() < MIN_ROWS:
+                continue
+            for column in [*usable, *parts]:
+                if column not in train.columns:
+                    continue
+                score = label_copy(
+                    train.loc[known, column], train_y[known], rows.loc[labelled, column], held_y[labelled]
+                )
+                if score[0] >= scores.get(column, (-1.0, ""))[0]:
+                    scores[column] = score
+        if not scores:
+            return Finding(f"fewer than {MIN_ROWS} held-out rows with a label, or no feature", None)
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        column, (best, how) = ranked[0]
+        return Finding(
+            f"feature `{column}` reproduces the label ({how}) on held-out rows, {best:.3f} of the way from the "
+            "most common label's share to every row",
+            best,
+            details={"top": [{"column": c, "score": round(s, 4), "how": h} for c, (s, h) in ranked[:TOP]]},
+        )
+
+
+TASK_CHECKS = (LeakageFeature(), LeakageFormula(), LeakageCopy(), LeakageOrder(), LeakageSharedRows())
 RUN_CHECKS: tuple = ()
