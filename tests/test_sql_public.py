@@ -161,3 +161,19 @@ def test_every_column_was_decided(built):
         shown = [row["column_name"] for row in query(root, f"describe {table}")]
         assert shown == [c for c in RECORDS[table].model_fields if c in public.split()], table
         assert set(public.split()) | set(PRIVATE_COLUMNS[table]) == set(RECORDS[table].model_fields), table
+
+
+def test_a_questions_best_guess_stays_private(built):
+    """The trivial check's public reason scores a question's best guess without naming it: the name is a value
+    ("1", "the first `x` of data.csv") and its score says how close that value is to the answer."""
+    _, root = built
+    rows = query(
+        root,
+        "select v.reason, v.details from validations v join tasks t on t.id = v.task_id "
+        "where v.\"check\" = 'trivial' and t.family in ('QA', 'Lake') and v.details is not null",
+        "--private",
+    )
+    assert rows
+    for row in rows:
+        best = json.loads(row["details"])["best"]
+        assert f"{best} scores" not in row["reason"] and "a guess scores" in row["reason"]

@@ -51,8 +51,11 @@ class Trivial:
                 flagged=True,
                 details=details,
             )
+        # A question's guesses are values ("1", "the first `x` of data.csv"): naming the best one beside its score
+        # would tell a public reader how close that value is to the answer. The details (private) name it.
+        which = "a guess" if family.asks_question else best
         return Finding(
-            f"best trivial answer: {best} scores {score:.3f} {task.metric.name} (bar {family.pass_bar:g})",
+            f"best trivial answer: {which} scores {score:.3f} {task.metric.name} (bar {family.pass_bar:g})",
             score,
             details=details,
         )
