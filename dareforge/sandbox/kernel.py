@@ -10,8 +10,9 @@ it has not begun within `begin_timeout_s` restarts it) the kernel gets SIGINT; i
 kills its PID namespace) and a fresh kernel is started on the same folders. A kernel that dies (RLIMIT_CPU,
 SIGKILL, a crash) is restarted the same way; `Execution.killed`/`restarted` record it.
 
-The kernel is the agent's: its messages are read as hostile input (`_collect`: a malformed one, one over
-`message_limit`, a dropped connection or a flood end the execution as `KernelProtocolError`). Processes an
+The kernel is the agent's: its messages are read as hostile input (`_collect`: a malformed one, a message or
+an execution's messages past their byte budget, a dropped connection or a flood end the execution as
+`KernelProtocolError`). Processes an
 execution leaves running are paused until the next one begins (`strays`). Where the machine allows, the
 sandbox's processes share one control group (`cgroups`: memory and process count over all of them) and its
 workspace is a tmpfs of `workspace_mb` (`disk`).
@@ -37,7 +38,7 @@ from typing import Any
 
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import cgroups, disk, isolation, processes, strays
-from dareforge.sandbox.connection import KernelConnection, Reading, message_limit, socket_paths
+from dareforge.sandbox.connection import KernelConnection, Reading, socket_paths
 from dareforge.sandbox.execution import (
     OUTPUT_NOTICE,
     Execution,
@@ -502,10 +503,7 @@ class Sandbox:
             while not self._ended() and time.monotonic() < stop:
                 time.sleep(0.005)
             return "died"
-        reading.broke = (
-            f"the kernel's connection to the host broke (a message over the {message_limit(self.config)}-byte "
-            "limit, or a socket closed by the code)"
-        )
+        reading.broke = "the kernel's connection to the host broke (a socket closed by the code)"
         return "broke"
 
     def _interrupt(self) -> None:
