@@ -75,8 +75,10 @@ class Reading:
 
 
 class KernelConnection:
-    def __init__(self, info: dict[str, Any], config: SandboxConfig):
+    def __init__(self, info: dict[str, Any], config: SandboxConfig, handshake_s: float):
+        """Connect to the kernel's sockets; each handshake waits at most `handshake_s` (`zmtp.Peer`)."""
         self.config = config
+        self._handshake_s = handshake_s
         self.session = Session(key=info["key"].encode(), signature_scheme=info["signature_scheme"])
         path = {name: Path(f"{info['ip']}-{info[f'{name}_port']}") for name in CHANNELS}
         identity = self.session.bsession
@@ -99,12 +101,8 @@ class KernelConnection:
         """kernel_info until a reply comes back and iopub is known to be subscribed (a status message arrives);
         `check` raises when the kernel died or took too long. Nothing of the agent's has run yet."""
         startup = Reading()
-        msg_id, sent, replied, subscribed = (
-            self._request(self.shell, "kernel_info_request", {}),
-            time.monotonic(),
-            False,
-            False,
-        )
+        msg_id, sent = self._request(self.shell, "kernel_info_request", {}), time.monotonic()
+        replied = subscribed = False
         while not (replied and subscribed):
             check()
             self._poll(0.02)
@@ -112,11 +110,8 @@ class KernelConnection:
             reply = self._receive(self.shell, startup)
             replied = replied or (reply is not None and reply["parent_header"].get("msg_id") == msg_id)
             if replied and not subscribed and time.monotonic() - sent > 0.1:
-                msg_id, sent, replied = (
-                    self._request(self.shell, "kernel_info_request", {}),
-                    time.monotonic(),
-                    False,
-                )
+                msg_id, sent = self._request(self.shell, "kernel_info_request", {}), time.monotonic()
+                replied = False
         time.sleep(0.01)
         while self._receive(self.iopub, startup) is not None:
             pass
@@ -190,7 +185,7 @@ class KernelConnection:
         self._peers.clear()
 
     def _connect(self, path: Path, socket_type: bytes, identity: bytes = b"") -> Peer:
-        peer = Peer(path, socket_type, identity)
+        peer = Peer(path, socket_type, identity, self._handshake_s)
         self._peers.append(peer)
         return peer
 

@@ -69,6 +69,7 @@ from dareforge.sandbox.kernel_launch import (
 )
 from dareforge.sandbox.processes import STOP_TIMEOUT_S
 from dareforge.sandbox.sandbox_errors import SandboxError
+from dareforge.sandbox.zmtp import OverBudget, PeerError
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
@@ -449,8 +450,14 @@ class Sandbox:
         while not all(s.exists() for s in socket_paths(ipc, info)):
             self._check_starting(deadline)
             time.sleep(0.002)
-        self._conn = KernelConnection(info, self.config)
-        self._conn.wait_ready(lambda: self._check_starting(deadline))
+        try:
+            self._conn = KernelConnection(info, self.config, handshake_s=deadline - time.monotonic())
+            self._conn.wait_ready(lambda: self._check_starting(deadline))
+        except (OSError, PeerError, OverBudget, ValueError) as exc:  # nothing of the agent's has run yet
+            self._check_starting(deadline)  # a kernel that died says why
+            raise SandboxError(
+                f"the kernel did not answer on its sockets ({exc!r}); log: {self._log_tail()}"
+            ) from exc
 
     def _exit_code(self) -> int | None:
         """The kernel's exit code once it has ended; None while it runs. A forked kernel ends with its sandbox

@@ -21,6 +21,9 @@ whose first byte is 1, which libzmq's PUB takes from either version."""
 MORE, LONG, COMMAND = 1, 2, 4
 CHUNK = 1 << 16
 """Bytes read from the socket at a time: past the current frame, the most the host holds unparsed."""
+SEND_TIMEOUT_S = 30.0
+"""How long sending a request may wait for the kernel to take it (a request is small; the kernel's ZeroMQ thread
+reads at once unless the kernel is stopped)."""
 FRAME_COST = 128
 """What a frame costs the host besides its body (a Python object in a list): charged per frame, so a message of
 a million empty frames is as dear as its million Python objects."""
@@ -44,11 +47,14 @@ class OverBudget(Exception):
 class Peer:
     """One connection to a kernel socket bound at `path`, as a `socket_type` (DEALER, SUB) of `identity`.
 
-    `receive` never blocks; `send` and the handshake wait at most `timeout_s` (a stopped kernel reads nothing)."""
+    `receive` never blocks; the handshake waits at most `handshake_s`, a `send` at most `SEND_TIMEOUT_S` (a
+    stopped kernel reads nothing)."""
 
-    def __init__(self, path: Path, socket_type: bytes, identity: bytes = b"", timeout_s: float = 30.0):
+    def __init__(
+        self, path: Path, socket_type: bytes, identity: bytes = b"", handshake_s: float = SEND_TIMEOUT_S
+    ):
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout_s)
+        self._sock.settimeout(max(handshake_s, 0.001))
         self._poll = select.poll()  # not select.select: a host with many kernels has descriptors past 1024
         self._poll.register(self._sock, select.POLLIN)
         self._pending = bytearray()
@@ -69,6 +75,7 @@ class Peer:
             )
             self._sock.sendall(self._header(COMMAND, len(body)) + body)
             self._await_ready(path)
+            self._sock.settimeout(SEND_TIMEOUT_S)
         except BaseException:
             self._sock.close()
             raise
