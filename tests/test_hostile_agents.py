@@ -21,7 +21,7 @@ from dareforge import scratch
 from dareforge.agents.loop import write_submitted
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import KernelPool, Sandbox, cgroups, disk, host_folders, probe, processes
-from dareforge.sandbox.connection import message_limit
+from dareforge.sandbox.connection import execution_limit, host_memory_bound, message_limit
 from dareforge.sandbox.host_folders import bounds_workspaces
 
 SECONDS = 300.0
@@ -139,6 +139,67 @@ def test_s4_floods_through_the_kernel_socket_cost_the_host_no_memory(sandbox, co
     assert grown <= 100, f"the host grew {grown:.0f} MB"
     assert len(result.stdout.encode()) <= 2 * CONFIG.max_output_bytes
     still_works(sandbox)
+
+
+FRAME = 1_000_000
+"""Under `message_limit(CONFIG)`: each frame alone passes the old per-frame limit."""
+MULTIPART_FLOOD = (  # issue 42: frames each under the limit, hundreds to a message, another request's parent
+    "k = get_ipython().kernel\n"
+    "for _ in range(3):\n"
+    "    k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x'}, parent={'msg_id': 'other'},\n"
+    f"                   buffers=[memoryview(b'x' * {FRAME})] * 100)\n"
+    "print('sent')"
+)
+MESSAGES_PAST_THE_EXECUTION_BUDGET = (  # each message under the limit, together far past the execution's
+    "k = get_ipython().kernel\n"
+    "for _ in range(150):\n"
+    "    k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x'}, parent=k.get_parent(),\n"
+    f"                   buffers=[memoryview(b'x' * {FRAME})])\n"
+    "print('sent')"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (
+            MULTIPART_FLOOD,
+            f"a message of more than {message_limit(CONFIG)} bytes (all its frames and buffers",
+        ),
+        (MESSAGES_PAST_THE_EXECUTION_BUDGET, f"more than {execution_limit(CONFIG)} bytes of messages in one"),
+    ],
+    ids=["one-message", "one-execution"],
+)
+def test_a_message_or_an_execution_past_its_budget_ends_the_execution_within_the_host_bound(
+    sandbox, code, reason
+):
+    assert message_limit(CONFIG) > FRAME and execution_limit(CONFIG) < 150 * FRAME
+    sandbox.execute("1")
+    before = rss_mb()
+    reset_peak_rss()
+    result = sandbox.execute(code)
+    grown = peak_rss_mb() - before
+    assert result.killed and result.restarted, result
+    assert result.error.startswith(f"KernelProtocolError: the kernel sent {reason}"), result.error
+    assert grown <= host_memory_bound(CONFIG) / 2**20, f"the host grew {grown:.1f} MB"
+    still_works(sandbox)
+
+
+BENIGN_MANY_MESSAGES = (
+    "import sys\n"
+    "for i in range(3_000):\n"
+    "    print(i, flush=True)\n"
+    "    sys.stderr.write('e'); sys.stderr.flush()\n"
+    "'r' * 100"
+)
+
+
+def test_benign_output_in_many_messages_stays_within_the_budgets(sandbox):
+    result = sandbox.execute(BENIGN_MANY_MESSAGES)
+    assert result.ok and not result.killed, result
+    assert result.stdout.startswith("0\n1\n2\n") and result.truncated
+    big = sandbox.execute("print('y' * 1_900)")
+    assert big.ok and big.stdout == "y" * 1_900 + "\n" and not big.truncated, big
 
 
 def test_the_message_limit_leaves_room_for_a_full_output_escaped():

@@ -50,7 +50,7 @@ from dareforge.agents.protocol import Action, AgentProtocol, protocol_for, trunc
 from dareforge.families.registry import family_of
 from dareforge.hashing import sha256_bytes, sha256_file
 from dareforge.reference_solutions.graders import GradeResult
-from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES, read_regular_file
+from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES, copy_regular_file
 from dareforge.sandbox.environment import SandboxFactory
 from dareforge.schema import SourceFile, Step, Task, Trajectory
 from dareforge.scratch import temp_root
@@ -446,18 +446,19 @@ def check_predictions(task: Task, workspace: Path, answers: Path | None) -> Grad
     O_NOFOLLOW to a host-only folder, so a symlink (to the answers, say), a FIFO or an oversized file planted by
     agent code is refused, not read."""
     output = output_file(task)
-    try:
-        data = read_regular_file(workspace / output, MAX_PREDICTIONS_BYTES)
-    except FileNotFoundError:
-        return GradeResult(score=0.0, error=f"{output} was not written in the working directory")
-    except OSError as exc:
-        kind = "JSON" if family_of(task).asks_question else "CSV"
-        return GradeResult(score=0.0, error=f"{output} could not be read: {exc}; write a regular {kind} file")
-    if answers is None:
-        return GradeResult(score=float("nan"), error=None)
     with tempfile.TemporaryDirectory(prefix="dareforge-grade-", dir=temp_root()) as tmp:
         copy = Path(tmp) / output
-        copy.write_bytes(data)
+        try:
+            copy_regular_file(workspace / output, copy, MAX_PREDICTIONS_BYTES)
+        except FileNotFoundError:
+            return GradeResult(score=0.0, error=f"{output} was not written in the working directory")
+        except OSError as exc:
+            kind = "JSON" if family_of(task).asks_question else "CSV"
+            return GradeResult(
+                score=0.0, error=f"{output} could not be read: {exc}; write a regular {kind} file"
+            )
+        if answers is None:
+            return GradeResult(score=float("nan"), error=None)
         return grade_predictions(task, copy, answers)
 
 

@@ -31,7 +31,7 @@ from dareforge.families.registry import family_of
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.reference_solutions.metrics import get_metric
 from dareforge.reference_solutions.reference_code import PREDICTIONS
-from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES, read_regular_file
+from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES, copy_regular_file
 from dareforge.schema import MetricSpec, Task, Trajectory
 from dareforge.scratch import temp_root
 
@@ -117,17 +117,16 @@ def reward(task: Task | RewardSpec, predictions: Path | str, answers: Path | str
     """Reward a predictions file against the task's private `answers` (`RewardSpec.graded_against`)."""
     spec = _spec(task)
     path = Path(predictions)
-    try:
-        data = read_regular_file(path, MAX_PREDICTIONS_BYTES)
-    except FileNotFoundError:
-        return graded_reward(
-            spec, GradeResult(score=0.0, error=f"{path} does not exist; write the predictions")
-        )
-    except OSError as exc:
-        return graded_reward(spec, GradeResult(score=0.0, error=f"{path} could not be read: {exc}"))
     with tempfile.TemporaryDirectory(prefix="dareforge-reward-", dir=temp_root()) as tmp:
         copy = Path(tmp) / spec.predictions_file
-        copy.write_bytes(data)
+        try:
+            copy_regular_file(path, copy, MAX_PREDICTIONS_BYTES)
+        except FileNotFoundError:
+            return graded_reward(
+                spec, GradeResult(score=0.0, error=f"{path} does not exist; write the predictions")
+            )
+        except OSError as exc:
+            return graded_reward(spec, GradeResult(score=0.0, error=f"{path} could not be read: {exc}"))
         return graded_reward(spec, grade(spec.metric, copy, answers))
 
 

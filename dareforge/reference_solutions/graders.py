@@ -7,7 +7,9 @@ benchmark's fault and raise `GradingError`.
 
 A path is read only when it is a regular file of at most `MAX_PREDICTIONS_BYTES`, opened without following a
 link (`submission_files`): a symbolic link, FIFO, device or folder where the predictions should be scores the
-worst, whatever it points at. Both tables are read with every column as text (so an id "007" stays "007"), cells and header names
+worst, whatever it points at. It is streamed, keeping only the key and target columns, and a submission is
+refused past the answers' row count and `ROW_MARGIN`, `MAX_CSV_COLUMNS` fields or a cell of `MAX_CELL_CHARS`,
+so grading holds at most those rows' cells in memory, whatever the file's size. Both tables are read with every column as text (so an id "007" stays "007"), cells and header names
 stripped of surrounding whitespace. Rows are joined on `MetricSpec.key_columns`: a key column whose answers
 are all plain integers ("12", "-3", no leading zeros) matches by integer value, so "12.0" (what pandas writes
 back for an integer column that held a missing value) finds "12", while "12.5" matches nothing and is named
@@ -20,7 +22,6 @@ Question tasks (metric `answer`) are graded by `dareforge.reference_solutions.an
 from __future__ import annotations
 
 import csv
-import io
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -40,7 +41,7 @@ from dareforge.reference_solutions.metrics import (
     is_pass_metric,
 )
 from dareforge.reference_solutions.results import GradeResult, Paraphrase, Rejected
-from dareforge.reference_solutions.submission_files import MAX_PREDICTIONS_BYTES, read_regular_file
+from dareforge.reference_solutions.submission_files import ROW_MARGIN, CsvRefused, read_csv_columns
 from dareforge.schema import ANSWER_METRIC, MetricSpec
 
 __all__ = [
@@ -80,7 +81,7 @@ def grade(
     truth = _load_answers(metric, scorer, answers)
 
     try:
-        table = _read_table(submission, "submission")
+        table = _read_table(submission, "submission", _needed(metric), len(truth) + ROW_MARGIN)
     except Rejected as exc:
         return GradeResult(score=scorer.worst, error=str(exc), rows=0)
     try:
@@ -93,31 +94,39 @@ def grade(
 # --- reading -------------------------------------------------------------------------------------------
 
 
-def _read_table(source: Path | str | pd.DataFrame, what: str = "table") -> pd.DataFrame:
-    """A table with every header and cell as stripped text; missing cells (NaN, None) become ""."""
+def _read_table(
+    source: Path | str | pd.DataFrame, what: str, columns: list[str], max_rows: int | None = None
+) -> pd.DataFrame:
+    """`columns` of a table (all of a frame's), every header and cell as stripped text, missing cells (NaN,
+    None) "". A file is streamed and refused past `max_rows` rows or the other bounds of `read_csv_columns`;
+    when its header lacks one of `columns`, the frame has the header's columns and no row."""
     if isinstance(source, pd.DataFrame):
         return _text_frame(source)
     path = Path(source)
     fix = "; write the predictions CSV to this path" if what == "submission" else ""
     try:
-        data = read_regular_file(path, MAX_PREDICTIONS_BYTES)
+        header, cells = read_csv_columns(path, columns, max_rows)
     except FileNotFoundError:
         raise Rejected(f"{what} file not found: {path} does not exist{fix}") from None
+    except CsvRefused as exc:
+        raise Rejected(f"{what} cannot be graded: {exc}") from None
     except OSError as exc:
         raise Rejected(f"{what} {path} cannot be graded: {exc}{fix} as a regular file") from None
-    try:
-        frame = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except pd.errors.EmptyDataError:
-        raise Rejected(
-            f"{what} file {path} is empty; write a CSV with a header line and one row per test row"
-        ) from None
-    except (OSError, ValueError, csv.Error) as exc:
+    except (ValueError, csv.Error) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Rejected(
             f"could not read {what} {path} as a UTF-8 comma-separated CSV ({detail}); "
             "write it with a header line, e.g. with pandas DataFrame.to_csv(path, index=False)"
         ) from None
-    return _text_frame(frame)
+    if not cells:
+        return pd.DataFrame(columns=header, dtype=object)
+    frame = pd.DataFrame(
+        {i: np.array(column, dtype=object) for i, column in enumerate(cells)},
+        index=pd.RangeIndex(len(cells[0])),
+        dtype=object,
+    )
+    frame.columns = columns
+    return frame
 
 
 def _text_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -158,10 +167,10 @@ def _check_spec(metric: MetricSpec) -> None:
 
 def _load_answers(metric: MetricSpec, scorer: Metric, answers: Path | str | pd.DataFrame) -> pd.DataFrame:
     try:
-        truth = _read_table(answers, "answers")
+        truth = _read_table(answers, "answers", _needed(metric))
+        _check_columns(truth, metric, "answers")
         if len(truth) == 0:
             raise Rejected("answers have no rows")
-        _check_columns(truth, metric, "answers")
         _check_duplicates(truth, metric.key_columns, "answers")
         for column in metric.target_columns:
             _target_values(truth[column], truth, metric.key_columns, column, scorer, "answers")
@@ -174,13 +183,17 @@ def _load_answers(metric: MetricSpec, scorer: Metric, answers: Path | str | pd.D
 
 
 def _check_columns(table: pd.DataFrame, metric: MetricSpec, what: str) -> None:
-    needed = [*metric.key_columns, *metric.target_columns]
+    needed = _needed(metric)
     missing = [c for c in needed if c not in table.columns]
     if missing:
         raise Rejected(
             f"{what} is missing column(s) {_names(missing)}; found columns {_names(list(table.columns))}. "
             f"The header must include {_names(needed)}"
         )
+
+
+def _needed(metric: MetricSpec) -> list[str]:
+    return [*metric.key_columns, *metric.target_columns]
 
 
 def _check_duplicates(table: pd.DataFrame, keys: list[str], what: str) -> None:
@@ -385,7 +398,9 @@ def bootstrap_scores(
         raise GradingError(f"a bootstrap needs at least one resample; got {resamples}")
     scorer = get_metric(metric.name)
     try:
-        pairs = _aligned(metric, scorer, _load_answers(metric, scorer, answers), _read_table(submission))
+        truth = _load_answers(metric, scorer, answers)
+        table = _read_table(submission, "submission", _needed(metric), len(truth) + ROW_MARGIN)
+        pairs = _aligned(metric, scorer, truth, table)
     except Rejected as exc:
         raise InvalidPredictionError(str(exc)) from None
     rows = len(pairs[0][1])

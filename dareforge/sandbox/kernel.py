@@ -10,8 +10,9 @@ it has not begun within `begin_timeout_s` restarts it) the kernel gets SIGINT; i
 kills its PID namespace) and a fresh kernel is started on the same folders. A kernel that dies (RLIMIT_CPU,
 SIGKILL, a crash) is restarted the same way; `Execution.killed`/`restarted` record it.
 
-The kernel is the agent's: its messages are read as hostile input (`_collect`: a malformed one, one over
-`message_limit`, a dropped connection or a flood end the execution as `KernelProtocolError`). Processes an
+The kernel is the agent's: its messages are read as hostile input (`_collect`: a malformed one, a message or
+an execution's messages past their byte budget, a dropped connection or a flood end the execution as
+`KernelProtocolError`). Processes an
 execution leaves running are paused until the next one begins (`strays`). Where the machine allows, the
 sandbox's processes share one control group (`cgroups`: memory and process count over all of them) and its
 workspace is a tmpfs of `workspace_mb` (`disk`).
@@ -37,7 +38,7 @@ from typing import Any
 from dareforge.child_python import python_argv
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import cgroups, disk, isolation, processes, strays
-from dareforge.sandbox.connection import KernelConnection, Reading, message_limit, socket_paths
+from dareforge.sandbox.connection import KernelConnection, Reading, socket_paths
 from dareforge.sandbox.execution import (
     OUTPUT_NOTICE,
     Execution,
@@ -68,6 +69,7 @@ from dareforge.sandbox.kernel_launch import (
 )
 from dareforge.sandbox.processes import STOP_TIMEOUT_S
 from dareforge.sandbox.sandbox_errors import SandboxError
+from dareforge.sandbox.zmtp import OverBudget, PeerError
 from dareforge.scratch import temp_root
 
 log = logging.getLogger(__name__)
@@ -448,8 +450,14 @@ class Sandbox:
         while not all(s.exists() for s in socket_paths(ipc, info)):
             self._check_starting(deadline)
             time.sleep(0.002)
-        self._conn = KernelConnection(info, self.config)
-        self._conn.wait_ready(lambda: self._check_starting(deadline))
+        try:
+            self._conn = KernelConnection(info, self.config, handshake_s=deadline - time.monotonic())
+            self._conn.wait_ready(lambda: self._check_starting(deadline))
+        except (OSError, PeerError, OverBudget, ValueError) as exc:  # nothing of the agent's has run yet
+            self._check_starting(deadline)  # a kernel that died says why
+            raise SandboxError(
+                f"the kernel did not answer on its sockets ({exc!r}); log: {self._log_tail()}"
+            ) from exc
 
     def _exit_code(self) -> int | None:
         """The kernel's exit code once it has ended; None while it runs. A forked kernel ends with its sandbox
@@ -502,10 +510,7 @@ class Sandbox:
             while not self._ended() and time.monotonic() < stop:
                 time.sleep(0.005)
             return "died"
-        reading.broke = (
-            f"the kernel's connection to the host broke (a message over the {message_limit(self.config)}-byte "
-            "limit, or a socket closed by the code)"
-        )
+        reading.broke = "the kernel's connection to the host broke (a socket closed by the code)"
         return "broke"
 
     def _interrupt(self) -> None:
