@@ -352,6 +352,14 @@ class ValidateConfig(Section):
         "0.1% on this share of the held-out rows, beyond its most common value's share: a formula that holds "
         "on most rows but not all, whose outliers ruin the R² of leakage_max_formula_fit.",
     )
+    leakage_max_formula_over_strong: float = Field(
+        0.0,
+        ge=-1.0,
+        le=1.0,
+        description="Reject when a line through one or two features (or parts of a date) that reproduces at "
+        "least half the held-out rows exactly scores an R² this far above the strong reference, or more: the "
+        "target is their arithmetic, and the task's best model knows less than the formula.",
+    )
     leakage_max_label_copy: Share = Field(
         0.9,
         description="Reject when one feature (or part of a date) reproduces a class label on the held-out rows "

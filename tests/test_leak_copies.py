@@ -143,6 +143,30 @@ def test_a_ratio_that_holds_on_most_rows_is_caught(tmp_path, family):
     assert _rejected(view, LeakageFormula()), finding
 
 
+@pytest.mark.parametrize("family", ["Reg-IF", "Reg-MM", "TS-XF"])
+def test_a_formula_on_three_rows_in_four_that_beats_the_strong_reference_is_caught(tmp_path, family):
+    """`y = a / b` exactly on 75% of the rows and within 10% on the rest: neither R² nor the share passes its
+    bar, but a line through two public columns out-scores the task's best model; with a strong reference that
+    knows more than the formula, the same table is a task."""
+    rng = np.random.default_rng(6)
+    frame = _ratio_frame(rng, 0.0)
+    off = rng.random(N) < 0.25
+    frame.loc[off, "y"] = (frame.loc[off, "y"] * rng.uniform(0.9, 1.1, int(off.sum()))).round(2)
+    time = None
+    if family.startswith("TS"):
+        time = "day"
+        frame["day"] = pd.date_range("2020-01-01", periods=N, freq="D").strftime("%Y-%m-%d")
+    outcomes = {}
+    for strong in (0.7, 0.999):
+        view = _view(tmp_path / str(strong), family, frame, "rival", time=time, scores={"strong": strong})
+        finding = LeakageFormula().run(view, CONFIG)
+        assert finding.score < CONFIG.validate_.leakage_max_formula_fit, finding
+        assert 0.5 <= finding.details["share"] < CONFIG.validate_.leakage_max_formula_share, finding
+        outcomes[strong] = _rejected(view, LeakageFormula())
+    assert outcomes[0.7] and "over_strong" in outcomes[0.7], outcomes
+    assert outcomes[0.999] is None, outcomes
+
+
 def test_a_noisy_honest_line_and_a_mostly_zero_target_are_no_formula(tmp_path):
     rng = np.random.default_rng(5)
     frame = _honest(rng)

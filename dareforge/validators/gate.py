@@ -53,6 +53,7 @@ THRESHOLDS: dict[str, tuple[Threshold, ...]] = {
     "leakage-formula": (
         Threshold(*GE, "leakage_max_formula_fit"),
         Threshold(*GE, "leakage_max_formula_share", detail="share"),
+        Threshold(*GE, "leakage_max_formula_over_strong", detail="over_strong"),
     ),
     "leakage-copy": (Threshold(*GE, "leakage_max_label_copy"),),
     "leakage-order": (Threshold(*GE, "leakage_max_order_correlation"),),
@@ -84,7 +85,11 @@ def reasons_against(finding: Validation, config: ValidateConfig, family: Family 
     for threshold in THRESHOLDS.get(finding.check, ()):
         if threshold.exact_only and not (family is not None and family.exact):
             continue
-        value = finding.score if threshold.detail is None else json.loads(finding.details)[threshold.detail]
+        value = (
+            finding.score if threshold.detail is None else json.loads(finding.details).get(threshold.detail)
+        )
+        if value is None:  # a finding stored before the check measured this detail
+            continue
         limit = threshold.limit(config, family)
         if threshold.compare(value, limit):
             named = f"{threshold.detail} " if threshold.detail else ""

@@ -365,6 +365,7 @@ class LeakageFormula:
             "share_columns": list(exact.columns) if exact else [],
             "formula_r2": round(exact.fit, 4) if exact else None,
             "strong": view.task.scores.strong,
+            "over_strong": _formula_over_strong(exact, view.task.scores.strong),
         }
         said = [found.text] if found else []
         if exact is not None:
@@ -376,6 +377,22 @@ class LeakageFormula:
         return Finding(
             "; ".join(said) + " on the held-out rows", found.fit if found else 0.0, details=details
         )
+
+
+RIVAL_SHARE = 0.5
+"""A formula that reproduces at least this share of held-out rows exactly is weighed against the strong reference:
+on fewer rows a good R² is a strong honest relation, not an arithmetic one."""
+NOT_A_RIVAL = -1.0
+
+
+def _formula_over_strong(exact, strong: float | None) -> float:
+    """How far the exact formula's R² lies above the strong reference's score, where the formula reproduces at
+    least `RIVAL_SHARE` of the rows exactly; `NOT_A_RIVAL` otherwise. A line through two public columns that
+    reproduces most rows and out-scores every model the task's ladder fits is the answer's arithmetic, not a
+    relation to learn (issue 41: a target that two columns compute on 77% of rows, R² 0.965, strong 0.763)."""
+    if exact is None or strong is None or exact.share < RIVAL_SHARE:
+        return NOT_A_RIVAL
+    return round(exact.fit - strong, 4)
 
 
 class LeakageCopy:
