@@ -374,6 +374,16 @@ class ValidateConfig(Section):
         0.8, description="MinHash Jaccard at or above which two sources count as the same dataset."
     )
     min_learnable_margin: float = Field(0.05, description="Least margin of the strong score over the bar.")
+    allow_task_bars: bool = Field(
+        True,
+        description="Accept a goal task whose strong reference scores below its family's bar at its own bar "
+        "(`Task.pass_bar`, stated in its instruction) when that bar discriminates; False: reject every such task.",
+    )
+    min_task_bar_gap: Share = Field(
+        0.02,
+        description="A task's own bar must exceed the upper bound of the bootstrap interval of the trivial answer "
+        "and of the solver ladder's weakest model by at least this much (else reject: `reachable`).",
+    )
     max_reference_share_of_limit: Share = Field(
         0.5, description="The reference must run within this share of the per-execution time limit."
     )

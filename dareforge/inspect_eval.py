@@ -23,7 +23,8 @@ Task = dataset + solver + scorer + sandbox, each dareforge's own:
   goes into the sample's messages, the whole trajectory into its metadata.
 - **scorer**: dareforge's grader, run on the host against the release's private answers (IF tasks against the
   reference run, MM/TS against held-out answers), giving `score` (the task metric; 0 when nothing valid was
-  written) and `passed` (DARE-bench's bar: IF needs 1.0); the answer is the outcome, the explanation its detail.
+  written) and `passed` (the task's bar as its instruction states it: IF needs 1.0, an MM or TS task its own bar
+  where it carries one, else its family's); the answer is the outcome, the explanation its detail.
 - **sandbox**: dareforge's own bubblewrap sandbox (one cold kernel per sample), not an inspect sandbox
   environment. inspect's `local` sandbox runs code as the evaluating user with the network and the whole file
   system in reach (the answers included), and its `docker` sandbox needs a Docker daemon our machines do not

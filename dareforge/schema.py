@@ -384,6 +384,12 @@ class Task(Record):
     metric: MetricSpec
     limits: TaskLimits = Field(default_factory=TaskLimits)
     scores: TaskScores = Field(default_factory=TaskScores)
+    pass_bar: float | None = Field(
+        None,
+        description="Goal tasks whose strong reference scores below the family's pass bar: the task's own bar, "
+        "the score an attempt must reach (its instruction states it; every grader honours it). None: the "
+        "family's bar (`families.registry.bar_of`).",
+    )
     spec: str | None = Field(
         None,
         description="The sampled IF workflow spec, or a question task's program and parameters, as JSON.",

@@ -419,7 +419,7 @@ def test_synthesize_samples_k_per_task_and_endpoint_and_counts_valid(built, task
         for t in samples.trajectories:
             assert t.temperature == 0.9
             assert t.id == trajectory_id(t.task_id, samples.endpoint, samples.model, 0.9, t.sample, "sample")
-            assert t.passed == is_valid(t, report.pass_bars)
+            assert t.passed == is_valid(t, report.pass_bars, report.task_bars)
         assert sorted((t.task_id, t.sample) for t in samples.trajectories) == sorted(
             (task.id, s) for task in chosen for s in range(2)
         )

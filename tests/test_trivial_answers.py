@@ -174,7 +174,7 @@ def test_a_question_a_guess_answers_is_rejected_and_the_finding_names_the_guess(
     answer_type = "string_exact" if isinstance(answer, str) else "numeric_exact"
     details, reason = trivial_verdict(_question_view(tmp_path, "guessable", question, answer, answer_type))
     assert details["best"] == winner and details["scores"][winner] == 1.0
-    assert reason is not None and "the family's pass bar=0.99" in reason
+    assert reason is not None and "the task's pass bar=0.99" in reason
 
 
 @pytest.mark.parametrize("answer", [True, False])

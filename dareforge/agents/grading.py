@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from dareforge.families.registry import family_named, family_of, pass_bars
+from dareforge.families.registry import bar_of, family_named, family_of, pass_bars
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.schema import Task
 
@@ -38,11 +38,12 @@ def grade_predictions(task: Task, predictions: Path, answers: Path) -> GradeResu
 
 
 def passed(task: Task | str, score: float | None, bars: Mapping[str, float] = PASS_BARS) -> bool:
-    """Whether `score` passes for `task` (or a family name): exact families need 1.0, the others their bar
-    (`bars`, else the family's own)."""
-    family = family_named(task if isinstance(task, str) else task.family)
+    """Whether `score` passes for `task`: exact families need 1.0, a task carrying its own bar that bar, the
+    others their family's (`bars`, else the family's own). Given a family name only, the family's bar: a caller
+    that holds the task passes the task, so that its own bar counts."""
     if score is None:
         return False
-    if family.exact:
-        return score >= 1.0
-    return score >= bars.get(family.name, family.pass_bar)
+    if isinstance(task, str):
+        family = family_named(task)
+        return score >= (1.0 if family.exact else bars.get(family.name, family.pass_bar))
+    return score >= bar_of(task, bars)

@@ -11,7 +11,7 @@ from typing import Any
 
 from huggingface_hub import DatasetCardData
 
-from dareforge.families.registry import family_named, in_order
+from dareforge.families.registry import bar_rule, family_named, in_order
 from dareforge.publish.release_card import cell, family_table, front_matter, size_category
 
 TAGS = ["agents", "data-science", "tabular", "dareforge"]
@@ -86,6 +86,8 @@ def sft_card(meta: dict[str, Any]) -> str:
         "schema, which TRL's SFTTrainer hands to the chat template. The `llamafactory` config holds "
         "the tool-calling form in LLaMA-Factory's sharegpt layout (`conversations` with `function_call` and "
         "`observation` turns, `system`, `tools`); `dataset_info.json` registers it for LLaMA-Factory.",
+        "",
+        f"`passed` is the score reaching the task's bar. {bar_rule()}",
         "",
         "## Composition",
         "",
@@ -162,7 +164,10 @@ def rl_card(meta: dict[str, Any]) -> str:
         "DARE-bench's rule: 0.1 for a well-formed `predictions.csv` (the grader accepts it: key and target "
         "columns, one row per test row), plus 1.0 for an instruction-following task when every prediction "
         "matches the reference run, or plus the metric score clipped to [0, 1] for modelling and forecasting "
-        "tasks. A missing or malformed file earns 0.",
+        "tasks. A missing or malformed file earns 0. `RewardSpec.pass_bar` is the score that passes the task, and "
+        "the reward's `passed` says whether it was reached.",
+        "",
+        bar_rule(),
         "",
     ]
     rewards = {

@@ -29,12 +29,12 @@ and was paid 1; now the link is dropped on the way (Harbor's copy keeps no link 
 the grader reads only a regular file in any case.
 
 The reward Harbor reads (`/logs/verifier/reward.txt`) is binary: 1 when the grade passes dareforge's bar for the
-family (IF: every prediction matches the reference run; MM/TS: the metric reaches the family's pass bar;
-QA/Lake: the answer's score reaches `ANSWER_PASS_BAR`), else 0; the score itself is in
+task (IF: every prediction matches the reference run; MM/TS: the metric reaches the task's pass bar, its own
+where it carries one, else its family's, as its instruction states; QA/Lake: the answer's score reaches `ANSWER_PASS_BAR`), else 0; the score itself is in
 `/logs/verifier/grade.json`. A Lake task's sub-questions are not exported (Harbor grades one reward per task).
 
 Which tasks are kept is decided from the store, without a run: a goal family's oracle runs its strong
-reference, whose score the store kept when the task was made, so a task scored below its family's pass bar is
+reference, whose score the store kept when the task was made, so a task scored below its pass bar is
 left out with that reason (`stored_verdict`); an exact or question family's reference made the answers it is
 graded against. Control runs (`harbor_control`, no Docker) prove the packaging on a sample seeded by the task
 ids, up to `controls_per_family` exported tasks of each family (default `CONTROLS_PER_FAMILY`, or every task),
@@ -58,13 +58,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dareforge.agents.grading import PASS_BARS
 from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
 from dareforge.exports.harbor_control import APP, Controller, ControlRun
 from dareforge.exports.harbor_grader import grader_files, grading_config
 from dareforge.families.family import Family, Grading
-from dareforge.families.registry import REGISTERED, family_of
+from dareforge.families.registry import REGISTERED, bar_of, bar_rule, family_of
 from dareforge.generators.questions.build import CLEANING, REFERENCE
 from dareforge.publish.release import Release, ReleaseError
 from dareforge.reference_solutions.reference_code import STRONG_SCRIPT
@@ -91,7 +90,7 @@ step, is skipped)."""
 RUNS_LINE = "You may run code at most "
 REWARD_RULE = {
     Grading.EXACT: "1 when every prediction matches the reference run (score 1), else 0",
-    Grading.GOAL: "1 when the metric reaches the family's pass bar, else 0",
+    Grading.GOAL: "1 when the metric reaches the task's pass bar (as its instruction states), else 0",
     Grading.ANSWER: "1 when the answer's score reaches the pass bar, else 0",
 }
 
@@ -132,11 +131,6 @@ class HarborReport(LayoutReport):
 
 def folder_name(task: Task) -> str:
     return f"{task.family.lower()}-{task.id}"
-
-
-def bar_of(family: Family) -> float:
-    """The score that passes, as dareforge's `passed` decides with the default bars."""
-    return 1.0 if family.exact else PASS_BARS.get(family.name, family.pass_bar)
 
 
 def agent_seconds(task: Task) -> float:
@@ -199,7 +193,7 @@ def task_toml(
         "grading": str(family.grading),
         "metric": metric.name,
         "answer_type": metric.answer_type,
-        "pass_bar": bar_of(family),
+        "pass_bar": bar_of(task),
         "reward": REWARD_RULE[family.grading] + "; the score is in /logs/verifier/grade.json",
         "operations": list(task.operations) or None,
         "split": split,
@@ -291,7 +285,7 @@ def write_task(
         raise ReleaseError(f"task {task.id} has no {truth} in the private release {release.private_prefix}")
     files[f"tests/{truth}"] = answers
     files["tests/grading.json"] = grading_config(
-        task.metric.model_dump(), task.family, str(family.grading), bar_of(family), family.files.output, truth
+        task.metric.model_dump(), task.family, str(family.grading), bar_of(task), family.files.output, truth
     )
     files.update({f"tests/{name}": data for name, data in grader.items()})
     for rel, data in sorted(files.items()):
@@ -326,12 +320,12 @@ def stored_verdict(task: Task, family: Family) -> str | None:
     """Why the store already knows that `task`'s oracle cannot earn 1 (None: it earns 1, or only a run tells): a
     goal family's oracle runs the strong reference, whose score on the task's answers the store keeps; an exact
     or question family's reference made the answers it is graded against."""
-    strong, bar = task.scores.strong, bar_of(family)
-    if family.grading != Grading.GOAL or strong is None or strong >= bar:
+    strong, passing = task.scores.strong, bar_of(task)
+    if family.grading != Grading.GOAL or strong is None or strong >= passing:
         return None
     return (
         f"the strong reference (solution/solve.sh) scored {strong:.6g} when the task was made, below the bar "
-        f"{bar:g}: its oracle cannot earn reward 1 (decided from the store, without a run)"
+        f"{passing:g}: its oracle cannot earn reward 1 (decided from the store, without a run)"
     )
 
 
@@ -478,16 +472,18 @@ def card(report: HarborReport, left_out: dict[str, tuple[str, str]]) -> str:
         "## Reward",
         "",
         "`/logs/verifier/reward.txt` is binary: 1 when the grade passes dareforge's bar for the task's family "
-        "(IF: every prediction matches the reference run; MM and TS: the metric reaches the family's pass bar, "
-        "in each `task.toml`; QA and Lake: the answer scores at least the pass bar), else 0. "
+        "(IF: every prediction matches the reference run; MM and TS: the metric reaches the task's pass bar, "
+        "in each `task.toml` and stated in its instruction; QA and Lake: the answer scores at least the pass bar), else 0. "
         "`/logs/verifier/grade.json` holds the score, the error if the output was refused, and the bar. A Lake "
         "task's sub-questions are not exported.",
+        "",
+        bar_rule(),
         "",
         "## Which tasks are kept, and the control runs",
         "",
         "A task whose oracle cannot earn 1 is left out, decided from the store without a run: an MM or TS "
         "task's oracle runs its strong reference, whose score on the task's answers the store kept when the task "
-        "was made (below the family's pass bar: left out); an IF or question task's reference made the answers "
+        "was made (below the task's pass bar: left out); an IF or question task's reference made the answers "
         "it is graded against.",
         "",
         f"Control runs prove the packaging (`solve.sh`, the grading in `test.sh`, the files) on {report.sample_rule} "

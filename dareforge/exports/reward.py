@@ -8,6 +8,10 @@
 - plus, for a QA or Lake task (its `answer.json` is the file), `score_reward` times the answer's grade in
   [0, 1] (KramaBench's: exact types 0 or 1, approximate numbers 1 / (1 + relative error), lists F1).
 
+The result also says whether the attempt `passed`: its score reached the spec's `pass_bar`, the task's bar as
+its instruction states it (`families.registry.bar_of`: 1 for IF, the task's own bar where it carries one, else
+the family's), the binary signal beside the graded reward.
+
 A missing or malformed file earns 0.0, with the grader's error as `detail`. Only higher-is-better metrics
 bounded by 1 make a reward on this scale, so a task graded by e.g. RMSE raises `RewardError`.
 
@@ -27,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dareforge.agents.grading import answers_file, output_file
 from dareforge.errors import DareforgeError
-from dareforge.families.registry import family_of
+from dareforge.families.registry import bar_of, family_of
 from dareforge.reference_solutions.graders import GradeResult, grade
 from dareforge.reference_solutions.metrics import get_metric
 from dareforge.reference_solutions.reference_code import PREDICTIONS
@@ -56,6 +60,8 @@ class RewardSpec(BaseModel):
     predictions_file: str = PREDICTIONS
     graded_against: str
     """The task's private file in the release's `answers/<ab>/<task_id>/` that predictions are graded against."""
+    pass_bar: float | None = None
+    """The score that passes the task (`bar_of`); None in a spec written before it was recorded."""
 
     @property
     def max_reward(self) -> float:
@@ -69,6 +75,8 @@ class RewardResult(BaseModel):
     well_formed: bool
     score: float | None = None
     detail: str | None = None
+    passed: bool | None = None
+    """Whether the score reached the spec's pass bar (None: the spec records none)."""
 
 
 def reward_spec(task: Task) -> RewardSpec:
@@ -79,6 +87,7 @@ def reward_spec(task: Task) -> RewardSpec:
             metric=task.metric,
             predictions_file=output_file(task),
             graded_against=answers_file(task),
+            pass_bar=bar_of(task),
         )
     metric = get_metric(task.metric.name)
     if not metric.higher_is_better:
@@ -91,6 +100,7 @@ def reward_spec(task: Task) -> RewardSpec:
         mode="exact-match" if family_of(task).exact else "metric",
         metric=task.metric,
         graded_against=answers_file(task),
+        pass_bar=bar_of(task),
     )
 
 
@@ -101,7 +111,9 @@ def _spec(task: Task | RewardSpec) -> RewardSpec:
 def graded_reward(spec: RewardSpec, result: GradeResult) -> RewardResult:
     """The reward of a grader's result."""
     if not result.ok:
-        return RewardResult(value=0.0, well_formed=False, detail=result.error)
+        return RewardResult(
+            value=0.0, well_formed=False, detail=result.error, passed=None if spec.pass_bar is None else False
+        )
     if spec.mode == "exact-match":
         exact = result.score >= 1.0
         bonus = spec.score_reward if exact else 0.0
@@ -110,7 +122,10 @@ def graded_reward(spec: RewardSpec, result: GradeResult) -> RewardResult:
         bonus = spec.score_reward * min(max(result.score, 0.0), 1.0)
         name = spec.metric.answer_type or spec.metric.name
         detail = f"{name} {result.score:.4f}"
-    return RewardResult(value=spec.format_reward + bonus, well_formed=True, score=result.score, detail=detail)
+    passed = None if spec.pass_bar is None else result.score >= spec.pass_bar
+    return RewardResult(
+        value=spec.format_reward + bonus, well_formed=True, score=result.score, detail=detail, passed=passed
+    )
 
 
 def reward(task: Task | RewardSpec, predictions: Path | str, answers: Path | str) -> RewardResult:
@@ -146,5 +161,10 @@ def trajectory_reward(task: Task | RewardSpec, trajectory: Trajectory) -> Reward
                 f"trajectory {trajectory.id} was not scored (played without answers); grade its predictions "
                 "with reward() instead"
             )
-        return RewardResult(value=0.0, well_formed=False, detail=trajectory.detail or trajectory.outcome)
+        return RewardResult(
+            value=0.0,
+            well_formed=False,
+            detail=trajectory.detail or trajectory.outcome,
+            passed=None if spec.pass_bar is None else False,
+        )
     return graded_reward(spec, GradeResult(score=trajectory.score))

@@ -9,7 +9,8 @@
 - `files`: the task's public input files, `path` relative to the source release's public folder
   (`files/<ab>/<task_id>/<name>`) with name, size and sha256;
 - `metric` and `reward_spec` (JSON of `dareforge.exports.reward.RewardSpec`): 0.1 for a well-formed
-  predictions file, plus 1.0 for an exact IF match or the MM/TS metric score.
+  predictions file, plus 1.0 for an exact IF match or the MM/TS metric score; its `pass_bar` is the score that
+  passes the task, as its instruction states (2: the spec records it).
 
 No answers: they stay in the release's private half (`answers/<ab>/<task_id>/<graded_against>`), which the trainer
 passes to `dareforge.exports.reward.reward` to score an attempt.
@@ -40,7 +41,7 @@ from dareforge.publish.release import PUBLIC_SCHEMA, Release, public_file_entrie
 from dareforge.publish.source_split import SPLITS
 from dareforge.schema import Task
 
-FORMAT = "dareforge-rl/1"
+FORMAT = "dareforge-rl/2"
 
 RL_SCHEMA = pa.schema(
     [

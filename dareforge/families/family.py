@@ -9,6 +9,7 @@ for cards, prompts and peers' tables. Code outside `dareforge.families` asks the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -65,6 +66,10 @@ ANSWERS = "answers.csv"
 ANSWER_PASS_BAR = 0.99
 """A question attempt passes at this score: exact answers need 1; an approximate number within about 1% of the
 certified one (KramaBench's RAE score 1/(1+0.01)) passes too."""
+
+
+BAR_STEP = 0.01
+"""A task's own bar is a multiple of this (rounded down): a number an instruction states as it is graded."""
 
 
 class NoVariantError(DareforgeError):
@@ -204,6 +209,19 @@ class Family:
     @property
     def column(self) -> str:
         return self.words.column or self.name
+
+    def own_bar(self, strong: float, strong_low: float) -> float | None:
+        """The bar a goal task of this family carries when its strong reference scores `strong` (`strong_low`
+        the lower bound of its bootstrap interval) below the family's bar, else None (the family's bar holds).
+
+        The rule: the lower bound rounded down to `BAR_STEP`. The strong reference reaches it, and a solution
+        as good as the strong reference still reaches it on the test rows drawn; the gate (`reachable`) then
+        rejects the task unless the trivial answer and the weakest model of the solver ladder score clearly
+        below it, so the bar still tells a solver from a guess."""
+        if self.grading != Grading.GOAL or strong >= self.pass_bar:
+            return None
+        # The tiny addend keeps a bound that is a multiple of the step (0.62 read as 0.6199999...) at itself.
+        return round(math.floor(min(strong_low, strong) / BAR_STEP + 1e-9) * BAR_STEP, 2)
 
     @property
     def reward(self) -> str:

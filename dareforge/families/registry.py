@@ -65,3 +65,28 @@ def pass_bars(overrides: Mapping[str, float]) -> dict[str, float]:
         raise ConfigError(f"pass_bars names unknown families {unknown}; registered: {', '.join(REGISTERED)}")
     goal = {f.name: f.pass_bar for f in REGISTERED.values() if f.grading == Grading.GOAL}
     return goal | dict(overrides)
+
+
+def bar_of(task: Task, overrides: Mapping[str, float] | None = None) -> float:
+    """The score an attempt at `task` must reach to pass: 1.0 for an exact family; the task's own bar where it
+    carries one (its family's is out of its strong reference's reach; see `Family.own_bar`), whatever the
+    family's bar is configured to; else its family's bar (`overrides`, else the family's own)."""
+    family = family_of(task)
+    if family.exact:
+        return 1.0
+    if task.pass_bar is not None:
+        return task.pass_bar
+    return (overrides or {}).get(family.name, family.pass_bar)
+
+
+def bar_rule() -> str:
+    """The pass-bar rule in words, for cards: every goal family's bar and when a task carries its own."""
+    goal = ", ".join(f"{f.name} {f.pass_bar:g}" for f in REGISTERED.values() if f.grading == Grading.GOAL)
+    return (
+        f"A modelling or forecasting task passes at its family's bar ({goal}), or at its own bar (`pass_bar`) "
+        "where its strong reference scores below the family's: the lower bound of the strong reference's 95% "
+        "bootstrap interval over the test rows, rounded down to 0.01, kept only where the trivial answer and the "
+        "weakest model of the solver ladder score clearly below it (the upper bounds of their intervals plus "
+        "`validate.min_task_bar_gap`); a task that has no such bar is not released. Every task's instruction "
+        "states the bar it is graded at, and every grader uses that bar."
+    )

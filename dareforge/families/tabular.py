@@ -47,9 +47,15 @@ def goal_task_fields(
     group: str | None = None,
     forecasts: Mapping[str, pd.DataFrame] | None = None,
 ) -> dict:
-    """Record fields of a goal-only (MM or time-series) task: the prompt, metric, limits and reference scores
-    (`forecasts`: the model-free forecasts a series task's strong reference must beat)."""
+    """Record fields of a goal-only (MM or time-series) task: the prompt, metric, limits, reference scores
+    (`forecasts`: the model-free forecasts a series task's strong reference must beat) and, where the strong
+    reference scores below the family's bar, the task's own bar (`Family.own_bar`); the prompt states the bar
+    the task is graded at."""
     ctx, runners = build.ctx, build.runners
+    scores, strong_low = score_references(
+        runners, strong, draft, metric, train, group=group, forecasts=forecasts
+    )
+    own = None if scores.strong is None else build.family.own_bar(scores.strong, strong_low)
     return {
         "instruction": render_mm(
             target=metric.target_columns,
@@ -57,10 +63,12 @@ def goal_task_fields(
             metric=metric,
             limits=limits_of(ctx),
             test_note=test_note,
+            bar=build.family.pass_bar if own is None else own,
         ),
         "metric": metric,
         "limits": limits_of(ctx),
-        "scores": score_references(runners, strong, draft, metric, train, group=group, forecasts=forecasts),
+        "scores": scores,
+        "pass_bar": own,
     }
 
 

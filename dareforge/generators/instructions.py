@@ -199,15 +199,23 @@ def render_mm(
     metric: MetricSpec,
     limits: TaskLimits,
     test_note: str,
+    bar: float,
 ) -> str:
+    """A goal task's prompt: the goal, the files, the metric and `bar`, the score that passes (the task's own
+    bar or its family's: the one its graders use)."""
     keys = ", ".join(f"`{c}`" for c in metric.key_columns)
     targets = ", ".join(f"`{c}`" for c in target)
     return (
         f"Train any model you like on `train.csv` to predict {targets} ({task_words}). {test_note} "
         f"Write `{PREDICTIONS}` with the columns {keys} and {targets}, one row per row of `test.csv`. "
-        f"Submissions are scored by the {METRIC_WORDS.get(metric.name, metric.name)} on held-out answers. "
-        f"You have CPU only.\n\n" + _limits(limits)
+        f"Submissions are scored by the {METRIC_WORDS.get(metric.name, metric.name)} on held-out answers; "
+        f"{pass_sentence(bar)} You have CPU only.\n\n" + _limits(limits)
     )
+
+
+def pass_sentence(bar: float) -> str:
+    """How a goal task's instruction states its bar (tests find it by this wording)."""
+    return f"a submission passes when it scores at least {bar:g}."
 
 
 def _limits(limits: TaskLimits) -> str:

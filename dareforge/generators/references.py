@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from dareforge.generators.taskio import Draft, Runners
-from dareforge.reference_solutions.graders import grade
+from dareforge.reference_solutions.graders import grade, score_interval
 from dareforge.reference_solutions.reference_code import (
     PREDICTIONS,
     REFERENCE_PREDICTIONS,
@@ -140,9 +140,10 @@ def score_references(
     train: pd.DataFrame,
     group: str | None,
     forecasts: Mapping[str, pd.DataFrame] | None = None,
-) -> TaskScores:
-    """The strong reference's score and the bar: the best trivial predictor's, including `forecasts` (the
-    model-free forecasts of a series task, keyed like the answers)."""
+) -> tuple[TaskScores, float]:
+    """The strong reference's score and the baseline: the best trivial predictor's, including `forecasts` (the
+    model-free forecasts of a series task, keyed like the answers); and the lower bound of the strong score's
+    bootstrap interval (`score_interval`), which a task's own bar is set from (`Family.own_bar`)."""
     answers = draft.private / "answers.csv"
     code = strong_reference_code(strong)
     (draft.private / STRONG_SCRIPT).write_text(code)
@@ -161,8 +162,10 @@ def score_references(
     for name, result in (("strong", strong_score), *(("baseline", b) for b in baselines)):
         if result.error:
             raise ValueError(f"the {name} predictions do not grade: {result.error}")
-    return TaskScores(
+    _, strong_low, _ = score_interval(metric, predictions, answers)
+    scores = TaskScores(
         baseline=max(b.score for b in baselines),
         strong=strong_score.score,
         reference_seconds=outcome.cpu_seconds,
     )
+    return scores, strong_low

@@ -14,7 +14,7 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from dareforge.families.registry import family_named, in_order
+from dareforge.families.registry import bar_rule, family_named, in_order
 from dareforge.publish import skill
 from dareforge.publish.source_split import SPLITS
 
@@ -157,7 +157,8 @@ def public_card(meta: dict[str, Any]) -> str:
         "```",
         "",
         "Each row is one task: `id`, `family`, `source_id`, `source_version`, `split`, `instruction`, "
-        "`metric` (name, target and key columns, tolerance), `limits` (code runs and seconds per run), `files` "
+        "`metric` (name, target and key columns, tolerance), `pass_bar` (a modelling or forecasting task's own "
+        "bar, where it has one; see below), `limits` (code runs and seconds per run), `files` "
         "(the input files with their release path, size, sha256, header and row count), `generator_version`, "
         "`seed` and `package_versions` (the library stack the reference ran on; IF answers are exact for that "
         "stack). Answers, reference code and predictions, the sampled IF spec and baseline scores are not here.",
@@ -181,6 +182,7 @@ def public_card(meta: dict[str, Any]) -> str:
         }
         graded = "; ".join(_graded(family, m) for _, m in sorted(metrics.items(), key=lambda kv: str(kv[0])))
         lines.append(f"| {family} | {family_named(family).words.agent} | {cell(graded)} |")
+    lines += ["", bar_rule()]
     mix = answer_type_mix(tasks)
     if mix:
         lines += [

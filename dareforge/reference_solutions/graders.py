@@ -417,6 +417,28 @@ def bootstrap_scores(
     return _mean_score(metric, scorer, pairs), np.mean(per_target, axis=0)
 
 
+BOOTSTRAP_RESAMPLES = 200
+BOOTSTRAP_SEED = 0
+INTERVAL = (2.5, 97.5)
+"""Percentiles of the bootstrap scores that bound a score's interval."""
+
+
+def score_interval(
+    metric: MetricSpec,
+    submission: Path | str | pd.DataFrame,
+    answers: Path | str | pd.DataFrame,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float, float]:
+    """The submission's score and the bounds of its bootstrap interval (`INTERVAL` of `bootstrap_scores`):
+    how far the score could move had other test rows been drawn. The same seed draws the same rows for every
+    submission of a task, so intervals of a task's submissions compare. Raises as `bootstrap_scores` does."""
+    score, resampled = bootstrap_scores(metric, submission, answers, resamples, seed)
+    low, high = np.percentile(resampled, INTERVAL)
+    # A bootstrap's percentiles need not hold the full sample's score (a skewed metric); the interval does.
+    return score, min(float(low), score), max(float(high), score)
+
+
 def scale_of(metric: MetricSpec, target: str | None) -> float | None:
     """A target's scale (forecast-skill), or None when the spec has none for it."""
     if not metric.scale or target not in metric.target_columns:

@@ -31,7 +31,7 @@ from dareforge.queries import partition_name
 from dareforge.report import StageReport
 from dareforge.schema import Judgement, Task, Trajectory
 from dareforge.trajectories.select import Selection, select
-from dareforge.trajectories.synthesize import is_valid
+from dareforge.trajectories.synthesize import is_valid, own_bars
 
 log = logging.getLogger(__name__)
 
@@ -152,13 +152,14 @@ def _choose(
         for p in result.partitions:
             judgements += ctx.store.read_partition(Judgement, judgement_partition(judge, p))
     bars = pass_bars(ctx.config.synthesize.pass_bars)
+    task_bars = own_bars(tasks)
     selection = select(
         gold + sampled,
         judgements,
         strategy=strategy,
         judge_config=ctx.config.judge,
         attempts=sampled,
-        valid=lambda t: is_valid(t, bars),
+        valid=lambda t: is_valid(t, bars, task_bars),
     )
     result.selection = selection
     if not selection.kept:
@@ -169,6 +170,7 @@ def _choose(
         "judge_endpoint": judge,
         "judge": ctx.config.judge.model_dump(mode="json"),
         "pass_bars": bars,
+        "task_bars": task_bars,
         "considered": len(gold) + len(sampled),
         "dropped_by_stage": dict(sorted(selection.counts().items())),
         "dropped_reasons": dict(Counter(d.reason.split(" (")[0] for d in selection.dropped).most_common(10)),

@@ -105,10 +105,23 @@ def task_set(
     )
 
 
-def is_valid(trajectory: Trajectory, pass_bars: Mapping[str, float]) -> bool:
-    """Verified by execution under `pass_bars`: IF needs a score of 1.0, MM/TS their family's bar."""
+def own_bars(tasks: Iterable[Task]) -> dict[str, float]:
+    """Task id -> the task's own bar, of the tasks that carry one (`Task.pass_bar`)."""
+    return {t.id: t.pass_bar for t in tasks if t.pass_bar is not None}
+
+
+def is_valid(
+    trajectory: Trajectory, pass_bars: Mapping[str, float], task_bars: Mapping[str, float] | None = None
+) -> bool:
+    """Verified by execution under `pass_bars`: IF needs a score of 1.0, MM/TS their family's bar, or the task's
+    own bar where it carries one (`task_bars`, from `own_bars`: the bar its instruction states)."""
     # Recomputed from the score (not `Trajectory.passed`, fixed when it was played) so bars can change later.
-    return trajectory.outcome == "graded" and passed(trajectory.family, trajectory.score, pass_bars)
+    if trajectory.outcome != "graded":
+        return False
+    own = (task_bars or {}).get(trajectory.task_id)
+    if own is not None:
+        return trajectory.score is not None and trajectory.score >= own
+    return passed(trajectory.family, trajectory.score, pass_bars)
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,8 @@ class SynthesisReport:
     temperature: float
     pass_bars: Mapping[str, float]
     endpoints: list[EndpointSamples]
+    task_bars: Mapping[str, float] = field(default_factory=dict)
+    """The own bars of the sampled tasks that carry one (`own_bars`)."""
 
     def families(self, endpoint: str) -> dict[str, FamilyCounts]:
         """Family -> attempts, valid ones and outcome counts, for one endpoint (sorted by family)."""
@@ -147,7 +162,9 @@ class SynthesisReport:
         for t in samples.trajectories:
             old = counts.get(t.family, FamilyCounts())
             counts[t.family] = FamilyCounts(
-                old.attempts + 1, old.valid + is_valid(t, self.pass_bars), old.outcomes + Counter([t.outcome])
+                old.attempts + 1,
+                old.valid + is_valid(t, self.pass_bars, self.task_bars),
+                old.outcomes + Counter([t.outcome]),
             )
         return dict(sorted(counts.items()))
 
@@ -158,7 +175,7 @@ class SynthesisReport:
             for e in self.endpoints
             if endpoint is None or e.endpoint == endpoint
             for t in e.trajectories
-            if is_valid(t, self.pass_bars)
+            if is_valid(t, self.pass_bars, self.task_bars)
         ]
 
     @property
@@ -229,7 +246,14 @@ def synthesize(
         raise SynthesisError(f"{tasks.label} has no tasks to sample")
     attempts = attempts_for(tasks.tasks, samples, tasks.files, kind=SAMPLE_KIND)
     report = SynthesisReport(
-        tasks.name, tasks.version, tasks.split, samples, float(temperature), pass_bars(config.pass_bars), []
+        tasks.name,
+        tasks.version,
+        tasks.split,
+        samples,
+        float(temperature),
+        pass_bars(config.pass_bars),
+        [],
+        own_bars(tasks.tasks),
     )
     for endpoint in chosen:
         partition = partition_name(f"sampled--{endpoint.name}", tasks.name)

@@ -33,12 +33,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from dareforge.config import Config
 from dareforge.generators.references import last_line
-from dareforge.reference_solutions.graders import InvalidPredictionError, bootstrap_scores, grade
+from dareforge.reference_solutions.graders import InvalidPredictionError, grade, score_interval
 from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
 from dareforge.reference_solutions.reference_code import (
     PREDICTIONS,
@@ -50,10 +49,6 @@ from dareforge.reference_solutions.reference_code import (
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.validators.check import Finding, TaskView
 
-RESAMPLES = 200
-SEED = 0
-INTERVAL = (2.5, 97.5)
-"""Percentiles of the bootstrap scores that bound a rung's interval."""
 BEST_SCORE = 1.0
 """The best score of every goal metric (macro-F1, clipped R², forecast skill)."""
 WALL_PER_CPU_SECOND = 2.0
@@ -165,12 +160,10 @@ def _graded(
     view: TaskView, answers: pd.DataFrame, name: str, predictions: Path | pd.DataFrame, cpu_seconds: float
 ) -> RungResult:
     try:
-        score, resampled = bootstrap_scores(view.task.metric, predictions, answers, RESAMPLES, SEED)
+        score, low, high = score_interval(view.task.metric, predictions, answers)
     except InvalidPredictionError as exc:  # what `grade` would say of these predictions
         return RungResult(name, cpu_seconds=cpu_seconds, error=str(exc))
-    low, high = np.percentile(resampled, INTERVAL)
-    # A bootstrap's percentiles need not hold the full sample's score (a skewed metric); the interval does.
-    return RungResult(name, score, min(float(low), score), max(float(high), score), cpu_seconds)
+    return RungResult(name, score, low, high, cpu_seconds)
 
 
 def decided_tau(rungs: list[RungResult]) -> float:

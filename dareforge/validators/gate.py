@@ -2,6 +2,19 @@
 
 Only this module knows thresholds. It reads the `validations` table and writes `verdicts`, so changing a
 threshold and re-running `dareforge gate` re-decides every task without re-running a single check.
+
+One check is the gate's own, `reachable`, decided from what is stored (no finding of its own): the task record
+(its strong reference's score and, where the family's bar is out of that reference's reach, the task's own bar,
+`Task.pass_bar`; see `Family.own_bar`) and the solver ladder's finding (`discrimination`: every rung's score and
+bootstrap interval). A goal task is rejected when
+
+- its strong reference scores below the bar it states (its own, or the family's): no known solution passes,
+  so it yields no passing trajectory for SFT and an always-zero pass signal for RL;
+- it carries its own bar and `validate.allow_task_bars` is off;
+- it carries its own bar and the trivial answer or the ladder's weakest model scores too close to it: the
+  upper bound of their bootstrap intervals plus `validate.min_task_bar_gap` must stay at or below the bar.
+  Without a ladder finding (`validate.ladder_cpu_seconds` 0) only the trivial answer's stored score is
+  compared, with the same gap.
 """
 
 from __future__ import annotations
@@ -9,13 +22,15 @@ from __future__ import annotations
 import json
 import operator
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from dareforge.config import ValidateConfig
 from dareforge.context import RunContext
 from dareforge.families.family import Family
-from dareforge.families.registry import REGISTERED
+from dareforge.families.registry import REGISTERED, bar_of
+from dareforge.reference_solutions.ladder import TRIVIAL
 from dareforge.report import StageReport
 from dareforge.schema import Task, Validation, Verdict
 
@@ -23,8 +38,9 @@ from dareforge.schema import Task, Validation, Verdict
 @dataclass(frozen=True)
 class Threshold:
     """Reject when `score <compare> config.<setting>` (or the finding's `details[detail]`, when set); with
-    `setting` None the limit is `fixed`, or with `pass_bar` the task family's pass bar. `exact_only`: the
-    threshold applies to exact-graded (IF) families only."""
+    `setting` None the limit is `fixed`, or with `pass_bar` the task's pass bar (its own where it carries one,
+    else its family's: `families.registry.bar_of`). `exact_only`: the threshold applies to exact-graded (IF)
+    families only."""
 
     compare: Callable[[float, float], bool]
     symbol: str
@@ -34,16 +50,16 @@ class Threshold:
     pass_bar: bool = False
     exact_only: bool = False
 
-    def limit(self, config: ValidateConfig, family: Family | None) -> float:
+    def limit(self, config: ValidateConfig, bar: float | None) -> float:
         if self.pass_bar:
-            if family is None:
-                raise ValueError("a threshold at the pass bar needs the task's family")
-            return family.pass_bar
+            if bar is None:
+                raise ValueError("a threshold at the pass bar needs the task's bar")
+            return bar
         return self.fixed if self.setting is None else getattr(config, self.setting)
 
     def where(self) -> str:
         if self.pass_bar:
-            return "the family's pass bar"
+            return "the task's pass bar"
         return f"validate.{self.setting}" if self.setting else "the fixed limit"
 
 
@@ -75,8 +91,13 @@ THRESHOLDS: dict[str, tuple[Threshold, ...]] = {
 }
 
 
-def reasons_against(finding: Validation, config: ValidateConfig, family: Family | None = None) -> str | None:
-    """Why this finding rejects its task (of `family`, which thresholds at the pass bar need), or None."""
+def reasons_against(
+    finding: Validation, config: ValidateConfig, family: Family | None = None, bar: float | None = None
+) -> str | None:
+    """Why this finding rejects its task (of `family`, passing at `bar`: thresholds at the pass bar need one of
+    them; without `bar`, the family's own), or None."""
+    if bar is None and family is not None:
+        bar = family.pass_bar
     if finding.flagged:
         return f"{finding.check}: {finding.reason}"
     if finding.score is None:
@@ -90,11 +111,66 @@ def reasons_against(finding: Validation, config: ValidateConfig, family: Family 
         )
         if value is None:  # a finding stored before the check measured this detail
             continue
-        limit = threshold.limit(config, family)
+        limit = threshold.limit(config, bar)
         if threshold.compare(value, limit):
             named = f"{threshold.detail} " if threshold.detail else ""
             failed.append(f"{named}{value:.3f} {threshold.symbol} {threshold.where()}={limit:g}")
     return f"{finding.check}: {finding.reason} ({'; '.join(failed)})" if failed else None
+
+
+NAME = "reachable"
+LADDER = "discrimination"
+
+
+def ladder_rungs(findings: Iterable[Validation]) -> list[dict[str, Any]]:
+    """The scored rungs of the task's stored ladder finding, weakest first (empty: no ladder ran)."""
+    for finding in findings:
+        if finding.check == LADDER and finding.details:
+            rungs = json.loads(finding.details).get("rungs", [])
+            return [r for r in rungs if r.get("score") is not None and r.get("high") is not None]
+    return []
+
+
+def _shown(rung: dict[str, Any]) -> str:
+    return f"{rung['name']} {rung['score']:.3f} [{rung['low']:.3f}, {rung['high']:.3f}]"
+
+
+def unreachable(
+    task: Task, family: Family | None, findings: Iterable[Validation], config: ValidateConfig
+) -> str | None:
+    """Why `task` cannot be released at the bar it states (a `verdicts.reasons` entry), or None."""
+    if family is None or not family.scored_against_baseline or task.status != "candidate":
+        return None
+    bar, strong = bar_of(task), task.scores.strong
+    whose = "its own" if task.pass_bar is not None else "the family's"
+    rungs = ladder_rungs(findings)
+    best = max(rungs, key=lambda r: r["score"], default=None)
+    ladder = f"; the ladder's best rung: {_shown(best)}" if best else ""
+    if strong is None:
+        return f"{NAME}: no strong reference score recorded, so no known solution reaches {whose} bar {bar:g}"
+    if strong < bar:
+        return f"{NAME}: the strong reference scores {strong:.3f}, below {whose} bar {bar:g}{ladder}"
+    if task.pass_bar is None:
+        return None
+    below = f"the strong reference scores {strong:.3f}, below the family's bar {family.pass_bar:g}"
+    if not config.allow_task_bars:
+        return f"{NAME}: {below}, and a task's own bar ({bar:g}) is off (validate.allow_task_bars)"
+    gap = config.min_task_bar_gap
+    if rungs:
+        trivial = next((r for r in rungs if r["name"] == TRIVIAL), None)
+        weakest = next((r for r in rungs if r["name"] != TRIVIAL), None)
+        close = [_shown(r) for r in (trivial, weakest) if r is not None and r["high"] + gap > bar]
+    else:
+        baseline = task.scores.baseline
+        close = (
+            [] if baseline is None or baseline + gap <= bar else [f"{TRIVIAL} {baseline:.3f} (no ladder ran)"]
+        )
+    if not close:
+        return None
+    return (
+        f"{NAME}: {below}, and its own bar {bar:g} is not clearly above {' and '.join(close)} "
+        f"(upper bound + validate.min_task_bar_gap={gap:g} must not exceed the bar){ladder}"
+    )
 
 
 def gate(ctx: RunContext) -> StageReport:
@@ -110,7 +186,11 @@ def gate(ctx: RunContext) -> StageReport:
         if task.id not in findings:
             continue
         family = REGISTERED.get(task.family)
-        reasons = sorted(r for f in findings[task.id] if (r := reasons_against(f, config, family)))
+        bar = bar_of(task) if family is not None else None
+        reasons = [r for f in findings[task.id] if (r := reasons_against(f, config, family, bar))]
+        if (why := unreachable(task, family, findings[task.id], config)) is not None:
+            reasons.append(why)
+        reasons.sort()
         by_source[task.source_id].append(
             Verdict(
                 task_id=task.id,

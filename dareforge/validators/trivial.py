@@ -3,7 +3,7 @@
 The family's trivial answers (`Family.trivial`, see `dareforge.families.trivial`) are graded with the task's
 own grader against the file attempts are graded against. The finding's score is the best one's score; its
 details name it (`best`) and hold every trivial answer's score (`scores`). The gate rejects a task where the
-best reaches the family's pass bar, and an IF task (graded by the share of rows reproduced) where it scores
+best reaches the task's pass bar (its own where it carries one, else its family's), and an IF task (graded by the share of rows reproduced) where it scores
 above `validate.max_trivial_share`.
 
 Flagged: an IF task whose reference predictions are one constant in a target column. The instruction says
@@ -15,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dareforge.config import Config
+from dareforge.families.registry import bar_of
 from dareforge.families.trivial import read_text
 from dareforge.reference_solutions.graders import grade
 from dareforge.validators.check import Finding, TaskView
@@ -55,7 +56,7 @@ class Trivial:
         # would tell a public reader how close that value is to the answer. The details (private) name it.
         which = "a guess" if family.asks_question else best
         return Finding(
-            f"best trivial answer: {which} scores {score:.3f} {task.metric.name} (bar {family.pass_bar:g})",
+            f"best trivial answer: {which} scores {score:.3f} {task.metric.name} (bar {bar_of(task):g})",
             score,
             details=details,
         )
