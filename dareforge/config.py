@@ -381,8 +381,14 @@ class ValidateConfig(Section):
     )
     min_task_bar_gap: Share = Field(
         0.02,
-        description="A task's own bar must exceed the upper bound of the bootstrap interval of the trivial answer "
-        "and of the solver ladder's weakest model by at least this much (else reject: `reachable`).",
+        description="A task's own bar must exceed the upper bound of the bootstrap interval of what "
+        "task_bar_floor names by at least this much (else reject: `reachable`).",
+    )
+    task_bar_floor: Literal["trivial", "weakest-model"] = Field(
+        "trivial",
+        description="What a task's own bar must sit clearly above: the trivial answer (as a task at its family's "
+        "bar, which a linear model may pass too), or also the solver ladder's weakest model (stricter: a task "
+        "whose linear model is as good as its strong reference is not released at a lowered bar).",
     )
     max_reference_share_of_limit: Share = Field(
         0.5, description="The reference must run within this share of the per-execution time limit."

@@ -6,7 +6,8 @@ strong score and the bar.
 Two small tables made here, both regression with a strong reference below Reg-MM's bar 0.7: `curve` (the
 target is the square of a symmetric feature plus noise: a linear model learns nothing, a boosted one about
 half) and `line` (the target is a feature plus noise: the linear model is as good as the boosted one, so no
-bar below the strong reference keeps the weakest model out).
+bar below the strong reference keeps the weakest model out: released at the default floor, the trivial answer,
+rejected with `validate.task_bar_floor: weakest-model`).
 """
 
 from __future__ import annotations
@@ -120,16 +121,24 @@ def test_a_task_below_its_family_bar_gets_a_reachable_bar_stated_and_graded(stor
     assert is_valid(trajectory, bars, own_bars([task])) and not is_valid(trajectory, bars)
 
 
-def test_a_task_with_no_discriminating_bar_is_rejected_naming_the_strong_score_and_bar(store):
+def test_a_bar_the_weakest_model_reaches_is_rejected_only_when_the_floor_is_that_model(store):
+    """`line`: the linear model is as good as the boosted one. At the default floor (the trivial answer) the task
+    is released at its own bar, as a task at its family's bar would be; with the weakest model as the floor it
+    is rejected, naming the strong score, the bar and the linear rung."""
     task = _goal_task(store, LINE)
     assert task.pass_bar is not None and task.scores.strong < family_of(task).pass_bar
-    verdict = _verdict(store, task)
-    assert not verdict.accepted
-    (reason,) = [r for r in verdict.reasons if r.startswith("reachable:")]
-    assert f"{task.scores.strong:.3f}" in reason and f"its own bar {task.pass_bar:g}" in reason, reason
-    assert "linear" in reason, (
-        reason
-    )  # the weakest model reaches the bar: it tells no model from a better one
+    assert not [r for r in _verdict(store, task).reasons if r.startswith("reachable:")]
+    store.config.validate_.task_bar_floor = "weakest-model"
+    try:
+        gate(store)
+        verdict = _verdict(store, task)
+        assert not verdict.accepted
+        (reason,) = [r for r in verdict.reasons if r.startswith("reachable:")]
+        assert f"{task.scores.strong:.3f}" in reason and f"its own bar {task.pass_bar:g}" in reason, reason
+        assert "linear" in reason, reason  # the weakest model reaches the bar
+    finally:
+        store.config.validate_.task_bar_floor = "trivial"
+        gate(store)
 
 
 def test_a_family_that_reaches_its_bar_keeps_it(store):
@@ -212,10 +221,16 @@ def test_the_gate_decides_reachable_from_the_ladder_intervals():
     family = family_named("Reg-MM")
     clear = _ladder(trivial=(0.0, 0.0, 0.02), linear=(0.1, 0.05, 0.2), boosted=(0.6, 0.55, 0.66))
     assert unreachable(_task("Reg-MM", 0.6, 0.55), family, clear, config) is None
-    # The weakest model's interval reaches past the bar (less the gap): rejected.
+    # The weakest model's interval reaches past the bar (less the gap): rejected with that floor only.
     close = _ladder(trivial=(0.0, 0.0, 0.02), linear=(0.5, 0.45, 0.54), boosted=(0.6, 0.55, 0.66))
-    reason = unreachable(_task("Reg-MM", 0.6, 0.55), family, close, config)
+    assert unreachable(_task("Reg-MM", 0.6, 0.55), family, close, config) is None
+    strict = ValidateConfig(task_bar_floor="weakest-model")
+    reason = unreachable(_task("Reg-MM", 0.6, 0.55), family, close, strict)
     assert reason and "0.600" in reason and "0.55" in reason and "linear 0.500" in reason
+    # The trivial answer's interval reaches past the bar (less the gap): rejected whatever the floor.
+    guessed = _ladder(trivial=(0.5, 0.45, 0.54), linear=(0.52, 0.47, 0.56), boosted=(0.6, 0.55, 0.66))
+    reason = unreachable(_task("Reg-MM", 0.6, 0.55), family, guessed, config)
+    assert reason and "trivial 0.500" in reason and "linear" not in reason.split("(upper")[0]
     # A stated bar the strong reference does not reach is never released, own or the family's.
     assert "below the family's bar 0.7" in unreachable(_task("Reg-MM", 0.6, None), family, clear, config)
     # Without a ladder, the trivial answer's stored score with the gap.

@@ -11,8 +11,11 @@ bootstrap interval). A goal task is rejected when
 - its strong reference scores below the bar it states (its own, or the family's): no known solution passes,
   so it yields no passing trajectory for SFT and an always-zero pass signal for RL;
 - it carries its own bar and `validate.allow_task_bars` is off;
-- it carries its own bar and the trivial answer or the ladder's weakest model scores too close to it: the
-  upper bound of their bootstrap intervals plus `validate.min_task_bar_gap` must stay at or below the bar.
+- it carries its own bar and the trivial answer (with `validate.task_bar_floor: weakest-model`, also the
+  ladder's weakest model) scores too close to it: the upper bound of their bootstrap intervals plus
+  `validate.min_task_bar_gap` must stay at or below the bar. The default floor is the trivial answer alone,
+  the same demand a task at its family's bar meets (a linear model may pass that bar too); how well the ladder's
+  models are told apart is the `discrimination` check's to judge.
   Without a ladder finding (`validate.ladder_cpu_seconds` 0) only the trivial answer's stored score is
   compared, with the same gap.
 """
@@ -158,7 +161,9 @@ def unreachable(
     gap = config.min_task_bar_gap
     if rungs:
         trivial = next((r for r in rungs if r["name"] == TRIVIAL), None)
-        weakest = next((r for r in rungs if r["name"] != TRIVIAL), None)
+        weakest = None
+        if config.task_bar_floor == "weakest-model":
+            weakest = next((r for r in rungs if r["name"] != TRIVIAL), None)
         close = [_shown(r) for r in (trivial, weakest) if r is not None and r["high"] + gap > bar]
     else:
         baseline = task.scores.baseline
