@@ -10,7 +10,17 @@ import os
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+Share = Annotated[float, Field(ge=0, le=1)]
+"""A fraction of something: 0 (none) to 1 (all)."""
+
+
+class Section(BaseModel):
+    """A part of the config: an unknown key is an error (a typo must not pass silently)."""
+
+    model_config = ConfigDict(extra="forbid")
+
 
 PHYSICAL_MB = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1024**2
 """This machine's physical memory: no memory limit may be more (a tmpfs workspace is memory too)."""

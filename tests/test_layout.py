@@ -30,6 +30,7 @@ FLOORS: dict[str, int] = {
             "config",
             "config_loader",
             "config_limits",
+            "validate_config",
             "locking",
             "scratch",
             "store",
