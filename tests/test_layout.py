@@ -40,6 +40,7 @@ FLOORS: dict[str, int] = {
             "kept",
             "run_record",
             "child_python",
+            "reviews",
         ],
         0,
     ),
