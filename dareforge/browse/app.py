@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -21,6 +22,7 @@ from dareforge.schema import Review
 from dareforge.store import Store
 
 PAGE_SIZE = 50
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PREVIEW_LINES = 12
 PREVIEW_BYTES = 8192
 FILTERS = ("family", "verdict", "check", "source", "q")
@@ -38,6 +40,10 @@ where (? is null or t.family = ?)
   and (? is null or len(list_filter(coalesce(v.reasons, []), lambda r: starts_with(r, ? || ':'))) > 0)
   and (? is null or contains(lower(t.instruction), lower(?)) or contains(t.id, ?))
 """
+
+
+# The time as microseconds: DuckDB hands a TIMESTAMPTZ to Python only through pytz, which is not installed.
+REVIEWS_SQL = 'select * exclude ("at"), epoch_us("at") as at_us from reviews where task_id = ? order by "at" desc, id desc'
 
 
 class Workbench:
@@ -104,11 +110,7 @@ class Workbench:
             "task": task,
             "bar": bar_of(task) if family is not None else None,
             "public": [(f, self._preview(f"tasks/{task.id}/public/{f.name}")) for f in task.public_files],
-            "reviews": sorted(
-                (r for r in self.store.iter_records(Review) if r.task_id == task.id),
-                key=lambda r: (r.at, r.id),
-                reverse=True,
-            ),
+            "reviews": [_review(r) for r in _dicts(con.execute(REVIEWS_SQL, [task.id]))],
             "fingerprint": reviews.task_fingerprint(task),
             "token": self.token,
             "decisions": reviews.DECISIONS,
@@ -189,6 +191,16 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
+
+
+def _dicts(result: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    names = [d[0] for d in result.description]
+    return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+
+def _review(row: dict[str, Any]) -> Review:
+    at = EPOCH + timedelta(microseconds=row.pop("at_us"))  # exact, unlike a float of seconds
+    return Review.model_validate({**row, "at": at})
 
 
 def _same_origin(request: Request) -> bool:
