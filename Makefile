@@ -9,9 +9,13 @@ STAMP  := $(VENV)/.installed-stamp
 
 install: $(STAMP) sysdeps
 
-# System packages: bubblewrap isolates agent code in the sandbox. Installed only when missing.
+# System packages: bubblewrap isolates agent code in the sandbox; chromium is the browser the workbench's tests
+# drive with Playwright (which cannot download its own browsers here: tests/test_browser.py launches this one).
+# Installed only when missing.
 sysdeps:
 	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+	  || echo "chromium could not be installed: tests/test_browser.py will skip"
 
 # --compile-bytecode: sandboxed kernels run as an unprivileged uid on a read-only venv, and reference workers
 # often run with PYTHONDONTWRITEBYTECODE, so without .pyc files every kernel and worker recompiles pandas,

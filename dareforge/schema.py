@@ -565,6 +565,22 @@ class Judgement(Record):
     judge_version: str
 
 
+ReviewDecision = Literal["accepted", "rejected", "needs-fix"]
+
+
+class Review(Record):  # a person's decision about a task as they saw it: see `dareforge.reviews`
+    table: ClassVar[str] = "reviews"
+
+    id: str = Field(description="Hash of task, reviewer, time, decision and note: one partition per review.")
+    task_id: str
+    release: str | None = Field(None, description="NAME@VERSION the reviewer looked at, when known.")
+    task_fingerprint: str = Field(description="`reviews.task_fingerprint` of the task when it was reviewed.")
+    reviewer: str
+    decision: ReviewDecision
+    note: str = ""
+    at: datetime = Field(description="When the review was recorded (UTC).")
+
+
 RECORDS: dict[str, type[Record]] = {
     cls.table: cls
     for cls in (
@@ -579,5 +595,6 @@ RECORDS: dict[str, type[Record]] = {
         Trajectory,
         ProbeResult,
         Judgement,
+        Review,
     )
 }

@@ -41,6 +41,7 @@ FLOORS: dict[str, int] = {
             "kept",
             "run_record",
             "child_python",
+            "reviews",
         ],
         0,
     ),
@@ -66,6 +67,7 @@ FLOORS: dict[str, int] = {
     "orchestration": 12,
     "cluster": 12,
     "cli": 12,
+    "browse": 12,  # the auditor's workbench: pages over the store, beside the CLI that starts it
 }
 """Every top-level module or package of dareforge and its floor: a module may import its own floor and below."""
 

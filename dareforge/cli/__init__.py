@@ -4,12 +4,13 @@ the help; importing the package registers them all, panel by panel.
 
 - `stages`: one pipeline stage per command (crawl ... gate), and report, audit, evaluate, resimulate;
 - `release`: release build, list, verify, publish;
+- `reviews`: review add, list, export (people's decisions the gate honours);
 - `training`: probe, obscure, gold, synthesize, judge, export;
 - `explore`: sources and sql;
 - `run`: the whole pipeline and its summary.
 """
 
-from dareforge.cli import explore, release_commands, run, stages, training  # noqa: F401  (declare the commands)
+from dareforge.cli import explore, release_commands, reviews, run, stages, training  # noqa: F401  (declare the commands)
 from dareforge.cli.app import app, register_commands
 
 register_commands()

@@ -33,6 +33,7 @@ Every command runs one stage function over the store (default `./data`), the sam
     rich_markup_mode="rich",
 )
 release_app = typer.Typer(help="Cut, list, verify and publish versioned releases.", no_args_is_help=True)
+review_app = typer.Typer(help="Record, list and export people's reviews of tasks.", no_args_is_help=True)
 out = Console()
 STATE: dict[str, RunContext] = {}
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")]
@@ -137,6 +138,7 @@ def register_commands() -> None:
     for panel in PANELS:
         if panel == "Releases and reports":
             app.add_typer(release_app, name="release", rich_help_panel=panel)
+            app.add_typer(review_app, name="review", rich_help_panel=panel)
         for declared_panel, name, group, fn in _COMMANDS:
             if declared_panel == panel:
                 group.command(name, rich_help_panel=panel if group is app else None)(fn)

@@ -20,6 +20,26 @@ PANEL = "Asking the store"
 
 
 @command(panel=PANEL)
+def browse(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (default: this machine only).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+    private: Annotated[
+        bool, typer.Option("--private", help="Also show references, answers, findings and verdicts.")
+    ] = False,
+) -> None:
+    """The auditor's workbench in a browser: tasks with filters, each task as the agent (and with --private, the
+    grader) sees it, sources, and a review form whose reviews the next `dareforge gate` honours."""
+    import uvicorn
+
+    from dareforge.browse import make_app
+
+    out.print(f"browse: http://{host}:{port}/tasks{' (private side shown)' if private else ''}")
+    uvicorn.run(make_app(context().store, private=private), host=host, port=port, log_level="warning")
+
+
+@command(panel=PANEL)
 def sources(
     status: Annotated[
         str | None, typer.Option(help="Only this crawl status: ok, needs-rules, failed.")

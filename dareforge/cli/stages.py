@@ -122,10 +122,18 @@ def report(
 @command(panel="Releases and reports")
 def audit(
     release: ReleaseOption = "dareforge",
+    agreement_only: Annotated[
+        bool, typer.Option("--agreement", help="Only the gate-vs-reviewers table; re-run no check.")
+    ] = False,
 ) -> None:
-    """Re-run every check on a published release's tasks and report what changed since it was cut."""
+    """Re-run every check on a published release's tasks and report what changed since it was cut; then the
+    gate's precision and recall against people's reviews, per check and per family (every reviewed task)."""
+    from dareforge.cli.reviews import agreement_table
     from dareforge.validators.audit import audit as audit_stage
 
+    if agreement_only:
+        out.print(agreement_table())
+        return
     report = audit_stage(context(), release)
     out.print(
         f"audit {report.release}@{report.version}: {report.tasks} tasks, {len(report.now_rejected)} now rejected, "
@@ -134,6 +142,7 @@ def audit(
     for task_id, reasons in sorted(report.now_rejected.items()):
         out.print(f"  [red]{task_id}[/]: {reasons}")
     out.print(f"  report: {context().store.path(report.report_key)}")
+    out.print(agreement_table())
     if report.now_rejected or report.missing:
         raise typer.Exit(1)
 

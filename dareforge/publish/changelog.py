@@ -10,12 +10,19 @@ framings, or its questions, share a seed), which `diff` pairs by id. Between two
 - changed: a slot both have, holding a different task id (the source, prepare config or generator changed),
   or the same id whose files differ (e.g. IF reference predictions regenerated on another library stack), or
   the same task on another split side.
+
+Apart from the diff, the changelog names every task a people's review keeps out of the version, with the
+reviewer's reason (the review reasons of the gate's verdicts; see `dareforge.reviews`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from dareforge.reviews import CHECK
+from dareforge.schema import Task, Verdict
 
 Slot = tuple[str, str, int]
 
@@ -106,11 +113,28 @@ def _by_slot(tasks: list[dict[str, Any]]) -> dict[Slot, dict[str, dict[str, Any]
     return slots
 
 
+def review_reasons(reasons: Iterable[str]) -> list[str]:
+    return [r for r in reasons if r.startswith(f"{CHECK}:")]
+
+
+def among(verdicts: Iterable[Verdict], tasks: Iterable[Task]) -> list[Verdict]:
+    """The verdicts of `tasks` (a release's candidates), so the changelog names only tasks it could hold."""
+    ids = {t.id for t in tasks}
+    return [v for v in verdicts if v.task_id in ids]
+
+
+def exclusion(reasons: list[str]) -> str:
+    """The release's `excluded` label of a rejected task: a review's, or the checks'."""
+    return "kept out by a review" if review_reasons(reasons) else "rejected by the validation gate"
+
+
 def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def render(name: str, version: str, previous: str | None, result: Diff) -> str:
+def render(
+    name: str, version: str, previous: str | None, result: Diff, verdicts: Iterable[Verdict] = ()
+) -> str:
     lines = [f"# Changelog of {name} {version}", ""]
     if previous is None:
         lines += [f"First version: {len(result.added)} tasks.", ""]
@@ -150,5 +174,15 @@ def render(name: str, version: str, previous: str | None, result: Diff) -> str:
             f"| {_cell('; '.join(c.what))} |"
             for c in result.changed
         ]
+        lines.append("")
+    reviewed = sorted((v.task_id, v.family, said) for v in verdicts if (said := review_reasons(v.reasons)))
+    if reviewed:
+        lines += [
+            f"## Kept out by reviews ({len(reviewed)})",
+            "",
+            "| task | family | review |",
+            "|---|---|---|",
+        ]
+        lines += [f"| `{t}` | {family} | {_cell('; '.join(said))} |" for t, family, said in reviewed]
         lines.append("")
     return "\n".join(lines)

@@ -304,7 +304,7 @@ def select_tasks(ctx: RunContext) -> Selection:
             if verdict is None:
                 excluded["not validated yet (no verdict)"] += 1
             elif not verdict.accepted:
-                excluded["rejected by the validation gate"] += 1
+                excluded[changelog.exclusion(verdict.reasons)] += 1
             else:
                 selected.append(task)
         fingerprint = sha256_bytes(
@@ -559,7 +559,8 @@ def _build_release(
         {**e, "private_files": p["private_files"]} for e, p in zip(entries, private_entries, strict=True)
     ]
     result = changelog.diff(before, after)
-    changes = changelog.render(name, version, previous.version if previous else None, result)
+    reviewed = changelog.among(selection.judged, selection.candidates)
+    changes = changelog.render(name, version, previous and previous.version, result, reviewed)
     meta["changes"] = result.summary()
 
     public_files.append(

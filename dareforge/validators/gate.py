@@ -35,7 +35,8 @@ from dareforge.families.family import Family
 from dareforge.families.registry import REGISTERED, bar_of
 from dareforge.reference_solutions.ladder import TRIVIAL
 from dareforge.report import StageReport
-from dareforge.schema import Task, Validation, Verdict
+from dareforge.reviews import standing_of
+from dareforge.schema import Review, Task, Validation, Verdict
 
 
 @dataclass(frozen=True)
@@ -180,21 +181,29 @@ def unreachable(
 
 def gate(ctx: RunContext) -> StageReport:
     """Decide every validated task and store the verdicts. The report's outcomes: `accepted` and `rejected`
-    (task -> its reasons); its counts: rejected tasks per check that rejected them."""
+    (task -> its reasons) and `stale-review` (task -> why its review no longer applies); its counts: rejected
+    tasks per check that rejected them. A people's review (`dareforge.reviews`) that keeps its task out adds
+    its reason after the checks; no review removes a check's reason."""
     config = ctx.config.validate_
     fingerprint = ctx.config.fingerprint("validate_")
     findings: dict[str, list[Validation]] = defaultdict(list)
     for finding in ctx.store.iter_records(Validation):
         findings[finding.task_id].append(finding)
     by_source: dict[str, list[Verdict]] = defaultdict(list)
-    for task in sorted(ctx.store.iter_records(Task), key=lambda t: t.id):
-        if task.id not in findings:
-            continue
+    tasks = [t for t in sorted(ctx.store.iter_records(Task), key=lambda t: t.id) if t.id in findings]
+    reviewed = standing_of(tasks, ctx.store.iter_records(Review))
+    report = StageReport("gate")
+    for task in tasks:
         family = REGISTERED.get(task.family)
         bar = bar_of(task) if family is not None else None
         reasons = [r for f in findings[task.id] if (r := reasons_against(f, config, family, bar))]
         if (why := unreachable(task, family, findings[task.id], config)) is not None:
             reasons.append(why)
+        if (standing := reviewed.get(task.id)) is not None:
+            if standing.stale:
+                report.add("stale-review", task.id, standing.stale_note())
+            elif (said := standing.reason()) is not None:
+                reasons.append(said)
         reasons.sort()
         by_source[task.source_id].append(
             Verdict(
@@ -206,7 +215,6 @@ def gate(ctx: RunContext) -> StageReport:
                 thresholds_fingerprint=fingerprint,
             )
         )
-    report = StageReport("gate")
     for source_id, verdicts in sorted(by_source.items()):
         if ctx.store.write_records(source_id, verdicts):
             report.written.append(ctx.store.table_key(Verdict.table, source_id))
@@ -219,4 +227,6 @@ def gate(ctx: RunContext) -> StageReport:
     report.lines = [
         f"gate: {accepted} accepted, {rejected} rejected; {len(report.written)} verdict files written"
     ]
+    if stale := report.labels("stale-review"):
+        report.lines.append(f"gate: {len(stale)} reviews are stale (their task changed) and were not applied")
     return report
