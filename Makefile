@@ -13,9 +13,11 @@ install: $(STAMP) sysdeps
 # drive with Playwright (which cannot download its own browsers here: tests/test_browser.py launches this one).
 # Installed only when missing.
 sysdeps:
-	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
-	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
-	  || echo "chromium could not be installed: tests/test_browser.py will skip"
+	@missing=""; command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  [ -z "$$missing" ] || { apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; } \
+	  || { command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap could not be installed" >&2; exit 1; }; \
+	       echo "chromium could not be installed: tests/test_browser.py will skip"; }
 
 # --compile-bytecode: sandboxed kernels run as an unprivileged uid on a read-only venv, and reference workers
 # often run with PYTHONDONTWRITEBYTECODE, so without .pyc files every kernel and worker recompiles pandas,
