@@ -16,6 +16,16 @@ Two layers, both DuckDB's own, because neither is enough alone:
   ANALYZE` of one) would overwrite a partition, so a statement that is not a query never runs.
 
 The connection is in-memory and its process ends with the query, so nothing a query does outlives it.
+
+Copies, not a lazy scan: registering a `pyarrow.dataset` of each table's public columns in the no-file
+connection would read only what a query uses (at 3000 sources, `select family, count(*) from tasks group by
+1` took 0.013 s and 21 MB that way, against 0.12 s and 96 MB to copy the public columns of `tasks` first;
+`select count(*) from validations`, 255,000 rows: 0.06 s and 50 MB against 0.13 s and 128 MB). It would also
+spell the view's rules a second time (a compacted copy minus changed partitions plus their files,
+`dareforge.table_views`; a remote store's file system; DuckDB's `union_by_name` types) and leave a raw object
+behind each redacted column that the query could name. At this scale the copy costs a tenth of a second and
+counts against the query's memory limit (DuckDB spills it past its half); a store ten times larger makes the
+lazy scan worth those costs.
 """
 
 from __future__ import annotations
