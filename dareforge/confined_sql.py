@@ -34,6 +34,7 @@ import contextlib
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -298,6 +299,8 @@ def _in_child(limits: Limits, work: Callable[[], Result]) -> Result:
         except BaseException:
             traceback.print_exc()  # a defect of this module, not of the query: the parent says the child failed
         finally:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
             os._exit(code)
     os.close(write_end)
     watch = _Watch(pid, limits, start)
@@ -310,18 +313,18 @@ def _in_child(limits: Limits, work: Callable[[], Result]) -> Result:
     finally:
         watch.ended.set()
         watcher.join()
+        # Done already, or this process was interrupted (Ctrl-C): either way no query outlives the call.
         with contextlib.suppress(ProcessLookupError):
-            os.kill(
-                pid, signal.SIGKILL
-            )  # done already, or this process was interrupted: no query outlives it
+            os.kill(pid, signal.SIGKILL)
         _, status, usage = os.wait4(pid, 0)
     grown_mb = max(0, usage.ru_maxrss * 1024 - start) / 1024**2
     if watch.reached:
         raise _stopped(limits, watch.reached, grown_mb=grown_mb)
     if reply is None:
+        code = os.waitstatus_to_exitcode(status)
         raise DareforgeError(
-            f"dareforge sql: the query's process ended without an answer (exit status {os.waitstatus_to_exitcode(status)}); "
-            "its error, if any, is printed above"
+            f"dareforge sql: the query's process ended without an answer (exit status {code}); its error, if any, "
+            "is printed above"
         )
     kind, value = reply
     if kind == "error":
