@@ -177,9 +177,10 @@ def _query_connection(
         readable.append(store.duckdb_url(CACHE))  # the compacted copies the views of large tables read
     # Views last: making one reads its files' schemas, so a partition linking out of the store is refused
     # here too, not read. A large table's compacted copy is still written, in a folder the views may read.
-    loader = store.connect(locked_connection(readable, limits, scratch / "load"))
     con = locked_connection([], limits, scratch / "query")
-    for name in _tables_named(con, statements):
+    named = _tables_named(con, statements)
+    loader = store.connect(locked_connection(readable, limits, scratch / "load"), tables=named)
+    for name in named:
         public = _public_select(name, loader.sql(f"select * from {name} limit 0").columns)
         con.register("_public", loader.sql(public).to_arrow_reader())  # streamed: one batch at a time
         con.execute(f"create table {name} as select * from _public")
