@@ -5,6 +5,8 @@ ids (one Parquet file per source per table, as the stages write them), then time
 - baseline: the views reading every partition file directly (what the store did before compaction);
 - compacted: the views reading each table's compacted copy (dareforge/table_views.py), first when the copy is
   built, then warm, then after a refresh rewrote a few sources' partitions (a delta on top of the copy);
+- a confined query as `dareforge sql` runs it without --private (dareforge/confined_sql.py: a child process
+  holding copies of the public columns of the tables the query names), in this process;
 - the `dareforge sources` and `dareforge sql` commands end to end (a new process each, as a user runs them).
 """
 
@@ -22,6 +24,8 @@ import pyarrow.parquet as pq
 
 from bench.common import bench_config, generated
 from dareforge import table_views
+from dareforge.config import SqlConfig
+from dareforge.confined_sql import Limits, run_query
 from dareforge.store import Store
 from dareforge.validators.validate import validate
 
@@ -65,6 +69,19 @@ def timed_queries(store: Store) -> tuple[float, float]:
         con.sql(query).fetchall()
         slowest = max(slowest, time.perf_counter() - started)
     return connected, slowest
+
+
+def confined_seconds(store: Store, scratch: Path) -> float:
+    """The slowest of QUERIES run as `dareforge sql` runs them without --private (the copies already built)."""
+    slowest = 0.0
+    for n, query in enumerate(QUERIES.values()):
+        (scratch / str(n)).mkdir(parents=True)
+        started = time.perf_counter()
+        run_query(
+            store, query, private=False, limits=Limits.from_config(SqlConfig()), scratch=scratch / str(n)
+        )
+        slowest = max(slowest, time.perf_counter() - started)
+    return slowest
 
 
 COMMAND = """
@@ -117,6 +134,7 @@ def main() -> None:
             key = f"tables/tasks/kaggle.owner-{n}.data-{n}.parquet"
             store.write_bytes(key, store.read_bytes(key))
         delta_connect, delta_query = timed_queries(store)
+        confined = confined_seconds(store, Path(tmp) / "scratch")
         sql_command = command_seconds(big, "compacted", "sql", QUERIES["tasks per family"])
         sources_command = command_seconds(big, "compacted", "sources")
 
@@ -129,14 +147,15 @@ def main() -> None:
         f"slowest query {warm_query:.3f}s; after {REWRITTEN} sources rewritten: connect {delta_connect:.2f}s, "
         f"slowest query {delta_query:.3f}s"
     )
+    print(f"  confined (`dareforge sql` without --private, in this process): slowest query {confined:.2f}s")
     print(
         f"  commands (a new process each): `dareforge sql` {sql_command:.2f}s, `dareforge sources` "
         f"{sources_command:.2f}s (baseline `dareforge sql` {base_command:.2f}s: ratio "
         f"{base_command / sql_command:.1f}x)"
     )
-    slowest = max(warm_connect + warm_query, delta_connect + delta_query)
+    slowest = max(warm_connect + warm_query, delta_connect + delta_query, confined)
     print(
-        f"  connect + slowest query {slowest:.2f}s: {'OK' if slowest <= TARGET_S else 'MISSED'} "
+        f"  connect + slowest query (or confined query) {slowest:.2f}s: {'OK' if slowest <= TARGET_S else 'MISSED'} "
         f"(target <= {TARGET_S:g}s; baseline {base_connect + base_query:.2f}s, "
         f"{(base_connect + base_query) / slowest:.1f}x slower)"
     )
