@@ -312,8 +312,9 @@ class SqlConfig(Section):
     )
     memory_mb: MemoryMB = Field(
         2048,
-        description="How much the process's memory may grow while a query runs; DuckDB's buffers get half "
-        "(larger intermediate results spill to store.work_dir), the result read into Python the rest.",
+        description="How much the query's child process may grow (resident memory, checked every 5 ms) before it "
+        "is killed; DuckDB's buffers get half (larger intermediate results spill to the process's scratch "
+        "folder), the result read into Python the rest.",
     )
     threads: Workers = 2
     spill_bytes: DiskBytes = Field(
