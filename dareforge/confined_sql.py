@@ -87,6 +87,10 @@ PRIVATE_COLUMNS: dict[str, dict[str, str]] = {
         "files": "checksums of the answer files an agent wrote",
         "detail": "how the grader compared the answer with the certified one",
     },
+    "reviews": {
+        "note": "a reviewer's words about a task they may have seen with --private, which may quote its "
+        "reference or answer (a rejection's note reaches the verdict, but that task is never released)"
+    },
     "judgements": {
         "rationale": "the judge's words about a trajectory, which may quote its answer",
         "detail": "the judge's malformed reply, which may quote the trajectory",

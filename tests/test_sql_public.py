@@ -20,13 +20,15 @@ from tests.stores import generate_tasks, store_config
 
 PUBLIC_COLUMNS = {
     "tasks": "id family source_id source_version framing prepared_version generator_version seed instruction "
-    "public_files metric limits subtasks difficulty operations package_versions status reject_reason variant_of",
+    "public_files metric limits subtasks difficulty operations package_versions status reject_reason variant_of "
+    "pass_bar",
     "validations": "task_id source_id check score flagged reason checks_version",
     "trajectories": "id task_id family endpoint model sample temperature protocol outcome score passed "
     "prompt_tokens completion_tokens seconds",
     "judgements": "trajectory_id task_id judge_endpoint judge_model status query_clarity educational_value "
     "exploratory_competence execution_robustness task_alignment answer_plausibility overall attempts "
     "judge_version",
+    "reviews": "id task_id release task_fingerprint reviewer decision at",
 }
 """The public columns of the tables with private ones: a column added to one of them fails
 `test_every_column_was_decided` until it is listed here or in `confined_sql.PRIVATE_COLUMNS`. The other tables
