@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from dareforge.generators.profile import (
     column_profile,
 )
@@ -24,6 +26,8 @@ from dareforge.generators.sql import (
     timed,
 )
 from dareforge.hashing import sha256_file
+from dareforge.reference_solutions.forecast import clock as clock_of
+from dareforge.reference_solutions.forecast import held_out_steps
 from dareforge.schema import (
     Framing,
     PreparedSource,
@@ -164,10 +168,20 @@ class SplitMixin:
             n = self._scalar("SELECT count(*) FROM lab")
             if n < profiled:
                 log.info("%s: dropped %d rows without a time in %s", sid, profiled - n, clock.name)
-            # The (1 - test_share) quantile of time, exactly, with a top-N heap of test_share * n values.
-            above = n - 1 - math.floor((n - 1) * (1 - cfg.test_share)) if n else 0
-            cutoff = f"(SELECT {clock.typed} AS __t FROM lab ORDER BY __t DESC LIMIT 1 OFFSET {above})"
-            held_out = f"SELECT __rid FROM lab WHERE {clock.typed} > {cutoff}"
+            if task_type == TaskType.TIME_SERIES:
+                # A forecast holds out its latest distinct times, in whole seasons (`forecast.held_out_steps`).
+                times = self.con.execute(f"SELECT DISTINCT {clock.typed} FROM lab").fetchall()
+                steps = held_out_steps(clock_of(pd.Series([t for (t,) in times])), cfg.test_share)
+                cutoff = (
+                    f"(SELECT DISTINCT {clock.typed} AS __t FROM lab ORDER BY __t DESC LIMIT 1 "
+                    f"OFFSET {max(steps - 1, 0)})"
+                )
+                held_out = f"SELECT __rid FROM lab WHERE {clock.typed} >= {cutoff}"
+            else:
+                # The (1 - test_share) quantile of time, exactly, with a top-N heap of test_share * n values.
+                above = n - 1 - math.floor((n - 1) * (1 - cfg.test_share)) if n else 0
+                cutoff = f"(SELECT {clock.typed} AS __t FROM lab ORDER BY __t DESC LIMIT 1 OFFSET {above})"
+                held_out = f"SELECT __rid FROM lab WHERE {clock.typed} > {cutoff}"
         elif group is not None:
             split = "grouped"
             key = f"coalesce({group.text}, '')"

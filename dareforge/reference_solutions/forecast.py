@@ -92,3 +92,28 @@ def model_free_scale(truth: np.ndarray, forecasts: dict[str, np.ndarray]) -> flo
     (a constant window: nothing to forecast, and any error scores 0)."""
     errors = [float(np.mean(np.abs(truth - predicted))) for predicted in forecasts.values()]
     return min(errors) or 1e-12
+
+
+MIN_TEST_STEPS = 30
+"""A series' test window holds at least this many distinct times where two thirds of them stay for training:
+scored by a bootstrap over the test rows, a window of 20 yearly values leaves every forecast's interval too wide
+to tell any two apart."""
+
+
+def held_out_steps(times: np.ndarray, share: float) -> int:
+    """How many of the latest distinct `times` (as `clock` reads them) a series holds out: `share` of them, at
+    least `MIN_TEST_STEPS` where that keeps two thirds for training, in whole seasons where the series has one
+    (a window ending mid-season scores a seasonal forecast on part of its cycle), never all of them."""
+    distinct = np.unique(times[np.isfinite(times)])
+    count = len(distinct)
+    if count < 2:
+        return count
+    season = season_length(distinct)
+    cap = count // 3
+    steps = max(round(count * share), min(MIN_TEST_STEPS, cap))
+    if season > 1:
+        whole = -(-steps // season) * season  # up to whole seasons
+        if whole > max(cap, steps):  # up would take too much of the training history: down instead
+            whole = steps // season * season
+        steps = whole or steps
+    return min(max(steps, 1), count - 1)

@@ -12,14 +12,17 @@ strong reference's own features through its own preprocessing (`reference_code.E
 differ in the model only. On a forecast, the rungs above the linear one choose between their model and the
 linear trend-and-season one on the latest training rows, as the strong reference does: a tree alone
 forecasts a trending series as flat, which ranks tree models below the linear one for a reason no solver
-would accept. Every model is seeded.
+would accept. Every model is seeded. A forecast's ladder is another one, of rungs that differ in kind
+(`series_ladder`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dareforge.reference_solutions.reference_code import Estimator, StrongSpec, strong_reference_code
+from dareforge.reference_solutions.series_ladder import smoothing_code
 
 TRIVIAL = "trivial"
 """The rung below the scripts: the task's baseline predictor."""
@@ -31,16 +34,30 @@ TREE_DEPTH = 6
 
 @dataclass(frozen=True)
 class Rung:
+    """A rung: the strong reference's script with `estimator` in place of its model, or (`script`) a script of
+    its own written from the spec."""
+
     name: str
-    estimator: Estimator
+    estimator: Estimator | None = None
+    script: Callable[[StrongSpec], str] | None = None
 
     def code(self, spec: StrongSpec) -> str:
         """The rung's standalone script: reads train.csv and test.csv, writes predictions.csv."""
-        return strong_reference_code(spec, self.estimator)
+        return self.script(spec) if self.script is not None else strong_reference_code(spec, self.estimator)
 
 
-def model_rungs(spec: StrongSpec) -> list[Rung]:
-    """The scripted rungs of `spec`'s task, weakest first."""
+LINEAR_REGRESSION = Estimator("Ridge(alpha=1.0)", linear=True)
+
+
+def model_rungs(spec: StrongSpec, entity: str | None = None) -> list[Rung]:
+    """The scripted rungs of `spec`'s task, weakest first; a forecast's series are told apart by `entity`."""
+    if spec.time_column is not None:
+        return [
+            Rung("smoothing", script=lambda s: smoothing_code(s, entity)),
+            Rung("linear", LINEAR_REGRESSION),
+            # The strong reference itself (no estimator in its place): graded on its stored predictions.
+            Rung("boosted"),
+        ]
     kind = "Classifier" if spec.classification else "Regressor"
     boosted = f"HistGradientBoosting{kind}(random_state=0)"
     if spec.classification:
@@ -48,7 +65,7 @@ def model_rungs(spec: StrongSpec) -> list[Rung]:
             "LogisticRegression(max_iter=1000)", "from sklearn.linear_model import LogisticRegression\n", True
         )
     else:
-        linear = Estimator("Ridge(alpha=1.0)", linear=True)
+        linear = LINEAR_REGRESSION
     return [
         Rung("linear", linear),
         Rung(

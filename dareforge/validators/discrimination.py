@@ -131,7 +131,7 @@ def _scripted(
     CPU seconds and spends none)."""
     results, spent = [], 0.0
     with tempfile.TemporaryDirectory(prefix="ladder-") as scratch:
-        for rung in model_rungs(spec):
+        for rung in model_rungs(spec, view.prepared.entity_column):
             left = budget - spent
             if left <= 0:
                 results.append(RungResult(rung.name, error="the ladder's CPU budget was spent"))
