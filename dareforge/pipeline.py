@@ -147,8 +147,10 @@ def _crawl(run: Run, ids: list[str] | None) -> StageReport:
 
 def _filter(run: Run, ids: list[str] | None) -> StageReport:
     from dareforge.crawlers.filter import filter_sources
+    from dareforge.crawlers.rules import with_needs
+    from dareforge.families.registry import row_needs
 
-    return filter_sources(run.ctx)
+    return filter_sources(run.ctx, with_needs(row_needs(run.ctx.config)))
 
 
 def _understand(run: Run, ids: list[str] | None) -> StageReport:

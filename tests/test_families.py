@@ -29,7 +29,7 @@ FEW_ROWS = textwrap.dedent(
     '''
     """Class-Few: classify from a few labelled rows (a throwaway family of the tests)."""
 
-    from dareforge.families.family import Build, Family, Grading, Words, predicts
+    from dareforge.families.family import Build, Family, Grading, Needs, Words, predicts
     from dareforge.families.tabular import cap_rows, copy_prepared, goal_task_fields, tabular_strong_spec
     from dareforge.families.trivial import mm_trivial
     from dareforge.schema import MetricSpec, TaskType
@@ -75,6 +75,7 @@ FEW_ROWS = textwrap.dedent(
         build=build_few,
         applies=predicts(TaskType.CLASSIFICATION),
         trivial=mm_trivial,
+        needs=Needs(ROWS, "it trains on ROWS rows"),
         pass_bar=0.6,
         no_variant="a throwaway family",
     )

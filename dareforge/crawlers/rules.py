@@ -149,8 +149,29 @@ class Tabular(Rule):
         return RuleOutcome(True, f"{share:.0%} of bytes are tables", f"{share:.3f}")
 
 
-class EnoughRows(Rule):
-    name = "enough-rows"
+@dataclass(frozen=True)
+class RowNeed:
+    """One task family's row minimum, as the filter judges it (`families.registry.row_needs` makes them)."""
+
+    family: str
+    rows: int
+    why: str
+
+
+@dataclass(frozen=True)
+class EnoughRows:
+    """Keeps a source some task family can use: at least the smallest family minimum (`needs`, handed in by the
+    stage's caller, `pipeline`: families sit above crawlers), and names the families it is too small for.
+    Without `needs`, or with `rules.min_rows` set, every family's minimum is `rules.min_rows` (1 when unset)."""
+
+    needs: tuple[RowNeed, ...] = ()
+    name: str = "enough-rows"
+
+    def _needs(self, config: Config) -> tuple[RowNeed, ...]:
+        if config.rules.min_rows is not None or not self.needs:
+            rows = config.rules.min_rows or 1
+            return (RowNeed("every family", rows, f"rules.min_rows={rows}"),)
+        return self.needs
 
     def check(self, source, config):
         counts = [f.rows for f in source.files if f.rows is not None]
@@ -160,11 +181,20 @@ class EnoughRows(Rule):
             return RuleOutcome(
                 False, f"row count unknown: no CSV, TSV or Parquet table to count{unread_tables}", None
             )
-        if rows < config.rules.min_rows:
+        needs = self._needs(config)
+        floor = min(n.rows for n in needs)
+        if rows < floor:
+            fewest = [n for n in needs if n.rows == floor]
+            which = ", ".join(n.family for n in fewest)
             return RuleOutcome(
-                False, f"{rows} rows, fewer than rules.min_rows={config.rules.min_rows}", str(rows)
+                False,
+                f"{rows} rows, fewer than any task family needs ({floor} for {which}: {fewest[-1].why})",
+                str(rows),
             )
-        return RuleOutcome(True, f"{rows} rows", str(rows))
+        # Kept when some family can use it; each family too small for it is named here, and again where it poses
+        # no task (understand's framing reason, generate's `skipped`).
+        short = ", ".join(f"{n.family} (needs {n.rows})" for n in needs if rows < n.rows)
+        return RuleOutcome(True, f"{rows} rows" + (f"; too few for {short}" if short else ""), str(rows))
 
 
 class NotExcluded(Rule):
@@ -246,6 +276,11 @@ class ReadableTables(Rule):
                 )
         encodings = sorted({f.encoding for f in files if f.encoding})
         return RuleOutcome(True, "every table decodes as UTF-8", ",".join(encodings) or None)
+
+
+def with_needs(needs: list[RowNeed], rules: tuple[Rule, ...] | None = None) -> tuple[Rule, ...]:
+    """`rules` (default `RULES`) with the row rule judging by the families' `needs`."""
+    return tuple(EnoughRows(tuple(needs)) if r.name == EnoughRows.name else r for r in rules or RULES)
 
 
 RULES: tuple[Rule, ...] = (

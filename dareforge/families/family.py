@@ -152,6 +152,49 @@ class Build:
         return self.read["title"]  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What a family needs of a table before it poses a task on it. The filter keeps a source when some family's
+    needs are met (the smallest `rows` is the source's floor); understand and generate skip a family on a table
+    below its needs and record why, so a 40-row table still gets questions though no model is fit on it."""
+
+    rows: int
+    """Fewest rows (a series: fewest distinct timestamps, whatever its season)."""
+    why: str
+    """Why that many, in words a skip reason quotes."""
+    seasons: int = 0
+    """A series: whole seasons its training part must span before the held-out share (0: no season needed)."""
+
+    def periods(self, season: int, test_share: float) -> int:
+        """Distinct timestamps a series with `season` steps per season needs: `seasons` whole seasons left for
+        training once `test_share` of its time is held out, and at least `rows` (a series with no known season
+        has a season of 1 step)."""
+        return max(self.rows, math.ceil(self.seasons * season / (1 - test_share) - 1e-9))
+
+    def short_by(self, rows: int) -> str | None:
+        """Why a table of `rows` rows is too small for the family, or None when it is large enough."""
+        return None if rows >= self.rows else f"{rows} rows, fewer than the {self.rows} it needs ({self.why})"
+
+
+QUESTIONS = Needs(
+    20,
+    "a question's count, share or group statistic is then computed over several rows, not read off one or two; "
+    "a person asks questions of a 40-row table",
+)
+MODELS = Needs(
+    100,
+    "a model needs rows to learn from and a held-out share large enough to score it (20 test rows at "
+    "prepare.test_share 0.2); the learnability check cross-validates 3 folds on them",
+)
+SERIES = Needs(
+    20,
+    "a forecast is scored on whole seasons: two seasons of its period to learn from (24 months, 14 days) before "
+    "the held-out horizon, and 20 periods at least (4 held out) when it has no known season; an 87-row monthly "
+    "series is a series",
+    seasons=2,
+)
+
+
 Builder = Callable[[Build], Sequence[Task | None]]
 VariantBuilder = Callable[[Build, Task], Task | None]
 
@@ -173,6 +216,10 @@ class Family:
     trivial: Callable[[TaskFiles], dict[str, Submission]]
     """Its trivial answers to a task, by name: submissions made without doing the task (see `trivial.py`); the
     gate rejects a task where the best one reaches the pass bar."""
+    needs: Needs
+    """What it needs of a table (rows; a series: periods in seasons); see `Needs`."""
+    skips: str = ""
+    """Why `applies` refuses a framing of its own kind, when it can (the generate report records it)."""
     per_framing: bool = True
     """Built on every framing of a source; False: on its first framing only (another framing's table is the
     same data split another way)."""

@@ -18,7 +18,7 @@ from rich.markup import escape
 from dareforge.context import RunContext
 from dareforge.errors import machine_at_fault
 from dareforge.families.family import Build
-from dareforge.families.registry import families
+from dareforge.families.registry import families, skip_reason
 from dareforge.generators.prepare import load_prepared, prepare_failure
 from dareforge.generators.questions.folder_questions import DistractorPool
 from dareforge.generators.taskio import Runners, TaskWriter
@@ -79,8 +79,9 @@ def finish_report(report: StageReport) -> StageReport:
 def summary_lines(report: StageReport) -> list[str]:
     counts = ", ".join(f"{f.name} {report.counts.get(f.name, 0)}" for f in families())
     rejected = report.outcomes.get("rejected", {})
+    skipped = len(report.labels("skipped"))
     lines = [
-        f"generate: {counts}; {len(rejected)} rejected, {len(report.failures)} failed, "
+        f"generate: {counts}; {len(rejected)} rejected, {len(report.failures)} failed, {skipped} family skips, "
         f"{report.reused} reused; {report.seconds:.1f}s "
         f"({report.seconds_in.get('references', 0.0):.1f}s in references)"
     ]
@@ -113,12 +114,25 @@ def _generate_source(
     # First-framing families (questions) on the first framing only: a second framing's table is the same data
     # split another way.
     tasks += _guarded(report, f"{source_id}/questions", build_tasks, builds(framings[0], False, first_read))
+    _record_skips(ctx, source_id, framings, report)
     for task in tasks:
         report.counts[task.family] += task.status == "candidate"
         if task.status == "rejected":
             report.add("rejected", task.id, task.reject_reason or "")
     if tasks and ctx.store.write_records(source_id, tasks):
         report.written.append(ctx.store.table_key(Task.table, source_id))
+
+
+def _record_skips(
+    ctx: RunContext, source_id: str, framings: list[PreparedSource], report: StageReport
+) -> None:
+    """Every family that poses no task on any of the source's framings, with why (outcome `skipped`, labelled
+    `source/family`): a small table's prediction families say it is too small for them."""
+    for family in families():
+        candidates = framings if family.per_framing else framings[:1]
+        reasons = [skip_reason(family, prepared, ctx.config) for prepared in candidates]
+        if all(reasons):
+            report.add("skipped", f"{source_id}/{family.name}", "; ".join(dict.fromkeys(reasons)))
 
 
 def _guarded(report: StageReport, label: str, build, *args) -> list[Task]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dareforge.families.family import (
     ANSWER_PASS_BAR,
+    QUESTIONS,
     Build,
     Family,
     Grading,
@@ -49,6 +50,7 @@ FAMILY = Family(
     build=lake_tasks,
     applies=any_framing,
     trivial=question_trivial,
+    needs=QUESTIONS,
     per_framing=False,
     pass_bar=ANSWER_PASS_BAR,
     no_variant="their folder mixes several sources, each with its own map",

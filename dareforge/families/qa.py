@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dareforge.families.family import (
     ANSWER_PASS_BAR,
+    QUESTIONS,
     Build,
     Family,
     Grading,
@@ -74,6 +75,7 @@ FAMILY = Family(
     build=qa_tasks,
     applies=any_framing,
     trivial=question_trivial,
+    needs=QUESTIONS,
     per_framing=False,
     pass_bar=ANSWER_PASS_BAR,
     variant=redraw,

@@ -1,7 +1,7 @@
 """Reg-IF: build exactly the stated scikit-learn workflow for a number; graded by agreement with the reference
 run's predictions within the configured tolerance (DARE-bench's instruction following)."""
 
-from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
+from dareforge.families.family import MODELS, DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.tabular import if_tasks, if_variant
 from dareforge.families.trivial import if_trivial
 from dareforge.schema import TaskType
@@ -19,6 +19,7 @@ FAMILY = Family(
     build=if_tasks,
     applies=predicts(TaskType.REGRESSION),
     trivial=if_trivial,
+    needs=MODELS,
     variant=if_variant,
     certificate_runs=3,
     shows_clean_data=2,

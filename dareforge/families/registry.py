@@ -7,11 +7,14 @@ Everything else (generate, validate, grading, probes, release cards, exports) fi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
+from dareforge.config import Config
+from dareforge.crawlers.rules import RowNeed
 from dareforge.errors import ConfigError, DareforgeError
 from dareforge.families import class_if, class_mm, lake, qa, reg_if, reg_mm, ts_cf, ts_xf
-from dareforge.families.family import Family, Grading
-from dareforge.schema import Task
+from dareforge.families.family import Family, Grading, Needs
+from dareforge.schema import PreparedSource, Task, TaskType
 
 REGISTERED: dict[str, Family] = {
     f.name: f
@@ -49,6 +52,44 @@ def family_named(name: str) -> Family:
 
 def family_of(task: Task) -> Family:
     return family_named(task.family)
+
+
+def needs(family: Family, config: Config) -> Needs:
+    """What `family` needs of a table: its own `needs`, or `rules.min_rows` as every family's row minimum when
+    the config sets it (a number there overrides the families, as the source-wide minimum once did)."""
+    rows = config.rules.min_rows
+    return family.needs if rows is None else replace(family.needs, rows=rows, why=f"rules.min_rows={rows}")
+
+
+def row_needs(config: Config) -> list[RowNeed]:
+    """Every family's row minimum, as the filter stage takes it handed in (crawlers sit below the families)."""
+    return [RowNeed(f.name, needs(f, config).rows, needs(f, config).why) for f in families()]
+
+
+def model_needs(kind: TaskType, config: Config) -> Needs:
+    """The least any family predicting `kind` needs: a table below it is no `kind` framing (it may still pose
+    questions)."""
+    return min((needs(f, config) for f in families() if f.kind == kind), key=lambda n: n.rows)
+
+
+def question_needs(config: Config) -> Needs:
+    """The least any question family needs: a table at least that large poses questions though no model fits."""
+    return min((needs(f, config) for f in families() if f.asks_question), key=lambda n: n.rows)
+
+
+def skip_reason(family: Family, prepared: PreparedSource, config: Config) -> str | None:
+    """Why `family` poses no task on the framing `prepared` (None: it does)."""
+    if family.applies(prepared):
+        return None
+    framing = prepared.framing or "the framing"
+    if prepared.questions_only:
+        short = needs(family, config).short_by(prepared.n_rows)
+        return f"{framing} poses questions only: " + (
+            short or f"no {family.kind} target passed understand's checks (the framing's reason says why)"
+        )
+    if family.kind != prepared.task_type:
+        return f"{framing} is a {prepared.task_type} framing, not {family.kind}"
+    return family.skips or f"{family.name} does not apply to {framing}"
 
 
 def in_order(names: Iterable[str]) -> list[str]:

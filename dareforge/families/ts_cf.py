@@ -1,7 +1,7 @@
 """TS-CF: forecast a series from its timestamps (and series keys) alone; graded by skill over the best
 model-free forecast (DARE-bench's Time-CF). Only where the understand stage found time alone forecasts it."""
 
-from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
+from dareforge.families.family import SERIES, DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.timeseries import cf_tasks, cf_variant, forecasts_from_time
 from dareforge.families.trivial import forecast_trivial
 from dareforge.schema import PreparedSource, TaskType
@@ -24,7 +24,9 @@ FAMILY = Family(
     ),
     build=cf_tasks,
     applies=_applies,
+    skips="understand found the timestamps alone do not forecast the series better than a model-free forecast",
     trivial=forecast_trivial,
+    needs=SERIES,
     pass_bar=0.3,
     variant=cf_variant,
     shows_clean_data=1,

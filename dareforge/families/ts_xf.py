@@ -1,7 +1,7 @@
 """TS-XF: forecast a series whose future rows come with every exogenous feature; graded by skill over the best
 model-free forecast (DARE-bench's Time-XF)."""
 
-from dareforge.families.family import DareBenchSlot, Family, Grading, Words, predicts
+from dareforge.families.family import SERIES, DareBenchSlot, Family, Grading, Words, predicts
 from dareforge.families.timeseries import xf_tasks, xf_variant
 from dareforge.families.trivial import forecast_trivial
 from dareforge.schema import TaskType
@@ -20,6 +20,7 @@ FAMILY = Family(
     build=xf_tasks,
     applies=predicts(TaskType.TIME_SERIES),
     trivial=forecast_trivial,
+    needs=SERIES,
     pass_bar=0.6,
     variant=xf_variant,
     dare_bench=DareBenchSlot("ts", 1),

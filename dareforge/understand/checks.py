@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from dareforge.config import Config
+from dareforge.families.registry import model_needs, question_needs
 from dareforge.reference_solutions.forecast import clock as forecast_clock
-from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts
+from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts, season_length
 from dareforge.reference_solutions.leaks import Formula, pair_formula, single_column_scores
 from dareforge.reference_solutions.metrics import forecast_skill
 from dareforge.schema import TaskType
@@ -68,8 +69,11 @@ def check_tabular(
     is every check here (a column must predict later rows from earlier ones)."""
     cfg, out = config.understand, Outcome(passed=False)
     rows = labelled_rows(sample, target)
-    if rows < config.rules.min_rows:
-        out.reason = f"{rows} labelled rows, fewer than rules.min_rows={config.rules.min_rows}"
+    short = model_needs(task_type, config).short_by(rows)
+    if short:
+        out.reason = f"{task_type} models skip it: {short.replace(' rows', ' labelled rows', 1)}"
+        # Too few rows for a model, not for a question: the table still poses questions when they have theirs.
+        out.questions = question_needs(config).short_by(rows) is None
         return out
     out.checks.append(f"enough rows: {rows} labelled")
     labelled = target.text.notna().to_numpy()
@@ -145,9 +149,6 @@ def check_series(
         out.reason = f"{target.name} is not numeric: nothing to forecast"
         return out
     rows = labelled_rows(sample, target)
-    if rows < config.rules.min_rows:
-        out.reason = f"{rows} rows with a value, fewer than rules.min_rows={config.rules.min_rows}"
-        return out
     if target.distinct < 3:
         out.reason = f"{target.name} takes {target.distinct} value(s): no series to forecast"
         return out
@@ -159,8 +160,19 @@ def check_series(
             "(the last 20% are held out)"
         )
         return out
+    # Enough periods, counted in seasons of the series' own step, not in rows (a panel has many rows a period).
+    season = season_length(forecast_clock(pd.Series(times))[target.text.notna().to_numpy()])
+    series = model_needs(TaskType.TIME_SERIES, config)
+    periods = series.periods(season, config.prepare.test_share)
+    if stamps < periods:
+        out.reason = (
+            f"forecasting families skip it: {stamps} distinct timestamps (a season of {season} steps), fewer than "
+            f"the {periods} it needs ({series.why})"
+        )
+        return out
     out.checks.append(
-        f"timestamps: {stamps} distinct; rows: {rows}" + (f"; series by {entity}" if entity else "")
+        f"timestamps: {stamps} distinct, {periods} needed (a season of {season} steps); rows: {rows}"
+        + (f"; series by {entity}" if entity else "")
     )
     values = target.numbers.to_numpy()
     labelled = np.isfinite(values)
