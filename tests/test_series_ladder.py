@@ -10,7 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dareforge.reference_solutions.forecast import clock, held_out_steps, naive_forecasts
+from dareforge.reference_solutions.forecast import (
+    clock,
+    held_out_steps,
+    is_dated,
+    naive_forecasts,
+    season_length,
+)
 from dareforge.reference_solutions.ladder import model_rungs
 from dareforge.reference_solutions.reference_code import StrongSpec, strong_reference_code
 
@@ -108,3 +114,20 @@ def test_the_test_window_is_whole_seasons_and_larger_on_a_short_series():
     assert steps(100, "YS") == 30
     assert held_out_steps(np.array([1.0, 2.0]), 0.2) == 1  # never the whole series
     assert held_out_steps(np.repeat(np.arange(0.0, 500.0, 10.0), 3), 0.2) == 16  # distinct times, not rows
+
+
+def test_years_as_plain_numbers_have_no_season_and_days_keep_theirs():
+    """A yearly series whose time column holds 1871, 1872... steps by 1 like a daily one does in days: read as
+    days it got a 7-step 'season' in the seasonal-naive bar and in the test window; plain numbers have none."""
+    years = pd.Series(np.arange(1871, 1971))
+    days = pd.Series(pd.date_range("2020-01-01", periods=100, freq="D"))
+    assert not is_dated(years) and is_dated(days) and is_dated(days.dt.strftime("%Y-%m-%d"))
+    assert season_length(clock(years), is_dated(years)) == 1
+    assert season_length(clock(days), is_dated(days)) == 7
+    # A short series holds out MIN_TEST_STEPS (30) of its times: in whole weeks for days, as they come for years.
+    assert held_out_steps(clock(years), 0.2, is_dated(years)) == 30
+    assert held_out_steps(clock(days), 0.2, is_dated(days)) == 28
+    # The seasonal-naive forecast of a yearly series repeats the last year, not the value seven years before.
+    train = pd.DataFrame({"year": years[:80], "y": np.arange(80.0)})
+    test = pd.DataFrame({"year": years[80:83]})
+    assert list(naive_forecasts(train, test, "year", "y", None)["seasonal naive"]) == [79.0, 79.0, 79.0]

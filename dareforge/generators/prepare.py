@@ -47,12 +47,13 @@ from dareforge.schema import (
 log = logging.getLogger(__name__)
 
 
-PREPARE_FORMAT = 8
+PREPARE_FORMAT = 9
 """Bump when the output of prepare changes for the same inputs, so every source is prepared again.
 3: prepared per framing (understand stage), time axes rebuilt from their parts. 4: cells pandas reads as
 missing (`NA`, `N/A`, ...) are missing; a numeric target must read as a number; chronological tabular splits. 5: a class label of blanks is no label. 6: booleans spelled True and False; a competition's outcome columns
 left out. 7: a time column without a name (`Unnamed: 0`) named `date`. 8: a series holds out its latest distinct times in
-whole seasons, at least `forecast.MIN_TEST_STEPS` of them on a short series (`forecast.held_out_steps`)."""
+whole seasons, at least `forecast.MIN_TEST_STEPS` of them on a short series (`forecast.held_out_steps`). 9: times
+that are plain numbers (years) have no season (`forecast.is_dated`)."""
 
 
 class PreparedIntegrityError(StoreError):

@@ -27,7 +27,7 @@ from dareforge.generators.sql import (
 )
 from dareforge.hashing import sha256_file
 from dareforge.reference_solutions.forecast import clock as clock_of
-from dareforge.reference_solutions.forecast import held_out_steps
+from dareforge.reference_solutions.forecast import held_out_steps, is_dated
 from dareforge.schema import (
     Framing,
     PreparedSource,
@@ -170,8 +170,10 @@ class SplitMixin:
                 log.info("%s: dropped %d rows without a time in %s", sid, profiled - n, clock.name)
             if task_type == TaskType.TIME_SERIES:
                 # A forecast holds out its latest distinct times, in whole seasons (`forecast.held_out_steps`).
-                times = self.con.execute(f"SELECT DISTINCT {clock.typed} FROM lab").fetchall()
-                steps = held_out_steps(clock_of(pd.Series([t for (t,) in times])), cfg.test_share)
+                times = pd.Series(
+                    [t for (t,) in self.con.execute(f"SELECT DISTINCT {clock.typed} FROM lab").fetchall()]
+                )
+                steps = held_out_steps(clock_of(times), cfg.test_share, is_dated(times))
                 cutoff = (
                     f"(SELECT DISTINCT {clock.typed} AS __t FROM lab ORDER BY __t DESC LIMIT 1 "
                     f"OFFSET {max(steps - 1, 0)})"

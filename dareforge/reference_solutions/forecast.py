@@ -43,8 +43,19 @@ def _days(when: pd.Series) -> np.ndarray:
     return delta.to_numpy(dtype=float, na_value=np.nan)
 
 
-def season_length(times: np.ndarray) -> int:
-    """Steps per season from the usual step between distinct times (1 when the series has no known season)."""
+def is_dated(values: pd.Series) -> bool:
+    """Whether `clock` reads `values` as dates (days), not as plain numbers (years, or steps of no calendar)."""
+    if pd.api.types.is_datetime64_any_dtype(values):
+        return True
+    return pd.to_numeric(values, errors="coerce").notna().mean() < 0.98
+
+
+def season_length(times: np.ndarray, dated: bool = True) -> int:
+    """Steps per season from the usual step between distinct times (1 when the series has no known season).
+    Plain numbers (`dated` False: years as 1871, 1872...) have no calendar: a step of 1 is a year or a step, not
+    a day, and no season is known."""
+    if not dated:
+        return 1
     distinct = np.unique(times[np.isfinite(times)])
     if len(distinct) < 2:
         return 1
@@ -57,7 +68,7 @@ def naive_forecasts(
 ) -> dict[str, np.ndarray]:
     """The model-free forecasts of `target` for each test row (in test's row order), by name."""
     train_clock, test_clock = clock(train[time]), clock(test[time])
-    season = season_length(np.concatenate([train_clock, test_clock]))
+    season = season_length(np.concatenate([train_clock, test_clock]), is_dated(train[time]))
     values = pd.to_numeric(train[target], errors="coerce").to_numpy(dtype=float)
     overall = float(np.nanmean(values)) if np.isfinite(values).any() else 0.0
     keys_train = _series_keys(train, entity)
@@ -100,7 +111,7 @@ scored by a bootstrap over the test rows, a window of 20 yearly values leaves ev
 to tell any two apart."""
 
 
-def held_out_steps(times: np.ndarray, share: float) -> int:
+def held_out_steps(times: np.ndarray, share: float, dated: bool = True) -> int:
     """How many of the latest distinct `times` (as `clock` reads them) a series holds out: `share` of them, at
     least `MIN_TEST_STEPS` where that keeps two thirds for training, in whole seasons where the series has one
     (a window ending mid-season scores a seasonal forecast on part of its cycle), never all of them."""
@@ -108,7 +119,7 @@ def held_out_steps(times: np.ndarray, share: float) -> int:
     count = len(distinct)
     if count < 2:
         return count
-    season = season_length(distinct)
+    season = season_length(distinct, dated)
     cap = count // 3
     steps = max(round(count * share), min(MIN_TEST_STEPS, cap))
     if season > 1:

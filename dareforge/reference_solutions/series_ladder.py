@@ -41,7 +41,7 @@ train = pd.read_csv("train.csv")
 test = pd.read_csv("test.csv")
 time, entity = {time!r}, {entity!r}
 train_clock, test_clock = clock(train[time]), clock(test[time])
-season = season_length(np.concatenate([train_clock, test_clock]))
+season = season_length(np.concatenate([train_clock, test_clock]), is_dated(train[time]))
 
 
 def smoothed(history, steps):
@@ -89,7 +89,8 @@ def smoothing_code(spec: StrongSpec, entity: str | None) -> str:
     stepping through the test rows' distinct times as the seasonal-naive forecast does. The time helpers are
     `forecast`'s own, copied in by source so the script reads times and seasons exactly as the bar does."""
     helpers = "\n\n".join(
-        inspect.getsource(f) for f in (forecast.clock, forecast._days, forecast.season_length)
+        inspect.getsource(f)
+        for f in (forecast.clock, forecast._days, forecast.is_dated, forecast.season_length)
     )
     return _SMOOTHING.format(
         seasons=forecast.SEASONS,

@@ -13,7 +13,7 @@ import pandas as pd
 from dareforge.config import Config
 from dareforge.families.registry import model_needs, question_needs
 from dareforge.reference_solutions.forecast import clock as forecast_clock
-from dareforge.reference_solutions.forecast import model_free_scale, naive_forecasts, season_length
+from dareforge.reference_solutions.forecast import is_dated, model_free_scale, naive_forecasts, season_length
 from dareforge.reference_solutions.leaks import Formula, pair_formula, single_column_scores
 from dareforge.reference_solutions.metrics import forecast_skill
 from dareforge.schema import TaskType
@@ -161,7 +161,9 @@ def check_series(
         )
         return out
     # Enough periods, counted in seasons of the series' own step, not in rows (a panel has many rows a period).
-    season = season_length(forecast_clock(pd.Series(times))[target.text.notna().to_numpy()])
+    season = season_length(
+        forecast_clock(pd.Series(times))[target.text.notna().to_numpy()], is_dated(pd.Series(times))
+    )
     series = model_needs(TaskType.TIME_SERIES, config)
     periods = series.periods(season, config.prepare.test_share)
     if stamps < periods:
