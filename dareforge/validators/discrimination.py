@@ -18,7 +18,9 @@ rung (score, interval, CPU seconds, or why it failed) and:
 - `headroom`: the metric's best possible score (1 for the goal metrics) minus the best rung's;
 - `cpu_seconds`: what the ladder cost: the CPU seconds of the scripts it ran and of its own grading.
 
-The gate rejects on `validate.min_ladder_tau` (the order disagrees badly with the scores) and
+Where no model rung's interval lies above the trivial rung's, nothing was learned to rank: the finding has no
+score (tau and spread would blame the ladder's sameness for a task that teaches nothing, which `learnable` and
+`reachable` judge). The gate rejects on `validate.min_ladder_tau` (the order disagrees badly with the scores) and
 `validate.min_ladder_spread` (too few rungs apart: the task cannot tell solvers apart); the check flags
 nothing.
 """
@@ -192,6 +194,19 @@ def _finding(view: TaskView, rungs: list[RungResult], cpu_seconds: float) -> Fin
     if len(scored) < 3:
         return Finding(
             f"too few ladder rungs scored to rank ({', '.join(failed)} failed)", None, details=details
+        )
+    trivial = next((r for r in scored if r.name == TRIVIAL), None)
+    if trivial is not None and not any(r.low > trivial.high for r in scored if r is not trivial):
+        # Nothing learned to rank: every model's interval reaches the trivial answer's. Its tau and spread would
+        # blame the ladder's sameness for what `learnable` and `reachable` judge (the task teaches nothing).
+        details.update(
+            tau=None, spread=None, difficulty=None, headroom=BEST_SCORE - max(r.score for r in scored)
+        )
+        return Finding(
+            f"no model rung scores clearly above the trivial answer ({trivial.score:.3f} [{trivial.low:.3f}, "
+            f"{trivial.high:.3f}]): nothing learned to rank; learnable and reachable judge the task",
+            None,
+            details=details,
         )
     scores = [r.score for r in scored]
     tau = decided_tau(scored)
