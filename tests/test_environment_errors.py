@@ -109,7 +109,7 @@ def test_a_read_only_store_is_one_line_and_can_still_be_read(cli, tmp_path):
             f"{disk / 'new-store'} is on a read-only"
         )
         read = cli(store, "sql", "select count(*) as n from sources", "--format", "json")
-        assert read.exit_code == 0 and '"n": 2' in read.output
+        assert read.exit_code == 0 and '"n": 2' in read.output, read.output
 
 
 WITHOUT_FILE_CAPABILITIES = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]

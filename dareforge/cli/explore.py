@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -155,13 +156,26 @@ def sql(
     ctx = context()
     limits = Limits.from_config(ctx.config.sql, timeout)
     read_only_statements(query)  # a refused statement leaves not even a scratch folder behind
-    scratch = ctx.scratch_dir("sql")
+    scratch = _sql_scratch(ctx)
     try:
         result = run_query(ctx.store, query, private=private, limits=limits, scratch=scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if result.columns:
         _emit(result, fmt, None)
+
+
+def _sql_scratch(ctx) -> Path:
+    """A fresh folder of this process for DuckDB's temp files: in the work dir (room to spill), or, where that
+    cannot be written (a store mounted read-only, which a person may still query), in the system temp folder."""
+    import tempfile
+
+    from dareforge.scratch import temp_root
+
+    try:
+        return ctx.scratch_dir("sql")
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="sql-", dir=temp_root()))
 
 
 def _emit(relation, fmt: str, title: str | None) -> None:
