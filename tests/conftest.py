@@ -4,6 +4,7 @@ import pytest
 
 from dareforge.config import Config
 from dareforge.context import RunContext
+from tests.stores import build_iris_release
 
 
 @pytest.fixture
@@ -26,3 +27,10 @@ def server():
 
     with LLMServer() as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def iris_release(tmp_path_factory):
+    """The folder of an iris-only release (tests/stores.py `build_iris_release`), built once per session: the
+    same generate-and-release several modules started with; each copies it (`copy_iris_release`)."""
+    return build_iris_release(tmp_path_factory.mktemp("iris-release"))

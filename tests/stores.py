@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from dareforge.config import Config
@@ -67,6 +68,27 @@ def generate_tasks(ctx: RunContext) -> RunContext:
 
     generate(prepared_store(ctx))
     return ctx
+
+
+IRIS_RELEASE_SOURCES = ["sklearn-iris"]
+
+
+def build_iris_release(root: Path) -> Path:
+    """An iris-only store of prediction tasks with release `dareforge` (no validation run: every candidate task
+    is released), under `root`; built once per session (conftest's `iris_release`) for the modules that start
+    from it, each of which works on a copy (`copy_iris_release`)."""
+    from dareforge.publish.release import build_release
+
+    cfg = prediction_only(store_config(root, IRIS_RELEASE_SOURCES))
+    build_release(generate_tasks(RunContext.from_config(cfg, show_progress=False)), "dareforge")
+    return root
+
+
+def copy_iris_release(shared: Path, root: Path) -> Config:
+    """A copy of the shared iris release's store under `root` (a module's own: what it writes stays there), and
+    the config that reads it."""
+    shutil.copytree(shared / "store", root / "store")
+    return prediction_only(store_config(root, IRIS_RELEASE_SOURCES))
 
 
 def mirror_dataset(root: Path, name: str, files: dict[str, bytes], **meta: str) -> str:

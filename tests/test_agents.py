@@ -36,14 +36,13 @@ from dareforge.config import Config, EndpointConfig, SandboxConfig
 from dareforge.context import RunContext
 from dareforge.errors import ConfigError, DareforgeError
 from dareforge.llm import ChatResult, LLMClient
-from dareforge.publish.release import build_release
 from dareforge.queries import partition_name
 from dareforge.sandbox import Sandbox, SandboxError, probe
 from dareforge.schema import Task, TaskLimits, Trajectory
 from dareforge.store import Store
 from dareforge.trajectories.gold import regrade
 from tests.llm_server import Fault, LLMServer, Reply
-from tests.stores import generate_tasks, prediction_only, store_config
+from tests.stores import copy_iris_release
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
 
@@ -53,12 +52,11 @@ HIDDEN = tuple(name[::-1] for name in PRIVATE_NAMES)
 
 # -- fixtures -------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Config, Path]:
-    """An iris-only store with a release (no validation run: every candidate task is released)."""
+def built(iris_release, tmp_path_factory) -> tuple[Config, Path]:
+    """An iris-only store with a release (no validation run: every candidate task is released), a copy of the
+    session's."""
     root = tmp_path_factory.mktemp("agents")
-    cfg = prediction_only(store_config(root, ["sklearn-iris"]))
-    build_release(generate_tasks(RunContext.from_config(cfg, show_progress=False)), "dareforge")
-    return cfg, root
+    return copy_iris_release(iris_release, root), root
 
 
 @pytest.fixture

@@ -23,11 +23,11 @@ from dareforge.agents import evaluate
 from dareforge.config import Config, EndpointConfig
 from dareforge.context import RunContext
 from dareforge.inspect_eval import release_task
-from dareforge.publish.release import build_release, load_release
+from dareforge.publish.release import load_release
 from dareforge.sandbox import probe
 from dareforge.schema import Task
 from dareforge.store import Store
-from tests.stores import generate_tasks, prediction_only, store_config
+from tests.stores import copy_iris_release
 from tests.test_agents import conversations, majority_code, step
 
 pytestmark = pytest.mark.skipif(not probe().available, reason=f"no sandbox here: {probe().reason}")
@@ -38,11 +38,9 @@ DONE = "predictions.csv is written."
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Config, list[Task]]:
-    root = tmp_path_factory.mktemp("inspect")
-    cfg = prediction_only(store_config(root, ["sklearn-iris"]))
-    ctx = generate_tasks(RunContext.from_config(cfg, show_progress=False))
-    build_release(ctx, "dareforge")
+def built(iris_release, tmp_path_factory) -> tuple[Config, list[Task]]:
+    cfg = copy_iris_release(iris_release, tmp_path_factory.mktemp("inspect"))
+    ctx = RunContext.from_config(cfg, show_progress=False)
     tasks = sorted(load_release(ctx, "dareforge").tasks(), key=lambda t: (t.family, t.id))
     return cfg, tasks
 
