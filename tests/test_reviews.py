@@ -227,4 +227,4 @@ def test_review_commands_and_the_audit_agreement_table(ctx, tmp_path):
     gate(ctx)
     table = run("audit", "--agreement")
     assert table.exit_code == 0 and "gate vs reviewers: 1 reviewed tasks" in table.output
-    assert "leakage-copy" in table.output and "precision" in table.output
+    assert "leakage-copy" in table.output and "precision" in table.output, table.output

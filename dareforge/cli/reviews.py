@@ -48,6 +48,7 @@ def review_list(
             f"[{state}]: {review.note}",
             markup=False,
             highlight=False,
+            soft_wrap=True,  # one review a line, whatever the terminal's width: people grep it
         )
 
 
@@ -118,7 +119,11 @@ def agreement_table() -> Table:
         "precision",
         "recall",
     ):
-        table.add_column(name, justify="left" if name == "check / family" else "right")
+        # A check's name is what a person reads the row by: never wrapped or cut, however narrow the terminal.
+        first = name == "check / family"
+        # A header wraps between its words, never inside one: the table fits 80 columns whole.
+        widest = max(len(word) for word in name.split())
+        table.add_column(name, justify="left" if first else "right", no_wrap=first, min_width=widest)
     for i, row in enumerate([*result.by_check, *result.by_family]):
         table.add_row(
             row.scope if i < len(result.by_check) else f"family {row.scope}",
