@@ -98,7 +98,7 @@ PRIVATE_COLUMNS: dict[str, dict[str, str]] = {
 }
 """Columns a query without --private never sees, and why; every other column is public (the release keeps the
 same parts of a task private: `dareforge.publish.release`). A new column is public until listed here, so
-tests/test_sql_confined.py names every public column: adding one fails that test until someone decides."""
+tests/test_sql_public.py names every public column: adding one fails that test until someone decides."""
 
 REDACTED_COLUMNS: dict[str, dict[str, str]] = {
     # The prepared answers' file (generators.table_split.FILES) is private; its checksum would be too.
