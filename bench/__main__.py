@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from bench import (
+    browse,
     cost_model,
     crawl_warm_cold,
     generate_throughput,
@@ -23,6 +24,7 @@ from bench import (
 )
 
 BENCHMARKS = {
+    "browse": browse.main,
     "cost": cost_model.main,
     "crawl": crawl_warm_cold.main,
     "generate": generate_throughput.main,

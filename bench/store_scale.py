@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,7 +40,18 @@ QUERIES = {
 TARGET_S = 1.0  # what "interactive" means here: a command answers within a second
 
 
-def build(small: Path, big: Path, sources: int) -> None:
+Rename = Callable[[str, pa.Table, int], pa.Table]
+"""(table name, a partition's rows already under copy n's source id, n) -> the rows copy n stores."""
+
+
+def source_of(n: int) -> str:
+    """The source id of copy `n`."""
+    return f"kaggle.owner-{n}.data-{n}"
+
+
+def build(small: Path, big: Path, sources: int, rename: Rename | None = None) -> None:
+    """Copy `sources` times the partitions of the store at `small` into `big`, copy n under source id
+    `source_of(n)` (and, with `rename`, whatever else the caller renames per copy, e.g. task ids)."""
     for folder in sorted((small / "tables").iterdir()):
         files = sorted(folder.glob("*.parquet"))
         if not files or folder.name == "trajectories":
@@ -47,7 +59,7 @@ def build(small: Path, big: Path, sources: int) -> None:
         (big / "tables" / folder.name).mkdir(parents=True)
         for n in range(sources):
             table = pq.read_table(files[n % len(files)])
-            source = f"kaggle.owner-{n}.data-{n}"
+            source = source_of(n)
             if "source_id" in table.column_names:
                 column = table.schema.field("source_id")
                 table = table.set_column(
@@ -55,6 +67,8 @@ def build(small: Path, big: Path, sources: int) -> None:
                     column,
                     pa.array([source] * len(table), column.type),
                 )
+            if rename is not None:
+                table = rename(folder.name, table, n)
             pq.write_table(table, big / "tables" / folder.name / f"{source}.parquet", compression="zstd")
 
 

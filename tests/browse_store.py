@@ -1,20 +1,33 @@
-"""The store the workbench tests browse: one builtin source's prediction tasks, gated, plus one hostile task
-whose source, column names, cells and instruction hold markup that must render as text."""
+"""The store the workbench tests browse: one builtin source's prediction tasks, gated and released, plus one
+hostile task whose source, column names, cells, instruction, ladder rungs, trajectories, probes and run log
+hold markup that must render as text."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from dareforge.context import RunContext
 from dareforge.describe import describe_file
-from dareforge.schema import FilterDecision, Source, Task, Validation
-from dareforge.validators.gate import gate
+from dareforge.publish.release import build_release
+from dareforge.run_record import RUNS, RunRecord
+from dareforge.schema import FilterDecision, ProbeResult, Source, Step, Task, Trajectory, Validation
+from dareforge.trajectories import GOLD_ENDPOINT
+from dareforge.validators.gate import LADDER, gate
 from tests.stores import generate_tasks, prediction_only, store_config
 
 SCRIPT = "<script>window.__pwned = 1</script>"
 IMG = '"><img src=x onerror="window.__pwned = 2">'
 HOSTILE_SOURCE = "mirror.hostile"
 HOSTILE_TASK = "0hostile0task0id"
+RELEASE = "browse"
+RUNGS = [  # the hostile task's ladder, weakest first; the first rung's name is markup
+    {"name": SCRIPT, "score": 0.31, "low": 0.25, "high": 0.37},
+    {"name": "linear", "score": 0.62, "low": 0.55, "high": 0.69},
+    {"name": "boosted", "score": 0.81, "low": 0.77, "high": 0.86},
+]
+GOLD_OUTPUT = f"gold output {IMG}"
+SAMPLED_ERROR = f"Traceback: {SCRIPT}"
 
 
 def browse_context(root: Path) -> RunContext:
@@ -41,9 +54,84 @@ def build_browse_store(root: Path) -> RunContext:
             checks_version="test",
         )
     )
+    findings.append(
+        Validation(
+            task_id=HOSTILE_TASK,
+            source_id=HOSTILE_SOURCE,
+            check=LADDER,
+            score=1.0,
+            reason="rungs in ladder order",
+            details=json.dumps({"rungs": RUNGS}),
+            checks_version="test",
+        )
+    )
     ctx.store.write_records("all", findings)
+    _add_agent_runs(ctx)
     gate(ctx)
+    build_release(ctx, RELEASE)
+    record = RunRecord(started="20260301T000000Z", jobs=1, tasks=len(tasks) + 1, accepted=len(tasks))
+    record.failures = {"prepare": {HOSTILE_SOURCE: f"failed on {SCRIPT}"}}
+    ctx.store.write_json(
+        f"{RUNS}/{record.started}.json", {k: v for k, v in vars(record).items() if k[0] != "_"}
+    )
     return ctx
+
+
+def _add_agent_runs(ctx: RunContext) -> None:
+    """The hostile task's gold and sampled trajectories and a probe, whose outputs hold markup."""
+
+    def trajectory(
+        endpoint: str, model: str, steps: list[Step], outcome: str, score: float | None
+    ) -> Trajectory:
+        return Trajectory(
+            id=f"{endpoint}0trajectory",
+            task_id=HOSTILE_TASK,
+            family="MM",
+            endpoint=endpoint,
+            model=model,
+            steps=steps,
+            outcome=outcome,
+            score=score,
+            passed=score is not None and score > 0.5,
+        )
+
+    gold = trajectory(
+        GOLD_ENDPOINT.name,
+        GOLD_ENDPOINT.model,
+        [
+            Step(role="user", content="Predict the label."),
+            Step(role="assistant", content="Reading the files.", code="print(open('train.csv').read())"),
+            Step(role="execution", content=GOLD_OUTPUT, seconds=0.25),
+        ],
+        "graded",
+        0.9,
+    )
+    sampled = trajectory(
+        "local",
+        f"model {SCRIPT}",
+        [
+            Step(role="user", content="Predict the label."),
+            Step(role="assistant", content="", code="1/0"),
+            Step(role="execution", content="", error=SAMPLED_ERROR),
+        ],
+        "code-error",
+        None,
+    )
+    probe = ProbeResult(
+        task_id=HOSTILE_TASK,
+        source_id=HOSTILE_SOURCE,
+        family="MM",
+        probe="no-data",
+        endpoint="local",
+        model=f"prober {IMG}",
+        sample=0,
+        trajectory_id="probe0trajectory",
+        outcome="graded",
+        score=0.12,
+        probe_version="test",
+    )
+    ctx.store.write_records(HOSTILE_SOURCE, [gold, sampled])
+    ctx.store.write_records(HOSTILE_SOURCE, [probe])
 
 
 def _add_hostile_task(ctx: RunContext, model: Task, root: Path) -> None:
@@ -60,6 +148,7 @@ def _add_hostile_task(ctx: RunContext, model: Task, root: Path) -> None:
             "id": HOSTILE_TASK,
             "source_id": HOSTILE_SOURCE,
             "instruction": f"Predict {SCRIPT} from the column {IMG}.\nSecond line & more.",
+            "difficulty": "hard",
             "public_files": public,
             "private_files": [],
         }

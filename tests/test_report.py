@@ -24,7 +24,12 @@ from dareforge.families.registry import family_named
 from dareforge.publish import ReleaseError, build_release, skill
 from dareforge.publish import release_task_views as task_views
 from dareforge.publish.release_card import skill_lines
-from dareforge.publish.release_report import render_release_report, report_key, write_release_report
+from dareforge.publish.release_report import (
+    BROWSE_URL,
+    render_release_report,
+    report_key,
+    write_release_report,
+)
 from dareforge.publish.source_split import SPLITS
 from dareforge.publish.versions import read_build_record
 from dareforge.schema import FilterDecision, Origin, Source
@@ -119,8 +124,19 @@ def test_report_has_every_section_and_embedded_pngs(built, page):
         data = base64.b64decode(image, validate=True)
         assert data.startswith(PNG) and len(data) > 5_000
         assert b"Software" not in data and b"matplotlib" not in data.lower()
-    # Self-contained: nothing is fetched from anywhere.
-    assert not re.search(r"""(src|href)=['"](?!data:|#)""", text)
+    # Self-contained: nothing is fetched from anywhere (links to the workbench are followed only when clicked).
+    assert not re.search(r"""src=['"](?!data:)""", text)
+    assert not re.search(rf"""href=['"](?!#|{re.escape(BROWSE_URL)}/)""", text)
+
+
+def test_sampled_tasks_link_to_their_workbench_pages(built, page):
+    _, release = built
+    text = page[1]
+    linked = re.findall(r"<td><a href='http://127\.0\.0\.1:8765/task/([0-9a-z]+)'>([0-9a-z]+)</a></td>", text)
+    assert linked and all(href == shown for href, shown in linked)
+    sample = [row[0] for row in _tables(text)["task-sample"][1:]]
+    assert [shown for _, shown in linked] == sample and set(sample) <= set(release.task_ids)
+    assert f"href='{BROWSE_URL}/tasks?release={release.name}%40{release.version}'" in text
 
 
 def test_tables_match_the_release(built, page):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlencode, urlsplit
 
 import duckdb
@@ -17,29 +18,24 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from dareforge import reviews
+from dareforge.browse import data
+from dareforge.browse.plots import ladder_plot
+from dareforge.browse.profiles import PROFILE_ROWS, FileProfile, Profiles
+from dareforge.errors import DareforgeError
 from dareforge.families.registry import REGISTERED, bar_of
-from dareforge.schema import Review
+from dareforge.publish.release import Release
+from dareforge.publish.release_report import report_key
+from dareforge.publish.source_split import SPLITS
+from dareforge.schema import Difficulty, Review, SourceFile, Trajectory, Validation
 from dareforge.store import Store
+from dareforge.trajectories import GOLD_ENDPOINT, GOLD_KIND
+from dareforge.validators.gate import ladder_rungs
 
-PAGE_SIZE = 50
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PREVIEW_LINES = 12
 PREVIEW_BYTES = 8192
-FILTERS = ("family", "verdict", "check", "source", "q")
-
-TASK_LIST_SQL = """
-select t.id, t.family, t.source_id, t.difficulty, left(t.instruction, 160) as opening,
-       case when v.task_id is null then 'unjudged' when v.accepted then 'accepted' else 'rejected' end as verdict,
-       coalesce(array_to_string(v.reasons, ' | '), '') as reasons
-from (select distinct on (id) * from tasks where status = 'candidate' and variant_of is null) t
-left join (select distinct on (task_id) * from verdicts) v on v.task_id = t.id
-where (? is null or t.family = ?)
-  and (? is null or t.source_id = ?)
-  and (? is null or (case when v.task_id is null then 'unjudged' when v.accepted then 'accepted'
-                          else 'rejected' end) = ?)
-  and (? is null or len(list_filter(coalesce(v.reasons, []), lambda r: starts_with(r, ? || ':'))) > 0)
-  and (? is null or contains(lower(t.instruction), lower(?)) or contains(t.id, ?))
-"""
+STEP_CHARS = 4000
+"""A replayed step's text shown at most (an agent's output can be megabytes; the page says when it is cut)."""
 
 
 # The time as microseconds: DuckDB hands a TIMESTAMPTZ to Python only through pytz, which is not installed.
@@ -57,44 +53,41 @@ class Workbench:
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
         self.env.filters["details"] = details_text
+        self.env.filters["clip"] = clip
+        self.views = data.StoreViews(store)
+        self.profiles = Profiles(store)
 
     def render(self, name: str, status: int = 200, **values: Any) -> HTMLResponse:
-        page = self.env.get_template(name).render(private=self.private, **values)
+        page = self.env.get_template(name).render(private=self.private, profile_rows=PROFILE_ROWS, **values)
         return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        return self.store.connect()
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        return self.views.cursor()
 
     # -- pages ------------------------------------------------------------------------------------------------
     async def task_list(self, request: Request) -> Response:
-        chosen = {k: (request.query_params.get(k) or None) for k in FILTERS}
+        chosen = {k: (request.query_params.get(k) or None) for k in data.FILTERS}
         asked = request.query_params.get("page") or "1"
         page = max(int(asked), 1) if asked.isdigit() else 1
-        f = chosen
-        params = [
-            *(f["family"], f["family"]),
-            *(f["source"], f["source"]),
-            *(f["verdict"], f["verdict"]),
-            *(f["check"], f["check"]),
-            *(f["q"], f["q"], f["q"]),
-        ]
-        con = self.connect()
-        total = con.execute(f"select count(*) from ({TASK_LIST_SQL})", params).fetchone()[0]
-        rows = con.execute(
-            f"{TASK_LIST_SQL} order by t.family, t.id limit {PAGE_SIZE} offset {(page - 1) * PAGE_SIZE}",
-            params,
-        ).fetchall()
-        columns = ("id", "family", "source_id", "difficulty", "opening", "verdict", "reasons")
+        con = self.cursor()
+        if chosen["split"] and not chosen["release"]:
+            chosen["release"] = data.newest_release(self.store)  # a split is a release's: the newest one's
+        listed = data.task_list(con, chosen, page)
         families = [r[0] for r in con.execute("select distinct family from tasks order by 1").fetchall()]
+        released = [
+            r[0] for r in con.execute("select distinct release from release_tasks order by 1").fetchall()
+        ]
         kept = {k: v for k, v in chosen.items() if v}
         return self.render(
             "tasks.html",
-            tasks=[dict(zip(columns, r, strict=True)) for r in rows],
-            total=total,
+            tasks=listed.rows,
+            total=listed.total,
             page=page,
-            pages=max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1),
+            pages=max((listed.total + data.PAGE_SIZE - 1) // data.PAGE_SIZE, 1),
             chosen=chosen,
             families=families,
+            releases=released,
+            tiers=(*get_args(Difficulty), data.NO_TIER),
             query=lambda **change: urlencode({**kept, **change}),
         )
 
@@ -104,12 +97,16 @@ class Workbench:
             task = reviews.load_task(self.store, task_id)
         except reviews.ReviewError as exc:
             return self.render("missing.html", 404, what=str(exc))
-        con = self.connect()
+        con = self.cursor()
         family = REGISTERED.get(task.family)
+        bar = bar_of(task) if family is not None else None
         values: dict[str, Any] = {
             "task": task,
-            "bar": bar_of(task) if family is not None else None,
-            "public": [(f, self._preview(f"tasks/{task.id}/public/{f.name}")) for f in task.public_files],
+            "bar": bar,
+            "public": [self._file(f"tasks/{task.id}/public/{f.name}", f) for f in task.public_files],
+            "releases": con.execute(
+                "select release, split from release_tasks where id = ? order by release desc", [task.id]
+            ).fetchall(),
             "reviews": [_review(r) for r in _dicts(con.execute(REVIEWS_SQL, [task.id]))],
             "fingerprint": reviews.task_fingerprint(task),
             "token": self.token,
@@ -120,19 +117,31 @@ class Workbench:
             values["private_files"] = [
                 (f, self._preview(f"tasks/{task.id}/private/{f.name}")) for f in task.private_files
             ]
-            values["findings"] = con.execute(
-                'select "check", score, flagged, reason, details from validations where task_id = ? order by 1',
-                [task.id],
-            ).fetchall()
-            verdict = con.execute(
+            findings = [
+                Validation.model_validate(r)
+                for r in _dicts(
+                    con.execute("select * from validations where task_id = ? order by 1", [task.id])
+                )
+            ]
+            values["findings"] = sorted(findings, key=lambda v: v.check)
+            values["ladder"] = ladder_plot(ladder_rungs(findings), bar)
+            values["verdict"] = con.execute(
                 "select accepted, reasons from verdicts where task_id = ? limit 1", [task.id]
             ).fetchone()
-            values["verdict"] = verdict
+            values["trajectories"] = [
+                (GOLD_KIND if t.endpoint == GOLD_ENDPOINT.name else "sampled", t)
+                for t in _trajectories(con, task.id)
+            ]
+            values["probes"] = con.execute(
+                "select probe, endpoint, model, sample, outcome, score, passed, trajectory_id from probes "
+                "where task_id = ? order by probe, endpoint, model, sample",
+                [task.id],
+            ).fetchall()
         return self.render("task.html", **values)
 
     async def source_page(self, request: Request) -> Response:
         source_id = request.path_params["source_id"]
-        con = self.connect()
+        con = self.cursor()
         source = con.execute(
             "select id, title, description, origin, url, license from sources where id = ? limit 1",
             [source_id],
@@ -153,6 +162,43 @@ class Workbench:
             [source_id],
         ).fetchall()
         return self.render("source.html", source=source, decisions=decisions, framings=framings, tasks=tasks)
+
+    async def release_list(self, request: Request) -> Response:
+        return self.render("releases.html", releases=data.releases(self.store), runs=data.runs(self.store))
+
+    async def release_page(self, request: Request) -> Response:
+        name, version = request.path_params["name"], request.path_params.get("version")
+        try:
+            release = Release.load(self.store, name, version)
+        except DareforgeError as exc:
+            return self.render("missing.html", 404, what=str(exc))
+        entries = release.manifest["tasks"]
+        counts = Counter((e["family"], e["split"]) for e in entries)
+        report = report_key(release.name, release.version)
+        return self.render(
+            "release.html",
+            release=release,
+            label=f"{release.name}@{release.version}",
+            splits=SPLITS,
+            families=sorted({f for f, _ in counts}),
+            counts=counts,
+            report=self.store.exists(report),
+            sources=release.manifest.get("sources", []),
+        )
+
+    async def release_report(self, request: Request) -> Response:
+        """The release's stored HTML report (`dareforge.publish.release_report`), under the same headers."""
+        try:  # loading checks the name and version (no path escapes the releases folder)
+            release = Release.load(self.store, request.path_params["name"], request.path_params["version"])
+        except DareforgeError as exc:
+            return self.render("missing.html", 404, what=str(exc))
+        key = report_key(release.name, release.version)
+        if not self.store.exists(key):
+            return self.render("missing.html", 404, what=f"no report at {key}: run dareforge report")
+        return HTMLResponse(self.store.read_bytes(key), headers=SECURITY_HEADERS)
+
+    async def run_list(self, request: Request) -> Response:
+        return self.render("runs.html", runs=data.runs(self.store))
 
     async def post_review(self, request: Request) -> Response:
         task_id = request.path_params["task_id"]
@@ -175,6 +221,9 @@ class Workbench:
         reviews.record(self.store, review)
         return RedirectResponse(f"/task/{task_id}#reviews", status_code=303)
 
+    def _file(self, key: str, file: SourceFile) -> tuple[SourceFile, str, FileProfile | None]:
+        return file, self._preview(key), self.profiles.of(key, file)
+
     def _preview(self, key: str) -> str:
         """The first lines of a stored file as text (bounded; undecodable bytes replaced)."""
         if not self.store.exists(key):
@@ -196,6 +245,19 @@ SECURITY_HEADERS = {
 def _dicts(result: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     names = [d[0] for d in result.description]
     return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+
+def _trajectories(con: duckdb.DuckDBPyConnection, task_id: str) -> list[Trajectory]:
+    """The task's gold and sampled trajectories (probe runs are listed with the probes), gold first."""
+    rows = _dicts(
+        con.execute(
+            "select * from (select distinct on (id) * from trajectories where task_id = ?) "
+            "where id not in (select trajectory_id from probes where task_id = ?) "
+            "order by endpoint <> ?, endpoint, model, sample",
+            [task_id, task_id, GOLD_ENDPOINT.name],
+        )
+    )
+    return [Trajectory.model_validate(r) for r in rows]
 
 
 def _review(row: dict[str, Any]) -> Review:
@@ -224,6 +286,11 @@ def make_app(store: Store, *, private: bool = False, token: str | None = None) -
             Route("/task/{task_id}", bench.task_page),
             Route("/task/{task_id}/review", bench.post_review, methods=["POST"]),
             Route("/source/{source_id:path}", bench.source_page),
+            Route("/releases", bench.release_list),
+            Route("/release/{name}", bench.release_page),
+            Route("/release/{name}/{version}", bench.release_page),
+            Route("/release/{name}/{version}/report", bench.release_report),
+            Route("/runs", bench.run_list),
         ]
     )
     app.state.workbench = bench
@@ -238,3 +305,12 @@ def details_text(details: str | None) -> str:
         return json.dumps(json.loads(details), indent=1)[:4000]
     except json.JSONDecodeError:
         return details[:4000]
+
+
+def clip(text: str | None) -> str:
+    """A replayed step's text, cut at STEP_CHARS with a note saying how much is left out."""
+    if not text:
+        return ""
+    if len(text) <= STEP_CHARS:
+        return text
+    return f"{text[:STEP_CHARS]}\n... ({len(text) - STEP_CHARS} more characters)"

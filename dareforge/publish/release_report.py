@@ -12,7 +12,9 @@
 5. the validation outcome per family (from the store's `verdicts`) and the top rejection reasons;
 6. the released tasks in aggregate (per source origin, tasks per source, the sources with most tasks) and a
    bounded sample of task rows: the page's size does not grow with the task count; the full list is the
-   release's own Parquet files and manifest.
+   release's own Parquet files and manifest. Each sampled task links to its page in `dareforge browse`, and the
+   section to the release's task list there, at `BROWSE_URL` (where `dareforge browse` listens by default):
+   `<BROWSE_URL>/task/<task id>`, `<BROWSE_URL>/release/<name>/<version>`, `<BROWSE_URL>/tasks?release=<name>@<version>`.
 
 The release parts (tasks, splits, scores) come from the frozen release; the funnel and the verdicts describe
 the store as it is when the report is written, which the page says. Plots are PNGs (matplotlib, Agg) embedded
@@ -25,9 +27,10 @@ from __future__ import annotations
 import html
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from dareforge.context import RunContext
 from dareforge.errors import DareforgeError
@@ -51,6 +54,9 @@ from dareforge.publish.versions import read_build_record
 from dareforge.schema import SourceStatus
 
 REPORTS = "reports/release"
+BROWSE_URL = "http://127.0.0.1:8765"
+"""Where `dareforge browse` listens by default: the report's links to task pages point there (nothing is fetched
+from it; a page opened without the workbench running shows the report whole)."""
 TOP = 15
 EXAMPLE_CHARS = 180
 STAGES = ("fetch", "filter", "prepare", "generate", "validate", "release")
@@ -215,13 +221,22 @@ def _e(value: object) -> str:
 
 
 def _table(
-    headers: Sequence[str], rows: Iterable[Sequence[object]], *, num: Iterable[int] = (), table_id: str = ""
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    num: Iterable[int] = (),
+    table_id: str = "",
+    links: Mapping[int, Callable[[object], str]] | None = None,
 ) -> str:
-    right = set(num)
+    """An HTML table of escaped cells; `links`: column -> the URL its cells link to."""
+    right, linked = set(num), links or {}
 
     def cell(tag: str, i: int, value: object) -> str:
         cls = " class='num'" if i in right else ""
-        return f"<{tag}{cls}>{_e(value)}</{tag}>"
+        text = _e(value)
+        if tag == "td" and i in linked:
+            text = f"<a href='{_e(linked[i](value))}'>{text}</a>"
+        return f"<{tag}{cls}>{text}</{tag}>"
 
     head = "".join(cell("th", i, h) for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>\n" for row in rows)
@@ -460,6 +475,7 @@ def _validation_section(release: Release, verdicts: list[tuple]) -> list[str]:
 def _task_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[str]:
     """Aggregated views of the released tasks and a bounded sample of them (`release_task_views`)."""
     entries = release.manifest["tasks"]
+    browse_release = f"{BROWSE_URL}/tasks?release={quote(f'{release.name}@{release.version}')}"
     per_source = Counter(e["source_id"] for e in entries)
     sides = {s["id"]: s["split"] for s in release.manifest.get("sources", [])}
     sample = [
@@ -504,12 +520,15 @@ def _task_section(release: Release, scores: dict[str, dict[str, Any]]) -> list[s
             table_id="top-sources",
         ),
         f"<h3>A sample of tasks ({len(sample)} of {len(entries)})</h3>",
-        f"<p class='muted'>Up to {task_views.SAMPLE_PER_GROUP} tasks of each family and split.</p>",
+        f"<p class='muted'>Up to {task_views.SAMPLE_PER_GROUP} tasks of each family and split. With "
+        f"<code>dareforge browse</code> running, each task opens at <code>{_e(BROWSE_URL)}/task/&lt;task id&gt;</code>"
+        f" and <a id='browse-release' href='{_e(browse_release)}'>the release's task list</a> filters them all.</p>",
         _table(
             ["task", "family", "source", "split", "metric", "baseline", "strong"],
             sample,
             num=[5, 6],
             table_id="task-sample",
+            links={0: lambda task_id: f"{BROWSE_URL}/task/{quote(str(task_id))}"},
         ),
     ]
 

@@ -1,0 +1,231 @@
+"""`dareforge browse` at catalog size: does every page render within TARGET_MS, in at most TARGET_MB?
+
+Builds a store of about TASKS tasks by copying the partitions of a small generated, validated and gated store
+under new source ids (`bench.store_scale.build`) and new task ids (each copy's task folders hard-linked under
+its ids, manifests rewritten), builds a release of them, then starts the workbench as a server (a process of
+its own, as `dareforge browse` runs it) and times a sample of pages over HTTP on localhost: the task list
+unfiltered (first and last page) and under each filter, task pages public and with `--private`, source pages,
+the release and run pages. Per page kind: median and max; per server: peak resident memory (VmHWM).
+
+The baseline, measured in the same run on the same store, is the workbench as it was first built: a new DuckDB
+connection with the store's views for every request (`BASELINE` below).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+
+from bench.common import bench_config, generated
+from bench.store_scale import build, source_of
+from dareforge.context import RunContext
+from dareforge.publish.release import Release, build_release
+from dareforge.schema import Task
+from dareforge.store import MANIFEST
+from dareforge.validators.gate import gate
+from dareforge.validators.validate import validate
+
+TASKS = 12_000
+SOURCES = ["sklearn-iris", "sklearn-wine", "statsmodels-co2"]
+TARGET_MS = 300.0
+TARGET_MB = 500.0
+SAMPLE = 12  # pages of each sampled kind (tasks, sources)
+ROUNDS = 3  # each listed page is fetched this many times (the median and max are over all fetches)
+RELEASE = "bench"
+
+SERVER = """
+import sys
+import uvicorn
+from dareforge.store import Store
+from dareforge.browse import make_app
+root, mode, private, port = sys.argv[1:5]
+if mode == "baseline":  # the first workbench: a new connection with every view for each request
+    from dareforge.browse import data
+    data.StoreViews.cursor = lambda self: self.store.connect()
+uvicorn.run(make_app(Store(root), private=private == "private"), host="127.0.0.1", port=int(port),
+            log_level="warning")
+"""
+
+
+def copy_id(task_id: str, n: int) -> str:
+    """Copy n's id of a task: the same length and alphabet (ids are alphanumeric), distinct per copy."""
+    return f"{n:05x}{task_id[5:]}"
+
+
+def renamed(table_name: str, table: pa.Table, n: int) -> pa.Table:
+    """Copy n's rows: task ids (and the sources table's own id) under copy n's names."""
+    columns = ["id", "variant_of", "task_id"] if table_name == "tasks" else ["task_id"]
+    for name in columns:
+        if name in table.column_names:
+            i = table.column_names.index(name)
+            values = [None if v is None else copy_id(v, n) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+    if table_name == "sources":
+        i = table.column_names.index("id")
+        table = table.set_column(i, table.schema.field(i), pa.array([source_of(n)] * len(table), pa.string()))
+    return table
+
+
+def copy_task_folders(small: Path, big: Path, tasks: list[Task], copies: int) -> None:
+    """Each copy's task folders: files hard-linked (they are never rewritten in place), manifest rewritten."""
+    by_source = defaultdict(list)
+    for t in tasks:
+        by_source[t.source_id].append(t)
+    order = sorted(by_source)  # the order `build` copies partitions in (sorted partition files)
+    for n in range(copies):
+        for t in by_source[order[n % len(order)]]:
+            folder = big / "tasks" / copy_id(t.id, n)
+            for half in ("public", "private"):
+                (folder / half).mkdir(parents=True, exist_ok=True)
+                for f in (small / "tasks" / t.id / half).iterdir():
+                    os.link(f, folder / half / f.name)
+            update = {"id": copy_id(t.id, n), "source_id": source_of(n)}
+            if t.variant_of:
+                update["variant_of"] = copy_id(t.variant_of, n)
+            record = t.model_copy(update=update).model_dump(mode="json")
+            (folder / MANIFEST).write_text(json.dumps({"task": record}))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fetch_ms(url: str) -> float:
+    started = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=120) as response:
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status}")
+    return (time.perf_counter() - started) * 1000
+
+
+def serve_and_time(
+    root: Path, mode: str, private: bool, pages: dict[str, list[str]]
+) -> tuple[dict, float, float]:
+    """Start a server, fetch every page ROUNDS times: (kind -> timings in ms, first request ms, peak RSS MB)."""
+    port = free_port()
+    args = [sys.executable, "-c", SERVER, str(root), mode, "private" if private else "public", str(port)]
+    server = subprocess.Popen(args)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120  # a readiness wait
+        while True:
+            try:
+                first = fetch_ms(f"{base}/tasks")  # the first request also makes the compacted copies
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the browse server did not start") from None
+                time.sleep(0.2)
+        timings: dict[str, list[float]] = defaultdict(list)
+        for _ in range(ROUNDS):
+            for kind, urls in pages.items():
+                for url in urls:
+                    timings[kind].append(fetch_ms(base + url))
+        with open(f"/proc/{server.pid}/status") as fh:
+            peak = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
+    finally:
+        server.terminate()
+        server.wait()
+    return timings, first, peak
+
+
+def sample_pages(
+    tasks: list[str], copies: int, release: Release
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(public pages, private pages) by kind."""
+    rng = random.Random(45)
+    picked = rng.sample(tasks, SAMPLE)
+    sources = [source_of(rng.randrange(copies)) for _ in range(SAMPLE)]
+    label = f"{release.name}@{release.version}"
+    last = (len(tasks) + 49) // 50
+    lists = {
+        "list page 1": ["/tasks"],
+        "list last page": [f"/tasks?page={last}"],
+        "list filtered": [
+            "/tasks?family=IF",
+            "/tasks?verdict=rejected",
+            "/tasks?check=discrimination",
+            f"/tasks?source={sources[0]}",
+            "/tasks?q=predict",
+            f"/tasks?release={label}&split=test",
+            "/tasks?difficulty=hard",
+            "/tasks?family=MM&verdict=accepted&page=3",
+        ],
+        "source page": [f"/source/{s}" for s in sources],
+        "releases, runs": ["/releases", f"/release/{release.name}/{release.version}", "/runs"],
+    }
+    public = {**lists, "task page (public)": [f"/task/{t}" for t in picked]}
+    private = {"task page (--private)": [f"/task/{t}" for t in picked]}
+    return public, private
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = generated(bench_config(tmp, SOURCES))
+        validate(ctx)
+        gate(ctx)
+        small = Path(ctx.store.root)
+        tasks = sorted(ctx.store.read_records(Task), key=lambda t: t.id)
+        per_source = len(tasks) / len({t.source_id for t in tasks})
+        copies = round(TASKS / per_source)
+        big_cfg = bench_config(f"{tmp}/big")
+        big = Path(big_cfg.store.root)
+        started = time.perf_counter()
+        build(small, big, copies, rename=renamed)
+        copy_task_folders(small, big, tasks, copies)
+        built = time.perf_counter() - started
+        started = time.perf_counter()
+        release = build_release(RunContext.from_config(big_cfg, show_progress=False), RELEASE).release
+        released = time.perf_counter() - started
+        ids = sorted(p.name for p in (big / "tasks").iterdir())
+        print(
+            f"browse: {len(ids)} tasks from {copies} source copies (store built in {built:.0f}s; release "
+            f"{release.name} {release.version} of {len(release.task_ids)} tasks in {released:.0f}s)"
+        )
+        public, private = sample_pages(ids, copies, release)
+        figures = {}
+        for mode in ("baseline", "current"):
+            pub, first, peak_pub = serve_and_time(big, mode, False, public)
+            priv, _, peak_priv = serve_and_time(big, mode, True, private)
+            figures[mode] = ({**pub, **priv}, first, max(peak_pub, peak_priv))
+
+    base, now = figures["baseline"][0], figures["current"][0]
+    print(f"  {'page kind':<24}{'pages':>6}{'median ms':>11}{'max ms':>9}{'baseline median':>17}{'ratio':>7}")
+    worst = 0.0
+    for kind, times in now.items():
+        med, top, base_med = statistics.median(times), max(times), statistics.median(base[kind])
+        worst = max(worst, top)
+        print(
+            f"  {kind:<24}{len(times) // ROUNDS:>6}{med:>11.1f}{top:>9.1f}{base_med:>17.1f}"
+            f"{base_med / med:>6.1f}x"
+        )
+    _, first, peak = figures["current"]
+    _, base_first, base_peak = figures["baseline"]
+    print(
+        f"  first request (views and compacted copies made): {first:.0f} ms (baseline {base_first:.0f} ms); "
+        f"server peak RSS {peak:.0f} MB (baseline {base_peak:.0f} MB)"
+    )
+    ok = worst <= TARGET_MS and peak <= TARGET_MB
+    print(
+        f"  slowest page {worst:.0f} ms, peak {peak:.0f} MB: {'OK' if ok else 'MISSED'} "
+        f"(targets <= {TARGET_MS:g} ms a page, <= {TARGET_MB:g} MB)"
+    )
+
+
+if __name__ == "__main__":
+    main()

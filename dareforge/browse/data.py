@@ -1,0 +1,179 @@
+"""What the workbench reads: one DuckDB connection over the store's views per server, kept while the store is
+unchanged, and the queries its pages run.
+
+A new connection makes a view per table, and each view reads its files' schemas and checks its compacted copy
+(`dareforge.table_views`): at catalog size that is most of a page's time (bench/browse.py). So the server keeps
+one connection and makes it again only when the store changed: a local store's table and release folders are
+stat'ed per request (a write renames a file into its folder, which changes the folder's mtime), which costs
+microseconds. A remote store has no such cheap signal: it gets a new connection per request, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from dareforge.publish.release import RELEASES, Release
+from dareforge.publish.versions import PRIVATE_SUFFIX, version_key
+from dareforge.run_record import RUNS
+from dareforge.store import TABLES, Store
+
+PAGE_SIZE = 50
+FILTERS = ("release", "split", "family", "difficulty", "verdict", "check", "source", "q")
+"""The task list's query-string filters, in the order the form shows them."""
+NO_TIER = "none"
+"""The difficulty filter's value for tasks without a tier (prediction tasks: their ladder places them)."""
+RELEASE_TASKS = pa.schema([("release", pa.string()), ("id", pa.string()), ("split", pa.string())])
+
+VERDICT = "case when v.task_id is null then 'unjudged' when v.accepted then 'accepted' else 'rejected' end"
+TASK_LIST_SQL = f"""
+select t.id, t.family, t.source_id, t.difficulty, left(t.instruction, 160) as opening,
+       {VERDICT} as verdict, coalesce(array_to_string(v.reasons, ' | '), '') as reasons,
+       count(*) over () as total
+from (select distinct on (id) * from tasks where status = 'candidate' and variant_of is null) t
+left join (select distinct on (task_id) * from verdicts) v on v.task_id = t.id
+{{release_join}}
+where (? is null or t.family = ?)
+  and (? is null or t.source_id = ?)
+  and (? is null or {VERDICT} = ?)
+  and (? is null or len(list_filter(coalesce(v.reasons, []), lambda r: starts_with(r, ? || ':'))) > 0)
+  and (? is null or contains(lower(t.instruction), lower(?)) or contains(t.id, ?))
+  and (? is null or coalesce(t.difficulty, '{NO_TIER}') = ?)
+order by t.family, t.id
+limit ? offset ?
+"""
+"""One query per list page: the filters, the page (LIMIT/OFFSET) and the total (a window count) together."""
+
+
+def _signature(store: Store) -> tuple[tuple[str, int, int], ...] | None:
+    """The (mtime, inode) of the table and release folders of a local store (None: remote, no cheap signal)."""
+    if not store.is_local:
+        return None
+    found = []
+    for top in (TABLES, RELEASES):
+        base = store.local_path(top)
+        folders = [base]
+        if base.is_dir():
+            with os.scandir(base) as entries:
+                folders += [e.path for e in entries if e.is_dir() and not e.name.startswith(".")]
+        for folder in folders:
+            try:
+                st = os.stat(folder)
+            except FileNotFoundError:
+                continue
+            found.append((str(folder), st.st_mtime_ns, st.st_ino))
+    return tuple(sorted(found))
+
+
+class StoreViews:
+    """The server's DuckDB connection with the store's views and a `release_tasks` table (release, task id,
+    split) of every finished release version; made again when the store changed (see the module doc)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._signature: tuple[tuple[str, int, int], ...] | None = None
+        self._lock = threading.Lock()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """The current connection. Not a DuckDB cursor: objects registered on a connection (the store's empty
+        tables, `release_tasks`) are not seen by its cursors. The pages' handlers run on the server's one
+        event loop and fetch each result before the next query, so requests never interleave on it."""
+        signature = _signature(self.store)
+        with self._lock:
+            if self._con is None or signature is None or signature != self._signature:
+                con = self.store.connect()
+                con.register("release_tasks", release_tasks(self.store))
+                # The old connection is left to the collector: a request may still hold a cursor of it.
+                self._con, self._signature = con, signature
+            return self._con
+
+
+def release_names(store: Store) -> list[str]:
+    """Release names in the store (their private halves are not releases of their own)."""
+    base = store.path(RELEASES)
+    if not store.fs.exists(base):
+        return []
+    names = []
+    for info in store.fs.ls(base, detail=True):
+        name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+        if info.get("type") == "directory" and not name.startswith(".") and not name.endswith(PRIVATE_SUFFIX):
+            names.append(name)
+    return sorted(names)
+
+
+def releases(store: Store) -> list[Release]:
+    """Every finished version of every release, newest first within a name."""
+    found = []
+    for name in release_names(store):
+        for version in reversed(Release.versions(store, name)):
+            found.append(Release.load(store, name, version))
+    return found
+
+
+def release_tasks(store: Store) -> pa.Table:
+    rows: dict[str, list[str]] = {"release": [], "id": [], "split": []}
+    for release in releases(store):
+        label = f"{release.name}@{release.version}"
+        for entry in release.manifest["tasks"]:
+            rows["release"].append(label)
+            rows["id"].append(entry["id"])
+            rows["split"].append(entry["split"])
+    return pa.table(rows, schema=RELEASE_TASKS)
+
+
+def newest_release(store: Store) -> str | None:
+    """`name@version` of the newest finished version of any release (what the split filter reads alone)."""
+    latest = [(v[-1], name) for name in release_names(store) if (v := Release.versions(store, name))]
+    if not latest:
+        return None
+    version, name = max(latest, key=lambda vn: (version_key(vn[0]), vn[1]))
+    return f"{name}@{version}"
+
+
+@dataclass
+class TaskPage:
+    rows: list[dict[str, Any]]
+    total: int
+
+
+def task_list(con: duckdb.DuckDBPyConnection, chosen: dict[str, str | None], page: int) -> TaskPage:
+    """One page of the task list under the `chosen` filters (`FILTERS`; None: not filtered)."""
+    f = chosen
+    release_join = ""
+    params: list[Any] = []
+    if f["release"] or f["split"]:
+        release_join = "join release_tasks r on r.id = t.id and r.release = ? and (? is null or r.split = ?)"
+        params += [f["release"], f["split"], f["split"]]
+    params += [
+        *(f["family"], f["family"]),
+        *(f["source"], f["source"]),
+        *(f["verdict"], f["verdict"]),
+        *(f["check"], f["check"]),
+        *(f["q"], f["q"], f["q"]),
+        *(f["difficulty"], f["difficulty"]),
+        PAGE_SIZE,
+        (page - 1) * PAGE_SIZE,
+    ]
+    cursor = con.execute(TASK_LIST_SQL.format(release_join=release_join), params)
+    names = [d[0] for d in cursor.description]
+    rows = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+    total = rows[0]["total"] if rows else _count(con, chosen, page)
+    return TaskPage(rows, total)
+
+
+def _count(con: duckdb.DuckDBPyConnection, chosen: dict[str, str | None], page: int) -> int:
+    """The total when the page asked for lies past the end (the window count came back with no row)."""
+    if page == 1:
+        return 0
+    return task_list(con, chosen, 1).total
+
+
+def runs(store: Store) -> list[dict[str, Any]]:
+    """The run log (`dareforge.run_record`), newest first."""
+    return [store.read_json(k) for k in reversed(store.list(RUNS)) if k.endswith(".json")]
