@@ -5,7 +5,8 @@ under new source ids (`bench.store_scale.build`) and new task ids (each copy's t
 its ids, manifests rewritten), builds a release of them, then starts the workbench as a server (a process of
 its own, as `dareforge browse` runs it) and times a sample of pages over HTTP on localhost: the task list
 unfiltered (first and last page) and under each filter, task pages public and with `--private`, source pages,
-the release and run pages. Per page kind: median and max; per server: peak resident memory (VmHWM).
+the release and run pages. Per page kind: median and max; per server: peak resident memory (VmHWM). Building the store takes about ten
+minutes (most of it the release); `BENCH_BROWSE_STORE=<folder>` builds it there once and reuses it after.
 
 The baseline, measured in the same run on the same store, is the workbench as it was first built: a new DuckDB
 connection with the store's views for every request (`BASELINE` below).
@@ -33,7 +34,7 @@ from bench.store_scale import build, source_of
 from dareforge.context import RunContext
 from dareforge.publish.release import Release, build_release
 from dareforge.schema import Task
-from dareforge.store import MANIFEST
+from dareforge.store import MANIFEST, Store
 from dareforge.validators.gate import gate
 from dareforge.validators.validate import validate
 
@@ -44,6 +45,8 @@ TARGET_MB = 500.0
 SAMPLE = 12  # pages of each sampled kind (tasks, sources)
 ROUNDS = 3  # each listed page is fetched this many times (the median and max are over all fetches)
 RELEASE = "bench"
+KEPT = ".bench-browse.json"
+"""Written last into a built store: a run given BENCH_BROWSE_STORE reuses a store that has it."""
 
 SERVER = """
 import sys
@@ -53,7 +56,8 @@ from dareforge.browse import make_app
 root, mode, private, port = sys.argv[1:5]
 if mode == "baseline":  # the first workbench: a new connection with every view for each request
     from dareforge.browse import data
-    data.StoreViews.cursor = lambda self: self.store.connect()
+    signature = data._signature
+    data._signature = lambda store, top: None if top == "tables" else signature(store, top)
 uvicorn.run(make_app(Store(root), private=private == "private"), host="127.0.0.1", port=int(port),
             log_level="warning")
 """
@@ -174,29 +178,41 @@ def sample_pages(
     return public, private
 
 
+def built_store(folder: Path) -> tuple[Path, int, Release]:
+    """The catalog-size store in `folder` (built there unless a previous run left it complete): its root,
+    the number of source copies, its release."""
+    big_cfg = bench_config(str(folder))
+    big = Path(big_cfg.store.root)
+    done = big / KEPT
+    if done.exists():
+        copies = json.loads(done.read_text())["copies"]
+        print(f"browse: reusing the store built in {big}")
+        return big, copies, Release.load(Store(str(big)), RELEASE)
+    ctx = generated(bench_config(str(folder / "small"), SOURCES))
+    validate(ctx)
+    gate(ctx)
+    tasks = sorted(ctx.store.read_records(Task), key=lambda t: t.id)
+    copies = round(TASKS / (len(tasks) / len({t.source_id for t in tasks})))
+    started = time.perf_counter()
+    build(Path(ctx.store.root), big, copies, rename=renamed)
+    copy_task_folders(Path(ctx.store.root), big, tasks, copies)
+    built = time.perf_counter() - started
+    started = time.perf_counter()
+    release = build_release(RunContext.from_config(big_cfg, show_progress=False), RELEASE).release
+    print(
+        f"browse: store of {copies} source copies built in {built:.0f}s, release {release.name} "
+        f"{release.version} in {time.perf_counter() - started:.0f}s"
+    )
+    done.write_text(json.dumps({"copies": copies}))
+    return big, copies, release
+
+
 def main() -> None:
+    kept = os.environ.get("BENCH_BROWSE_STORE")  # a folder to build the store in once and reuse after
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = generated(bench_config(tmp, SOURCES))
-        validate(ctx)
-        gate(ctx)
-        small = Path(ctx.store.root)
-        tasks = sorted(ctx.store.read_records(Task), key=lambda t: t.id)
-        per_source = len(tasks) / len({t.source_id for t in tasks})
-        copies = round(TASKS / per_source)
-        big_cfg = bench_config(f"{tmp}/big")
-        big = Path(big_cfg.store.root)
-        started = time.perf_counter()
-        build(small, big, copies, rename=renamed)
-        copy_task_folders(small, big, tasks, copies)
-        built = time.perf_counter() - started
-        started = time.perf_counter()
-        release = build_release(RunContext.from_config(big_cfg, show_progress=False), RELEASE).release
-        released = time.perf_counter() - started
+        big, copies, release = built_store(Path(kept or tmp))
         ids = sorted(p.name for p in (big / "tasks").iterdir())
-        print(
-            f"browse: {len(ids)} tasks from {copies} source copies (store built in {built:.0f}s; release "
-            f"{release.name} {release.version} of {len(release.task_ids)} tasks in {released:.0f}s)"
-        )
+        print(f"browse: {len(ids)} tasks, {copies} sources, release of {len(release.task_ids)} tasks")
         public, private = sample_pages(ids, copies, release)
         figures = {}
         for mode in ("baseline", "current"):

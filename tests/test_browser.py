@@ -17,9 +17,10 @@ import time
 import pytest
 
 from dareforge.browse import make_app
+from dareforge.publish.release import Release
 from dareforge.schema import Task, Verdict
 from dareforge.validators.gate import gate
-from tests.browse_store import HOSTILE_SOURCE, HOSTILE_TASK, build_browse_store
+from tests.browse_store import GOLD_OUTPUT, HOSTILE_SOURCE, HOSTILE_TASK, RELEASE, RUNGS, build_browse_store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip(
@@ -106,12 +107,33 @@ def test_review_a_task_in_the_browser_and_the_gate_keeps_it_out(ctx, server, pag
     assert task.id in page.locator("a.task-link").all_text_contents()
 
 
+def test_from_a_release_to_its_tasks_and_a_replayed_trajectory(ctx, server, page):
+    release = Release.load(ctx.store, RELEASE)
+    page.goto(f"{server}/releases")
+    page.click(f"a.release-link:text-is('{release.version}')")
+    page.click("#release-tasks")
+    assert sorted(page.locator("a.task-link").all_text_contents()) == sorted(release.task_ids)
+    page.select_option("select[name=split]", "test")
+    page.click("#filters button[type=submit]")
+    page.wait_for_url("**split=test*")
+    shown = page.locator("a.task-link").all_text_contents()
+    assert sorted(shown) == sorted(t for t, side in release.splits.items() if side == "test")
+
+    page.goto(f"{server}/task/{HOSTILE_TASK}")
+    assert page.locator("#ladder g.rung").count() == len(RUNGS)
+    gold = page.locator("details.trajectory").first
+    assert not gold.locator("li.step").first.is_visible()  # folded until opened
+    gold.locator("summary").click()
+    assert gold.locator("li.execution pre").first.text_content() == GOLD_OUTPUT
+
+
 def test_hostile_pages_run_no_script(server, page):
     for url in (
         "/tasks",
         f"/tasks?source={HOSTILE_SOURCE}",
         f"/task/{HOSTILE_TASK}",
         f"/source/{HOSTILE_SOURCE}",
+        "/runs",
     ):
         page.goto(f"{server}{url}")
         assert page.evaluate("typeof window.__pwned") == "undefined", url

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any, get_args
 from urllib.parse import urlencode, urlsplit
@@ -21,9 +20,7 @@ from dareforge import reviews
 from dareforge.browse import data
 from dareforge.browse.plots import ladder_plot
 from dareforge.browse.profiles import PROFILE_ROWS, FileProfile, Profiles
-from dareforge.errors import DareforgeError
 from dareforge.families.registry import REGISTERED, bar_of
-from dareforge.publish.release import Release
 from dareforge.publish.release_report import report_key
 from dareforge.publish.source_split import SPLITS
 from dareforge.schema import Difficulty, Review, SourceFile, Trajectory, Validation
@@ -71,7 +68,7 @@ class Workbench:
         page = max(int(asked), 1) if asked.isdigit() else 1
         con = self.cursor()
         if chosen["split"] and not chosen["release"]:
-            chosen["release"] = data.newest_release(self.store)  # a split is a release's: the newest one's
+            chosen["release"] = self.views.newest()  # a split is a release's: the newest one's
         listed = data.task_list(con, chosen, page)
         families = [r[0] for r in con.execute("select distinct family from tasks order by 1").fetchall()]
         released = [
@@ -164,37 +161,28 @@ class Workbench:
         return self.render("source.html", source=source, decisions=decisions, framings=framings, tasks=tasks)
 
     async def release_list(self, request: Request) -> Response:
-        return self.render("releases.html", releases=data.releases(self.store), runs=data.runs(self.store))
+        return self.render("releases.html", releases=self.views.releases(), runs=data.runs(self.store))
 
     async def release_page(self, request: Request) -> Response:
         name, version = request.path_params["name"], request.path_params.get("version")
-        try:
-            release = Release.load(self.store, name, version)
-        except DareforgeError as exc:
-            return self.render("missing.html", 404, what=str(exc))
-        entries = release.manifest["tasks"]
-        counts = Counter((e["family"], e["split"]) for e in entries)
-        report = report_key(release.name, release.version)
+        release = self.views.release(name, version)
+        if release is None:
+            return self.render("missing.html", 404, what=f"no finished release {name} {version or ''}")
         return self.render(
             "release.html",
             release=release,
-            label=f"{release.name}@{release.version}",
             splits=SPLITS,
-            families=sorted({f for f, _ in counts}),
-            counts=counts,
-            report=self.store.exists(report),
-            sources=release.manifest.get("sources", []),
+            families=sorted({f for f, _ in release.counts}),
+            report=self.store.exists(report_key(release.name, release.version)),
         )
 
     async def release_report(self, request: Request) -> Response:
         """The release's stored HTML report (`dareforge.publish.release_report`), under the same headers."""
-        try:  # loading checks the name and version (no path escapes the releases folder)
-            release = Release.load(self.store, request.path_params["name"], request.path_params["version"])
-        except DareforgeError as exc:
-            return self.render("missing.html", 404, what=str(exc))
-        key = report_key(release.name, release.version)
-        if not self.store.exists(key):
-            return self.render("missing.html", 404, what=f"no report at {key}: run dareforge report")
+        # Only a known finished version: no path from the request reaches the store.
+        release = self.views.release(request.path_params["name"], request.path_params["version"])
+        key = None if release is None else report_key(release.name, release.version)
+        if key is None or not self.store.exists(key):
+            return self.render("missing.html", 404, what="no such report: dareforge report writes one")
         return HTMLResponse(self.store.read_bytes(key), headers=SECURITY_HEADERS)
 
     async def run_list(self, request: Request) -> Response:

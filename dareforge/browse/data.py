@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ from dareforge.run_record import RUNS
 from dareforge.store import TABLES, Store
 
 PAGE_SIZE = 50
+MEMORY_LIMIT = "256MB"
+"""DuckDB's buffers for the server's connection (past it DuckDB spills or fails a query, never the server)."""
 FILTERS = ("release", "split", "family", "difficulty", "verdict", "check", "source", "q")
 """The task list's query-string filters, in the order the form shows them."""
 NO_TIER = "none"
@@ -35,8 +38,9 @@ TASK_LIST_SQL = f"""
 select t.id, t.family, t.source_id, t.difficulty, left(t.instruction, 160) as opening,
        {VERDICT} as verdict, coalesce(array_to_string(v.reasons, ' | '), '') as reasons,
        count(*) over () as total
-from (select distinct on (id) * from tasks where status = 'candidate' and variant_of is null) t
-left join (select distinct on (task_id) * from verdicts) v on v.task_id = t.id
+from (select distinct on (id) id, family, source_id, difficulty, instruction
+      from tasks where status = 'candidate' and variant_of is null) t
+left join (select distinct on (task_id) task_id, accepted, reasons from verdicts) v on v.task_id = t.id
 {{release_join}}
 where (? is null or t.family = ?)
   and (? is null or t.source_id = ?)
@@ -50,48 +54,75 @@ limit ? offset ?
 """One query per list page: the filters, the page (LIMIT/OFFSET) and the total (a window count) together."""
 
 
-def _signature(store: Store) -> tuple[tuple[str, int, int], ...] | None:
-    """The (mtime, inode) of the table and release folders of a local store (None: remote, no cheap signal)."""
+Signature = tuple[tuple[str, int, int], ...] | None
+
+
+def _signature(store: Store, top: str) -> Signature:
+    """The (mtime, inode) of folder `top` of a local store and of its subfolders (None: a remote store, which
+    has no cheap signal)."""
     if not store.is_local:
         return None
+    base = store.local_path(top)
+    folders = [str(base)]
+    if base.is_dir():
+        with os.scandir(base) as entries:
+            folders += [e.path for e in entries if e.is_dir() and not e.name.startswith(".")]
     found = []
-    for top in (TABLES, RELEASES):
-        base = store.local_path(top)
-        folders = [base]
-        if base.is_dir():
-            with os.scandir(base) as entries:
-                folders += [e.path for e in entries if e.is_dir() and not e.name.startswith(".")]
-        for folder in folders:
-            try:
-                st = os.stat(folder)
-            except FileNotFoundError:
-                continue
-            found.append((str(folder), st.st_mtime_ns, st.st_ino))
+    for folder in folders:
+        try:
+            st = os.stat(folder)
+        except FileNotFoundError:
+            continue
+        found.append((folder, st.st_mtime_ns, st.st_ino))
     return tuple(sorted(found))
 
 
 class StoreViews:
     """The server's DuckDB connection with the store's views and a `release_tasks` table (release, task id,
-    split) of every finished release version; made again when the store changed (see the module doc)."""
+    split) of every finished release version; the connection is made again when a table folder changed, the
+    release table read again when a release folder changed (see the module doc)."""
 
     def __init__(self, store: Store):
         self.store = store
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._signature: tuple[tuple[str, int, int], ...] | None = None
+        self._tables: Signature = None
+        self._releases: Signature = None
+        self._release_tasks: pa.Table | None = None
+        self._summaries: list[ReleaseSummary] = []
         self._lock = threading.Lock()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """The current connection. Not a DuckDB cursor: objects registered on a connection (the store's empty
         tables, `release_tasks`) are not seen by its cursors. The pages' handlers run on the server's one
         event loop and fetch each result before the next query, so requests never interleave on it."""
-        signature = _signature(self.store)
+        tables, releases = _signature(self.store, TABLES), _signature(self.store, RELEASES)
         with self._lock:
-            if self._con is None or signature is None or signature != self._signature:
+            if self._release_tasks is None or releases is None or releases != self._releases:
+                self._summaries, self._release_tasks = read_releases(self.store)
+                self._releases, self._con = releases, None
+            if self._con is None or tables is None or tables != self._tables:
                 con = self.store.connect()
-                con.register("release_tasks", release_tasks(self.store))
-                # The old connection is left to the collector: a request may still hold a cursor of it.
-                self._con, self._signature = con, signature
+                # DuckDB's default keeps up to 80% of the machine's memory in its buffers; a page reads little.
+                con.execute(f"set memory_limit = '{MEMORY_LIMIT}'")
+                con.register("release_tasks", self._release_tasks)
+                # The old connection is left to the collector: a request may still be reading from it.
+                self._con, self._tables = con, tables
             return self._con
+
+    def releases(self) -> list[ReleaseSummary]:
+        """Every finished release version (see `read_releases`), as of the last look at the store."""
+        self.cursor()  # refreshes when a release folder changed
+        return self._summaries
+
+    def newest(self) -> str | None:
+        """`name@version` of the newest finished version of any release (what the split filter reads alone)."""
+        newest = max(self.releases(), key=lambda r: (version_key(r.version), r.name), default=None)
+        return None if newest is None else newest.label
+
+    def release(self, name: str, version: str | None) -> ReleaseSummary | None:
+        """One version of a release (None: its newest), or None when there is no such finished version."""
+        found = [r for r in self.releases() if r.name == name and version in (None, r.version)]
+        return found[0] if found else None
 
 
 def release_names(store: Store) -> list[str]:
@@ -107,33 +138,44 @@ def release_names(store: Store) -> list[str]:
     return sorted(names)
 
 
-def releases(store: Store) -> list[Release]:
-    """Every finished version of every release, newest first within a name."""
-    found = []
+@dataclass(frozen=True)
+class ReleaseSummary:
+    """What the release pages show of a version, kept instead of its manifest (whose task entries, at catalog
+    size, weigh tens of megabytes in Python)."""
+
+    name: str
+    version: str
+    tasks: int
+    counts: dict[tuple[str, str], int]
+    """(family, split) -> tasks."""
+    sources: list[dict[str, Any]]
+    """The manifest's `sources` entries (id, split, tasks, ...)."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+def read_releases(store: Store) -> tuple[list[ReleaseSummary], pa.Table]:
+    """Every finished version of every release (newest first within a name) and their `release_tasks` rows."""
+    summaries: list[ReleaseSummary] = []
+    rows: dict[str, list[str]] = {"release": [], "id": [], "split": []}
     for name in release_names(store):
         for version in reversed(Release.versions(store, name)):
-            found.append(Release.load(store, name, version))
-    return found
-
-
-def release_tasks(store: Store) -> pa.Table:
-    rows: dict[str, list[str]] = {"release": [], "id": [], "split": []}
-    for release in releases(store):
-        label = f"{release.name}@{release.version}"
-        for entry in release.manifest["tasks"]:
-            rows["release"].append(label)
-            rows["id"].append(entry["id"])
-            rows["split"].append(entry["split"])
-    return pa.table(rows, schema=RELEASE_TASKS)
-
-
-def newest_release(store: Store) -> str | None:
-    """`name@version` of the newest finished version of any release (what the split filter reads alone)."""
-    latest = [(v[-1], name) for name in release_names(store) if (v := Release.versions(store, name))]
-    if not latest:
-        return None
-    version, name = max(latest, key=lambda vn: (version_key(vn[0]), vn[1]))
-    return f"{name}@{version}"
+            manifest = Release.load(store, name, version).manifest
+            entries = manifest["tasks"]
+            summary = ReleaseSummary(
+                name,
+                version,
+                len(entries),
+                dict(Counter((e["family"], e["split"]) for e in entries)),
+                list(manifest.get("sources", [])),
+            )
+            summaries.append(summary)
+            rows["release"] += [summary.label] * len(entries)
+            rows["id"] += [e["id"] for e in entries]
+            rows["split"] += [e["split"] for e in entries]
+    return summaries, pa.table(rows, schema=RELEASE_TASKS)
 
 
 @dataclass

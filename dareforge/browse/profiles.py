@@ -34,12 +34,14 @@ class FileProfile:
 
 
 class Profiles:
-    """Profiles of a store's files, cached per checksum."""
+    """Profiles of a store's files, cached per checksum, measured on one DuckDB connection (making one costs
+    more than profiling a small file)."""
 
     def __init__(self, store: Store):
         self.store = store
         self._cache: OrderedDict[str, FileProfile] = OrderedDict()
         self._lock = Lock()
+        self._con: duckdb.DuckDBPyConnection | None = None
 
     def of(self, key: str, file: SourceFile) -> FileProfile | None:
         """The profile of the stored file at `key`; None for a file that is not a table (or a remote store)."""
@@ -50,19 +52,21 @@ class Profiles:
             if file.sha256 in self._cache:
                 self._cache.move_to_end(file.sha256)
                 return self._cache[file.sha256]
-        profile = measure(str(self.store.local_path(key)), READERS[suffix])
-        with self._lock:
+            if self._con is None:
+                self._con = duckdb.connect(config={"threads": 1, "memory_limit": "256MB"})
+            profile = measure(self._con, str(self.store.local_path(key)), READERS[suffix])
             self._cache[file.sha256] = profile
             while len(self._cache) > CACHED:
                 self._cache.popitem(last=False)
         return profile
 
 
-def measure(path: str, reader: str) -> FileProfile:
+def measure(con: duckdb.DuckDBPyConnection, path: str, reader: str) -> FileProfile:
     """One aggregate query over the file's first PROFILE_ROWS rows (a file DuckDB cannot read: the error)."""
-    con = duckdb.connect(config={"threads": 1, "memory_limit": "256MB"})
     try:
-        con.execute(f"create view f as select * from {reader}({sql_text(path)}) limit {PROFILE_ROWS}")
+        con.execute(
+            f"create or replace view f as select * from {reader}({sql_text(path)}) limit {PROFILE_ROWS}"
+        )
         described = con.execute("describe f").fetchall()
         columns = [Column(name, dtype, dtype) for name, dtype, *_ in described]
         parts = ["count(*)"]
@@ -79,8 +83,6 @@ def measure(path: str, reader: str) -> FileProfile:
         row = con.execute(f"select {', '.join(parts)} from f").fetchone() or ()
     except duckdb.Error as exc:
         return FileProfile([], 0, f"not profiled: {str(exc).splitlines()[0][:300]}")
-    finally:
-        con.close()
     n = int(row[0])
     profiles = []
     for i, c in enumerate(columns):
