@@ -227,11 +227,10 @@ def test_public_files_are_profiled_as_prepare_would(ctx, public):
 def test_the_private_side_plots_the_ladder_and_replays_trajectories(public, private):
     page = private.get(f"/task/{HOSTILE_TASK}").text
     svg = re.search(r'<svg id="ladder".*?</svg>', page, re.S).group(0)
-    labels = [
-        html.unescape(t)
-        for t in re.findall(r'<text x="[0-9.]+" y="[0-9.]+" text-anchor="end">(.*?)</text>', svg)
-    ]
-    assert labels == [r["name"] for r in RUNGS]
+    titles = [html.unescape(t).split(": ")[0] for t in re.findall(r"<title>(.*?)</title>", svg)]
+    assert titles == [r["name"] for r in RUNGS]  # the whole name; the label is cut to fit its column
+    labels = re.findall(r'text-anchor="end">(.*?)</text>', svg)
+    assert html.unescape(labels[0]) == SCRIPT[:25] + "…" and labels[1:] == [r["name"] for r in RUNGS[1:]]
     dots = [float(x) for x in re.findall(r'<circle cx="([0-9.]+)"', svg)]
     assert dots == sorted(dots)  # the rungs' scores rise, and so do their dots
     bars = re.findall(r'<line x1="([0-9.]+)" y1="([0-9.]+)" x2="([0-9.]+)" y2="\2" stroke="#246"', svg)

@@ -11,11 +11,14 @@ from typing import Any
 
 WIDTH, ROW, LEFT, RIGHT, TOP = 640, 26, 170, 20, 24
 """The plot's width, a rung's row height, the label column, the right margin and the axis band (pixels)."""
+LABEL_CHARS = 26
+"""A rung's label is cut to what fits the label column; its title (a tooltip) keeps the whole name."""
 
 
 @dataclass(frozen=True)
 class Rung:
     name: str
+    label: str
     score: float
     low: float
     high: float
@@ -57,6 +60,7 @@ def ladder_plot(rungs: list[dict[str, Any]], bar: float | None) -> LadderPlot | 
     drawn = [
         Rung(
             str(r["name"]),
+            _cut(str(r["name"])),
             r["score"],
             r["low"],
             r["high"],
@@ -69,3 +73,7 @@ def ladder_plot(rungs: list[dict[str, Any]], bar: float | None) -> LadderPlot | 
     ]
     ticks = [(x(lo + (hi - lo) * k / 4), f"{lo + (hi - lo) * k / 4:.3g}") for k in range(5)]
     return LadderPlot(WIDTH, TOP + ROW * len(rungs) + 8, drawn, ticks, None if bar is None else x(bar), bar)
+
+
+def _cut(name: str) -> str:
+    return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
