@@ -66,7 +66,7 @@ def build_browse_store(root: Path) -> RunContext:
         )
     )
     ctx.store.write_records("all", findings)
-    _add_agent_runs(ctx)
+    _add_agent_runs(ctx, tasks[0].family)
     gate(ctx)
     build_release(ctx, RELEASE)
     record = RunRecord(started="20260301T000000Z", jobs=1, tasks=len(tasks) + 1, accepted=len(tasks))
@@ -77,7 +77,7 @@ def build_browse_store(root: Path) -> RunContext:
     return ctx
 
 
-def _add_agent_runs(ctx: RunContext) -> None:
+def _add_agent_runs(ctx: RunContext, family: str) -> None:
     """The hostile task's gold and sampled trajectories and a probe, whose outputs hold markup."""
 
     def trajectory(
@@ -86,7 +86,7 @@ def _add_agent_runs(ctx: RunContext) -> None:
         return Trajectory(
             id=f"{endpoint}0trajectory",
             task_id=HOSTILE_TASK,
-            family="MM",
+            family=family,
             endpoint=endpoint,
             model=model,
             steps=steps,
@@ -120,7 +120,7 @@ def _add_agent_runs(ctx: RunContext) -> None:
     probe = ProbeResult(
         task_id=HOSTILE_TASK,
         source_id=HOSTILE_SOURCE,
-        family="MM",
+        family=family,
         probe="no-data",
         endpoint="local",
         model=f"prober {IMG}",

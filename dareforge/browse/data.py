@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from dareforge.publish.release import RELEASES, Release
-from dareforge.publish.versions import PRIVATE_SUFFIX, version_key
+from dareforge.publish.versions import PRIVATE_SUFFIX, version_dirs, version_key
 from dareforge.run_record import RUNS
 from dareforge.store import TABLES, Store
 
@@ -127,15 +127,7 @@ class StoreViews:
 
 def release_names(store: Store) -> list[str]:
     """Release names in the store (their private halves are not releases of their own)."""
-    base = store.path(RELEASES)
-    if not store.fs.exists(base):
-        return []
-    names = []
-    for info in store.fs.ls(base, detail=True):
-        name = info["name"].rstrip("/").rsplit("/", 1)[-1]
-        if info.get("type") == "directory" and not name.startswith(".") and not name.endswith(PRIVATE_SUFFIX):
-            names.append(name)
-    return sorted(names)
+    return sorted(n for n in version_dirs(store, RELEASES) if not n.endswith(PRIVATE_SUFFIX))
 
 
 @dataclass(frozen=True)
