@@ -1,4 +1,4 @@
-"""The workbench's routes: task list, task page, source page, review form (see the package doc)."""
+"""The workbench's routes: task list, task, source, releases, runs, release report, review form (see the package doc)."""
 
 from __future__ import annotations
 
@@ -58,15 +58,15 @@ class Workbench:
         page = self.env.get_template(name).render(private=self.private, profile_rows=PROFILE_ROWS, **values)
         return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        return self.views.cursor()
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        return self.views.connection()
 
     # -- pages ------------------------------------------------------------------------------------------------
     async def task_list(self, request: Request) -> Response:
         chosen = {k: (request.query_params.get(k) or None) for k in data.FILTERS}
         asked = request.query_params.get("page") or "1"
         page = max(int(asked), 1) if asked.isdigit() else 1
-        con = self.cursor()
+        con = self.connection()
         if chosen["split"] and not chosen["release"]:
             chosen["release"] = self.views.newest()  # a split is a release's: the newest one's
         listed = data.task_list(con, chosen, page)
@@ -94,7 +94,7 @@ class Workbench:
             task = reviews.load_task(self.store, task_id)
         except reviews.ReviewError as exc:
             return self.render("missing.html", 404, what=str(exc))
-        con = self.cursor()
+        con = self.connection()
         family = REGISTERED.get(task.family)
         bar = bar_of(task) if family is not None else None
         values: dict[str, Any] = {
@@ -138,7 +138,7 @@ class Workbench:
 
     async def source_page(self, request: Request) -> Response:
         source_id = request.path_params["source_id"]
-        con = self.cursor()
+        con = self.connection()
         source = con.execute(
             "select id, title, description, origin, url, license from sources where id = ? limit 1",
             [source_id],

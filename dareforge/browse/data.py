@@ -91,7 +91,7 @@ class StoreViews:
         self._summaries: list[ReleaseSummary] = []
         self._lock = threading.Lock()
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
+    def connection(self) -> duckdb.DuckDBPyConnection:
         """The current connection. Not a DuckDB cursor: objects registered on a connection (the store's empty
         tables, `release_tasks`) are not seen by its cursors. The pages' handlers run on the server's one
         event loop and fetch each result before the next query, so requests never interleave on it."""
@@ -111,7 +111,7 @@ class StoreViews:
 
     def releases(self) -> list[ReleaseSummary]:
         """Every finished release version (see `read_releases`), as of the last look at the store."""
-        self.cursor()  # refreshes when a release folder changed
+        self.connection()  # refreshes when a release folder changed
         return self._summaries
 
     def newest(self) -> str | None:
