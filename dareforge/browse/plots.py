@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-WIDTH, ROW, LEFT, RIGHT, TOP = 640, 26, 170, 20, 24
+WIDTH, ROW, LEFT, RIGHT, TOP = 660, 26, 200, 20, 24
 """The plot's width, a rung's row height, the label column, the right margin and the axis band (pixels)."""
 LABEL_CHARS = 26
 """A rung's label is cut to what fits the label column; its title (a tooltip) keeps the whole name."""
