@@ -120,6 +120,14 @@ class Table:
             tuple(utc),
         )
 
+    def kinds(self) -> set[str]:
+        """The kinds of column few programs read, that this table holds: `time` (dates or years), `text` (free
+        text) and `key` (row keys, asked beside a number and a category)."""
+        found = {"time"} if self.dates or self.years else set()
+        found |= {"text"} if self.texts else set()
+        found |= {"key"} if self.keys and self.numeric and self.categorical else set()
+        return found
+
     def when(self, column: str) -> str:
         """Code reading the date column `column` of `df` as datetimes (what every question on it writes)."""
         return f"pd.to_datetime({col(column)}{', utc=True' if column in self.utc else ''})"
@@ -269,6 +277,9 @@ class Program(ABC):
 
     name = ""
     operations: tuple[str, ...] = ()
+    kind: str | None = None
+    """The kind of column (`Table.kinds`) this program is one of the few to ask about: a table holding such a
+    column gets a question of one of them beyond `generate.qa_per_source` (`table_questions.kind_questions`)."""
 
     @abstractmethod
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:

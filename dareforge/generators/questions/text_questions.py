@@ -32,6 +32,7 @@ class TextContains(Program):
 
     name = "text-contains"
     operations = ("filter", "aggregate")
+    kind = "text"
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         if not table.texts:
@@ -67,6 +68,7 @@ class KeyOfExtreme(Program):
 
     name = "key-of-extreme"
     operations = ("filter", "rank")
+    kind = "key"
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         numbers = [c for c in table.numeric if c not in table.keys]

@@ -64,6 +64,7 @@ class YearStat(Program):
 
     name = "time-window"
     operations = ("filter", "aggregate")
+    kind = "time"
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         periods = _periods(table, rng)
@@ -91,6 +92,7 @@ class Growth(Program):
 
     name = "growth-rate"
     operations = ("filter", "group-aggregate", "compare")
+    kind = "time"
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         periods = _periods(table, rng)
