@@ -16,6 +16,7 @@ import pandas as pd
 
 from dareforge.generators.questions.scripts import Step
 from dareforge.generators.rawtable import is_missing_marker
+from dareforge.generators.table_split import ROW_ID
 from dareforge.schema import AnswerType, ColumnKind, PreparedSource
 
 MAX_GROUPS = 30
@@ -37,6 +38,9 @@ ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-
 price feeds write it: a date column as much as a bare date is."""
 WORD = re.compile(r"[^\W\d_]{3,}")
 """A word of a free-text column that a question may look for: three letters or more."""
+NUMBERED_IDS = (ROW_ID, f"__{ROW_ID}")
+"""The ids prepare numbers rows with where a source has none: no column of the source, so no key a question
+names a row by ("which `row_id` holds the largest price" asks about prepare's numbering)."""
 MAX_WORD_SHARE = 0.9
 """A word in more of the rows than this is the column's boilerplate (`CUST` of every id), not a filter."""
 
@@ -96,16 +100,13 @@ class Table:
             integral = is_number and bool((present == present.round()).all())
             boolean = pd.api.types.is_bool_dtype(values)
             short = present.astype(str).str.len().max() <= MAX_LABEL_CHARS
-            if 2 <= distinct <= MAX_GROUPS and short and (text or integral or boolean):
+            # Text whose every value is its own row's is no category, however few rows the table has.
+            singular = text and distinct == len(present)
+            if 2 <= distinct <= MAX_GROUPS and short and (text or integral or boolean) and not singular:
                 categorical.append(column)
-            elif (
-                text
-                and distinct == len(present)
-                and short
-                and not present.astype(str).str.contains(r"\s").any()
-            ):
+            elif singular and short and not present.astype(str).str.contains(r"\s").any():
                 keys.append(column)
-            elif text and (distinct > MAX_GROUPS or not short):
+            elif text and (distinct > MAX_GROUPS or not short or singular):
                 texts.append(column)
         return cls(
             frame,
@@ -116,7 +117,7 @@ class Table:
             id_column,
             markers,
             texts,
-            ([id_column] if id_column else []) + keys,
+            ([id_column] if id_column and id_column not in NUMBERED_IDS else []) + keys,
             tuple(utc),
         )
 
