@@ -10,6 +10,7 @@ Figures:
 - kind agreement: the accepted prediction tasks include the listed kind (class, reg, ts);
 - time column agreement, for the listed series: the chosen series framing uses the listed time column;
 - sources with an accepted task, tasks per source, and the share of generated TS-CF tasks accepted;
+- listed series with an accepted series task (TS-XF or TS-CF), the issue's 75% target;
 - question tiers and the one-step baseline on the accepted QA and Lake tasks (`question_shortcuts`).
 
 `DAREFORGE_DEV_KAGGLE` names the folder (default `../shared/dev-kaggle` beside the checkout); without it the
@@ -110,6 +111,7 @@ def measure(ctx: RunContext, choices: dict, learnable: dict[str, bool]) -> None:
             chosen[framing.source_id].append(framing)
     n = len(sources)
     agree, with_learnable, kinds, times, series, misses = 0, 0, 0, 0, 0, []
+    forecast, unforecast = 0, []
     for sid in sorted(sources):
         choice = choices.get(folders[sid])
         if choice is None:
@@ -120,6 +122,10 @@ def measure(ctx: RunContext, choices: dict, learnable: dict[str, bool]) -> None:
         kinds += any(f.startswith(KIND_FAMILIES[kind]) for f in families)
         if kind == "ts":
             series += 1
+            if any(f.startswith("TS-") for f in families):
+                forecast += 1
+            else:
+                unforecast.append(folders[sid])
             times += any(
                 f.task_type == TaskType.TIME_SERIES
                 and choice["time_column"] in {f.time_column, *(f.time_axis.columns if f.time_axis else [])}
@@ -155,6 +161,11 @@ def measure(ctx: RunContext, choices: dict, learnable: dict[str, bool]) -> None:
     print(f"  framed: {sum(1 for sid in sources if chosen[sid])}/{n}")
     print(f"  accepted prediction tasks of the listed kind: {kinds}/{n}")
     print(f"  listed series with the listed time column: {times}/{series}")
+    share = forecast / series if series else 0.0
+    print(
+        f"  listed series with an accepted series task: {share:.0%} ({forecast}/{series}; target >= 75%) "
+        f"{'OK' if share >= 0.75 else 'MISSED'}" + (f"; none: {', '.join(unforecast)}" if unforecast else "")
+    )
     print(
         f"  tasks per source: {accepted_tasks / n:.2f} accepted ({prediction / n:.2f} prediction); "
         f"per family {dict(sorted(Counter(t.family for v in by_source.values() for t in v).items()))}"

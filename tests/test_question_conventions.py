@@ -35,6 +35,8 @@ def _table() -> Table:
             "segment": rng.choice(["retail", "online", "wholesale"], n),
             "year": rng.integers(2015, 2023, n),
             "day": pd.Series(pd.date_range("2020-01-01", periods=n, freq="D").strftime("%Y-%m-%d")),
+            "sku": [f"S{1000 + i}" for i in range(n)],
+            "note": [f"{rng.choice(['late', 'on time', 'damaged box'])} order {i}" for i in range(n)],
         }
     )
     frame.loc[rng.choice(n, 20, replace=False), "price"] = np.nan

@@ -53,21 +53,22 @@ def _read(frame: pd.DataFrame, folder) -> pd.DataFrame:
 # --- a filter must remove rows ------------------------------------------------------------------------
 
 
-def test_a_year_that_holds_every_row_is_no_filter(runner, tmp_path):
-    """The audit's "in the year 2025" on a table of 2025 alone: the filter keeps every dated row."""
+def test_a_period_that_holds_every_row_is_no_filter(runner, tmp_path):
+    """The audit's "in the year 2025" on a table of 2025 alone: dates within one year are asked by month, and a
+    table of one month alone still gets a filter that keeps every dated row, rejected."""
     rng = np.random.default_rng(0)
     frame = pd.DataFrame(
         {
-            "when": pd.date_range("2025-01-01", periods=60, freq="D").strftime("%Y-%m-%d"),
+            "when": np.repeat(pd.date_range("2025-01-01", periods=30, freq="D").strftime("%Y-%m-%d"), 2),
             "amount": rng.normal(100, 10, 60).round(2),
         }
     )
     table = Table.of(_read(frame, tmp_path / "read"))
-    question = _drawn(table, "time-window", year=2025)
+    question = _drawn(table, "time-window", year="2025-01")
     posed, output = _answered(runner, frame, question, tmp_path / "q")
     assert "the filter keeps every row that has a value (60 of 60)" in degenerate(posed, output)
 
-    # Another year in the table: the same question removes rows and is asked.
+    # Another year in the table: the year 2025 removes rows and is asked.
     later = frame.assign(when=frame["when"].where(frame.index < 40, "2026-03-01"))
     table = Table.of(_read(later, tmp_path / "read2"))
     posed, output = _answered(runner, later, _drawn(table, "time-window", year=2025), tmp_path / "q2")

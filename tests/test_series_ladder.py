@@ -131,3 +131,23 @@ def test_years_as_plain_numbers_have_no_season_and_days_keep_theirs():
     train = pd.DataFrame({"year": years[:80], "y": np.arange(80.0)})
     test = pd.DataFrame({"year": years[80:83]})
     assert list(naive_forecasts(train, test, "year", "y", None)["seasonal naive"]) == [79.0, 79.0, 79.0]
+
+
+def test_a_series_shorter_than_two_seasons_and_its_held_out_share_has_no_season():
+    """80 weeks hold one yearly cycle and a half: no forecaster estimates a 52-week season from it, and the
+    series was skipped for want of 130 weeks. It is a series without season; 130 weeks keep theirs."""
+    from dareforge.families.family import SERIES
+
+    def season(n: int, freq: str) -> int:
+        when = pd.Series(pd.date_range("2020-01-06", periods=n, freq=freq))
+        return season_length(clock(when), is_dated(when))
+
+    assert season(80, "W-MON") == 1 and season(130, "W-MON") == 52
+    assert season(24, "MS") == 1 and season(30, "MS") == 12
+    assert SERIES.periods(season(80, "W-MON"), 0.2) <= 80  # forecast, not skipped
+    assert SERIES.periods(season(130, "W-MON"), 0.2) == 130
+    # The bar's seasonal-naive forecast of the short series is its last value, not the value 52 weeks before.
+    weeks = pd.Series(pd.date_range("2020-01-06", periods=80, freq="W-MON")).dt.strftime("%Y-%m-%d")
+    train = pd.DataFrame({"week": weeks[:64], "y": np.arange(64.0)})
+    test = pd.DataFrame({"week": weeks[64:]})
+    assert set(naive_forecasts(train, test, "week", "y", None)["seasonal naive"]) == {63.0}

@@ -189,8 +189,8 @@ MODELS = Needs(
 SERIES = Needs(
     20,
     "a forecast is scored on whole seasons: two seasons of its period to learn from (24 months, 14 days) before "
-    "the held-out horizon, and 20 periods at least (4 held out) when it has no known season; an 87-row monthly "
-    "series is a series",
+    "the held-out horizon, and 20 periods at least (4 held out) when it has no known season (a series shorter "
+    "than that has none: `forecast.season_length`); an 87-row monthly series is a series",
     seasons=2,
 )
 

@@ -1,7 +1,9 @@
 """QA: a question about one table (the framing's training rows, published as `data.csv`), with a typed answer
 certified by running its program twice; graded as KramaBench grades its answer type."""
 
+import itertools
 import json
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
 
@@ -19,8 +21,9 @@ from dareforge.families.family import (
 from dareforge.families.trivial import question_guesses, question_trivial
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.questions.build import Guessing, fill_question
+from dareforge.generators.questions.programs import PROGRAMS
 from dareforge.generators.questions.question import Question, Table
-from dareforge.generators.questions.table_questions import DATA, qa_questions, table_posed
+from dareforge.generators.questions.table_questions import DATA, kind_questions, qa_questions, table_posed
 from dareforge.generators.taskio import Draft
 from dareforge.schema import ANSWER_METRIC, Task
 
@@ -41,10 +44,27 @@ def ask(build: Build, question: Question, title: str | None) -> Task | None:
 
 
 def qa_tasks(build: Build) -> list[Task]:
-    """Up to `generate.qa_per_source` questions on the framing's training rows (see `qa_questions`)."""
-    questions = qa_questions(build.ctx, build.prepared, Table.of(build.frames[0], build.prepared))
-    drafts = (partial(ask, build, question, build.title) for question in questions)
-    return until_accepted(build.ctx.config.generate.qa_per_source, drafts)
+    """Up to `generate.qa_per_source` questions on the framing's training rows (see `qa_questions`), then one
+    question about each kind of column the table holds that none of them asked about (dates, free text, row
+    keys: `kind_questions`), where one can be asked."""
+    table = Table.of(build.frames[0], build.prepared)
+    cap = build.ctx.config.generate.qa_per_source
+    tasks = until_accepted(cap, _drafts(build, qa_questions(build.ctx, build.prepared, table)))
+    for kind in sorted(table.kinds() - _kinds_asked(tasks)) if cap else []:
+        known = {t.id for t in tasks}
+        more = until_accepted(1, _drafts(build, kind_questions(build.ctx, build.prepared, table, kind)))
+        tasks += [t for t in more if t.id not in known]
+    return tasks
+
+
+def _drafts(build: Build, questions: Iterable[Question]) -> Iterator[Callable[[], Task | None]]:
+    return (partial(ask, build, question, build.title) for question in questions)
+
+
+def _kinds_asked(tasks: list[Task]) -> set[str]:
+    """The column kinds the accepted candidates' programs ask about."""
+    programs = [json.loads(t.spec or "{}").get("program") for t in tasks if t.status == "candidate"]
+    return {PROGRAMS[p].kind for p in programs if p in PROGRAMS and PROGRAMS[p].kind}
 
 
 def redraw(build: Build, original: Task) -> Task | None:
@@ -53,7 +73,12 @@ def redraw(build: Build, original: Task) -> Task | None:
     computed anew on the obscured data (then certified like any question). A draw whose program or columns
     differ from the original's mapped ones is not the same question: no variant, with the reason."""
     spec = json.loads(original.spec or "{}")
-    for question in qa_questions(build.ctx, build.prepared, Table.of(build.frames[0], build.prepared)):
+    table = Table.of(build.frames[0], build.prepared)
+    drawn = itertools.chain(
+        qa_questions(build.ctx, build.prepared, table),
+        *(kind_questions(build.ctx, build.prepared, table, kind) for kind in sorted(table.kinds())),
+    )
+    for question in drawn:
         if question.program == spec.get("program") and build.maps(spec.get("params", {}), question.params):
             return ask(build, question, None)
     raise NoVariantError(

@@ -50,17 +50,21 @@ def is_dated(values: pd.Series) -> bool:
     return pd.to_numeric(values, errors="coerce").notna().mean() < 0.98
 
 
-def season_length(times: np.ndarray, dated: bool = True) -> int:
+def season_length(times: np.ndarray, dated: bool = True, known: float = 2.5) -> int:
     """Steps per season from the usual step between distinct times (1 when the series has no known season).
     Plain numbers (`dated` False: years as 1871, 1872...) have no calendar: a step of 1 is a year or a step, not
-    a day, and no season is known."""
+    a day, and no season is known. A series shorter than `known` seasons (two whole seasons to learn from once
+    a fifth is held out) has none either: 80 weeks hold one yearly cycle and a half, from which no forecaster
+    estimates a 52-week season (statsforecast's and fpp3's practice: a non-seasonal model, or seasonal naive
+    only where a whole season repeats), so it is forecast as a series without season, not skipped."""
     if not dated:
         return 1
     distinct = np.unique(times[np.isfinite(times)])
     if len(distinct) < 2:
         return 1
     step = float(np.median(np.diff(distinct)))
-    return next((m for days, tolerance, m in SEASONS if abs(step - days) <= tolerance), 1)
+    season = next((m for days, tolerance, m in SEASONS if abs(step - days) <= tolerance), 1)
+    return season if len(distinct) >= known * season else 1
 
 
 def naive_forecasts(

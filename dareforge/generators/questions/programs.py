@@ -10,8 +10,8 @@ empty, numbers the program's `problem` judges: the gap behind a top-1, the corre
 The body is the reference solution: `scripts.py` wraps it into the script the reference worker runs, and the
 generator runs the same text to screen the candidate. Nothing here reads files.
 
-The programs, by kind: `filtered_questions`, `comparison_questions`, `audit_questions`, `year_questions`, and
-the programs of several operations in `pipeline_questions`; what they share is in `question`.
+The programs, by kind: `filtered_questions`, `comparison_questions`, `audit_questions`, `year_questions`,
+`text_questions` (free text and row keys), and the programs of several operations in `pipeline_questions`; what they share is in `question`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from dareforge.generators.questions.pipeline_questions import (
     TopGroupsStat,
 )
 from dareforge.generators.questions.question import Program
+from dareforge.generators.questions.text_questions import KeyOfExtreme, TextContains
 from dareforge.generators.questions.year_questions import Growth, YearStat
 
-QUESTIONS_VERSION = "5"
+QUESTIONS_VERSION = "6"
 """Part of every question task's spec, hence of its id: bump it when a program, its rendering or a degeneracy
 rule changes, so stored questions are asked and judged again (prediction tasks keep their ids)."""
 
@@ -58,6 +59,8 @@ PROGRAMS: dict[str, Program] = {
         GroupGap(),
         AboveGroupMean(),
         TopGroupsStat(),
+        TextContains(),
+        KeyOfExtreme(),
     )
 }
 

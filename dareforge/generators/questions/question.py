@@ -16,6 +16,7 @@ import pandas as pd
 
 from dareforge.generators.questions.scripts import Step
 from dareforge.generators.rawtable import is_missing_marker
+from dareforge.generators.table_split import ROW_ID
 from dareforge.schema import AnswerType, ColumnKind, PreparedSource
 
 MAX_GROUPS = 30
@@ -32,6 +33,16 @@ one row, and among many thin groups the extreme is mostly the thinnest one (the 
 the lowest mean" over 2,000 rows then names a value seen once, a fact about one row, not about the groups. Five
 keeps the small builtin tables (100-150 rows in a handful of groups) askable."""
 ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
+"""A date with its time of day and perhaps its offset from UTC (`2024-01-11 12:00:00+00:00`), as loggers and
+price feeds write it: a date column as much as a bare date is."""
+WORD = re.compile(r"[^\W\d_]{3,}")
+"""A word of a free-text column that a question may look for: three letters or more."""
+NUMBERED_IDS = (ROW_ID, f"__{ROW_ID}")
+"""The ids prepare numbers rows with where a source has none: no column of the source, so no key a question
+names a row by ("which `row_id` holds the largest price" asks about prepare's numbering)."""
+MAX_WORD_SHARE = 0.9
+"""A word in more of the rows than this is the column's boilerplate (`CUST` of every id), not a filter."""
 
 
 @dataclass(frozen=True)
@@ -47,16 +58,27 @@ class Table:
     markers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Per text column, the cells as written that mark a missing value (`MISSING_MARKERS`: `Unknown`, `-`, `?`)
     though pandas reads them as text: missing in `frame`, and named by every question on the column."""
+    texts: list[str] = field(default_factory=list)
+    """Free-text columns (names, descriptions, lists): too many distinct values to group by, each value its own
+    row's, searched by a word they contain."""
+    keys: list[str] = field(default_factory=list)
+    """Columns naming each row once (the framing's id, or a text column of distinct codes without spaces, as
+    `P951`): a question asks which row an extreme belongs to by them."""
+    utc: tuple[str, ...] = ()
+    """Date columns whose rows carry different UTC offsets (summer and winter time): pandas reads them only as
+    UTC, and a column is a date column only where every row's year and month as written survive that."""
 
     @classmethod
     def of(cls, frame: pd.DataFrame, prepared: PreparedSource | None = None) -> Table:
         """Usable columns of `frame`: never the id or a framing's excluded column; numbers with enough distinct
-        values; categories with 2..30 short values; ISO dates; integer year columns. Missing-value markers in a
-        text column are missing values first (`markers`)."""
+        values; categories (booleans among them) with 2..30 short values; ISO dates, with or without a time of
+        day; integer year columns; free text; row keys. Missing-value markers in a text column are missing
+        values first (`markers`)."""
         frame, markers = _unmarked(frame)
         kinds = {c.name: c.kind for c in prepared.columns} if prepared else {}
+        id_column = prepared.id_column if prepared and prepared.id_column in frame.columns else None
         skip = {prepared.id_column, *prepared.excluded_columns} if prepared else set()
-        numeric, categorical, dates, years = [], [], [], []
+        numeric, categorical, dates, years, texts, keys, utc = [], [], [], [], [], [], []
         for column in frame.columns:
             values = frame[column]
             if column in skip or values.notna().sum() < 2 * MIN_GROUP_ROWS:
@@ -70,22 +92,81 @@ class Table:
                 numeric.append(column)
             text = is_text(values)
             dated = kinds.get(column) == ColumnKind.DATETIME or text
-            if dated and present.astype(str).str.match(ISO_DATE).all():
+            reading = _date_reading(present) if dated else None
+            if reading is not None:
                 dates.append(column)
+                utc += [column] if reading == "utc" else []
                 continue
             integral = is_number and bool((present == present.round()).all())
+            boolean = pd.api.types.is_bool_dtype(values)
             short = present.astype(str).str.len().max() <= MAX_LABEL_CHARS
-            if 2 <= distinct <= MAX_GROUPS and short and (text or integral):
+            # Text whose every value is its own row's is no category, however few rows the table has.
+            singular = text and distinct == len(present)
+            if 2 <= distinct <= MAX_GROUPS and short and (text or integral or boolean) and not singular:
                 categorical.append(column)
+            elif singular and short and not present.astype(str).str.contains(r"\s").any():
+                keys.append(column)
+            elif text and (distinct > MAX_GROUPS or not short or singular):
+                texts.append(column)
         return cls(
             frame,
             numeric,
             categorical,
             dates,
             years,
-            prepared.id_column if prepared and prepared.id_column in frame.columns else None,
+            id_column,
             markers,
+            texts,
+            ([id_column] if id_column and id_column not in NUMBERED_IDS else []) + keys,
+            tuple(utc),
         )
+
+    def kinds(self) -> set[str]:
+        """The kinds of column few programs read, that this table holds: `time` (dates or years), `text` (free
+        text) and `key` (row keys, asked beside a number and a category)."""
+        found = {"time"} if self.dates or self.years else set()
+        found |= {"text"} if self.texts else set()
+        found |= {"key"} if self.keys and self.numeric and self.categorical else set()
+        return found
+
+    def when(self, column: str) -> str:
+        """Code reading the date column `column` of `df` as datetimes (what every question on it writes)."""
+        return f"pd.to_datetime({col(column)}{', utc=True' if column in self.utc else ''})"
+
+    def parsed(self, column: str) -> pd.Series:
+        """The date column `column` as `when`'s code reads it."""
+        return pd.to_datetime(self.frame[column], utc=column in self.utc)
+
+
+def _date_reading(present: pd.Series) -> str | None:
+    """How a column of written dates reads as datetimes: "local" (as pandas reads it), "utc" (rows in several
+    UTC offsets, read as UTC, where every row keeps the year and month it is written in), or None (no dates)."""
+    written = present.astype(str)
+    if written.str.match(ISO_DATE).all():
+        return "local"
+    if not written.str.match(ISO_TIME).all():
+        return None
+    try:
+        pd.to_datetime(written)
+        return "local"
+    except ValueError:  # several UTC offsets: pandas reads them only as UTC
+        pass
+    try:
+        months = pd.to_datetime(written, utc=True).dt.strftime("%Y-%m")
+    except ValueError:
+        return None
+    return "utc" if bool((months == written.str[:7]).all()) else None
+
+
+def words_of(values: pd.Series) -> pd.Series:
+    """Per word of a free-text column, how many rows contain it (at least `MIN_GROUP_ROWS`, at most
+    `MAX_WORD_SHARE` of the rows), most common first (ties by the word): the words a question may look for."""
+    present = values.dropna().astype(str)
+    counts = pd.Series(
+        [w for text in present for w in sorted(set(WORD.findall(text)))], dtype=object
+    ).value_counts()
+    counts = counts[(counts >= MIN_GROUP_ROWS) & (counts <= MAX_WORD_SHARE * len(present))]
+    return counts.iloc[np.lexsort((counts.index.astype(str), -counts.to_numpy()))]
 
 
 def _unmarked(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[str, ...]]]:
@@ -197,6 +278,9 @@ class Program(ABC):
 
     name = ""
     operations: tuple[str, ...] = ()
+    kind: str | None = None
+    """The kind of column (`Table.kinds`) this program is one of the few to ask about: a table holding such a
+    column gets a question of one of them beyond `generate.qa_per_source` (`table_questions.kind_questions`)."""
 
     @abstractmethod
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:

@@ -68,6 +68,19 @@ def qa_questions(ctx: RunContext, prepared: PreparedSource, table: Table) -> Ite
             yield question
 
 
+def kind_questions(ctx: RunContext, prepared: PreparedSource, table: Table, kind: str) -> Iterator[Question]:
+    """Candidate questions of the programs that ask about columns of `kind` (`Program.kind`), for a table whose
+    first questions left that kind of column unasked; seeded like `qa_questions`' by the source, the framing,
+    the kind and the attempt's number."""
+    cfg = ctx.config.generate
+    names = sorted(n for n, p in PROGRAMS.items() if p.kind == kind)
+    for attempt in range(cfg.question_attempts * len(names)):
+        rng = seeded(cfg.seed, prepared.source_id, prepared.framing, "qa", kind, attempt)
+        question = PROGRAMS[names[attempt % len(names)]].draw(table, rng)
+        if question is not None:
+            yield question
+
+
 def table_posed(question: Question, table: pd.DataFrame, title: str | None) -> Posed:
     """`question` posed on a framing's training rows (`table`, as pandas reads them), published as `data.csv`."""
     return Posed(

@@ -1,5 +1,6 @@
-"""Question programs over time, on a table with ISO dates or an integer year column: the mean of a numeric column
-in one year, and its change in percent between two years."""
+"""Question programs over time, on a table with ISO dates (a time of day or not) or an integer year column: the
+mean of a numeric column in one year (one month, where the dates fall in one year), and its change in percent
+between two years (months)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dareforge.generators.questions.question import (
     Table,
     col,
     filter_checks,
+    lit,
     pick,
 )
 from dareforge.generators.questions.scripts import Step
@@ -22,22 +24,39 @@ from dareforge.generators.questions.scripts import Step
 MEAN_DECIMALS = 3
 
 
-def _periods(table: Table, rng: np.random.Generator) -> tuple[str, str, str] | None:
-    """(time column, code giving each row's year, words) for a table with dates or a year column."""
+def _periods(table: Table, rng: np.random.Generator) -> tuple[str, str, str, pd.Series] | None:
+    """(time column, code giving each row's period, words, rows per period) for a table with dates or a year
+    column. A period is a year; a date column whose rows fall in one year has months (`2024-03`) instead, as a
+    person asks of a year's log."""
     if table.dates and (not table.years or rng.random() < 0.5):
         column = pick(rng, table.dates)
-        return column, f"pd.to_datetime({col(column)}).dt.year", f"whose `{column}` falls in the year"
+        when = table.parsed(column).dropna()
+        counts = _counts(when.dt.year)
+        if len(counts) >= 2:
+            return column, f"{table.when(column)}.dt.year", f"whose `{column}` falls in the year", counts
+        months = _counts(when.dt.strftime("%Y-%m"))
+        return (
+            column,
+            f"{table.when(column)}.dt.strftime('%Y-%m')",
+            f"whose `{column}` falls in the month",
+            months,
+        )
     if table.years:
         column = pick(rng, table.years)
-        return column, col(column), f"whose `{column}` is"
+        return column, col(column), f"whose `{column}` is", _counts(table.frame[column].dropna().astype(int))
     return None
 
 
-def _year_counts(table: Table, column: str, is_date: bool) -> pd.Series:
-    values = table.frame[column].dropna()
-    years = pd.to_datetime(values).dt.year if is_date else values.astype(int)
-    counts = years.value_counts().sort_index()
+def _counts(periods: pd.Series) -> pd.Series:
+    """Rows per period, in order, of the periods with `MIN_GROUP_ROWS` rows or more."""
+    counts = periods.value_counts().sort_index()
     return counts[counts >= MIN_GROUP_ROWS]
+
+
+def _period(value: object) -> int | str:
+    """A period as a plain value: a year as an int, a month as its text (`2024-03`); the question writes it as
+    it is and its code compares it as a literal (`lit`)."""
+    return value if isinstance(value, str) else int(value)
 
 
 class YearStat(Program):
@@ -45,25 +64,23 @@ class YearStat(Program):
 
     name = "time-window"
     operations = ("filter", "aggregate")
+    kind = "time"
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         periods = _periods(table, rng)
         numbers = [c for c in table.numeric if periods and c != periods[0]]
         if periods is None or not numbers:
             return None
-        column, year_code, words = periods
-        counts = _year_counts(table, column, column in table.dates)
+        column, year_code, words, counts = periods
         if counts.empty:
             return None
-        year, number = int(pick(rng, list(counts.index))), pick(rng, numbers)
+        year, number = _period(pick(rng, list(counts.index))), pick(rng, numbers)
         text = (
             f"What is the mean `{number}` over the rows {words} {year}, ignoring missing values? "
             f"Round to {MEAN_DECIMALS} decimal places."
         )
-        kept = f"{col(number)}[year == {year}]"
-        body = (
-            f"year = {year_code}\nanswer = {kept}.mean()\n{filter_checks(f'(year == {year})', column, kept)}"
-        )
+        kept = f"{col(number)}[year == {lit(year)}]"
+        body = f"year = {year_code}\nanswer = {kept}.mean()\n{filter_checks(f'(year == {lit(year)})', column, kept)}"
         params = {"number": number, "time": column, "year": year}
         return Question(
             self.name, params, text, "numeric_approximate", body, (number, column), decimals=MEAN_DECIMALS
@@ -75,17 +92,17 @@ class Growth(Program):
 
     name = "growth-rate"
     operations = ("filter", "group-aggregate", "compare")
+    kind = "time"
 
     def propose(self, table: Table, rng: np.random.Generator) -> Question | None:
         periods = _periods(table, rng)
         numbers = [c for c in table.numeric if periods and c != periods[0]]
         if periods is None or not numbers:
             return None
-        column, year_code, words = periods
-        counts = _year_counts(table, column, column in table.dates)
+        column, year_code, words, counts = periods
         if len(counts) < 2:
             return None
-        first, second = sorted(int(counts.index[i]) for i in rng.choice(len(counts), 2, replace=False))
+        first, second = (_period(counts.index[i]) for i in sorted(rng.choice(len(counts), 2, replace=False)))
         number = pick(rng, numbers)
         text = (
             f"By what percentage did the mean `{number}` change from the rows {words} {first} to the rows "
@@ -94,12 +111,14 @@ class Growth(Program):
         )
         body = (
             f"year = {year_code}\n"
-            f"before = {col(number)}[year == {first}].mean()\n"
-            f"after = {col(number)}[year == {second}].mean()\n"
+            f"before = {col(number)}[year == {lit(first)}].mean()\n"
+            f"after = {col(number)}[year == {lit(second)}].mean()\n"
             "answer = 100 * (after - before) / before\n"
             "checks = {'base': abs(float(before))}\n"
             + "\n".join(
-                filter_checks(f"(year == {y})", column, f"{col(number)}[year == {y}]", name=f"year {y}")
+                filter_checks(
+                    f"(year == {lit(y)})", column, f"{col(number)}[year == {lit(y)}]", name=f"year {y}"
+                )
                 for y in (first, second)
             )
         )
@@ -109,7 +128,7 @@ class Growth(Program):
                 f"What is the mean `{number}` over the rows {words} {year}, ignoring missing values? Round to "
                 f"{MEAN_DECIMALS} decimal places.",
                 Step(
-                    f"year = {year_code}\nanswer = {col(number)}[year == {year}].mean()",
+                    f"year = {year_code}\nanswer = {col(number)}[year == {lit(year)}].mean()",
                     "numeric_approximate",
                     MEAN_DECIMALS,
                 ),
@@ -130,5 +149,5 @@ class Growth(Program):
 
     def problem(self, checks: Checks) -> str | None:
         if not checks["base"] > 1e-9:
-            return "the first year's mean is 0: the percentage change is undefined"
+            return "the first period's mean is 0: the percentage change is undefined"
         return None
