@@ -34,3 +34,25 @@ def iris_release(tmp_path_factory):
     """The folder of an iris-only release (tests/stores.py `build_iris_release`), built once per session: the
     same generate-and-release several modules started with; each copies it (`copy_iris_release`)."""
     return build_iris_release(tmp_path_factory.mktemp("iris-release"))
+
+
+@pytest.fixture(scope="session")
+def harbor_release(tmp_path_factory):
+    """(context, release) of the small iris + CO2 release with question tasks that tests/test_harbor.py
+    describes (`_release`), built once per session for the Harbor modules; what they export goes to their own
+    folders."""
+    from tests.test_harbor import _release
+
+    return _release(tmp_path_factory.mktemp("harbor"), ["sklearn-iris", "statsmodels-co2"], questions=True)
+
+
+@pytest.fixture(scope="session")
+def harbor_export(harbor_release, tmp_path_factory):
+    """`harbor_release` exported to Harbor without control runs (test_harbor.py has those), once per session:
+    (release, report) for the modules that only read or copy the task folders."""
+    from dareforge.exports.export_format import ExportJob
+    from dareforge.exports.harbor import HarborLayout
+
+    ctx, release = harbor_release
+    dest = tmp_path_factory.mktemp("harbor-out") / "harbor"
+    return release, HarborLayout("harbor", controls_per_family=0).export(ExportJob(ctx, release, dest=dest))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,22 +15,50 @@ from tests.stores import mirror_dataset
 COMMANDS = ["crawl", "filter", "run", "sources", "sql"]
 
 
-@pytest.fixture
-def cli(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def _four_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
         "DAREFORGE_BUILTIN__INCLUDE", "[sklearn-iris, sklearn-wine, statsmodels-longley, vega-airports]"
     )
     monkeypatch.setenv(
         "DAREFORGE_LLM__LOCAL__ENABLED", "false"
     )  # the same run whether or not it is installed
+
+
+def _invoker(store: Path):
+    """`dareforge -q --store STORE ARGS...` in this process."""
     runner = CliRunner()
 
     def invoke(*args: str):
-        result = runner.invoke(app, ["-q", "--store", str(tmp_path / "store"), *args], catch_exceptions=False)
-        return result
+        return runner.invoke(app, ["-q", "--store", str(store), *args], catch_exceptions=False)
 
     return invoke
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _four_sources(monkeypatch)
+    return _invoker(tmp_path / "store")
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """One `dareforge run` of the four sources (the whole pipeline, two reference runs per task): the store it
+    made and what it printed, shared by the tests that read them (a run cost each of them a minute of CPU)."""
+    root = tmp_path_factory.mktemp("cli-run")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        _four_sources(mp)
+        return root / "store", _invoker(root / "store")("run")
+
+
+@pytest.fixture
+def ran(first_run, tmp_path, monkeypatch):
+    """The CLI on the store of `first_run`, and that run's result."""
+    monkeypatch.chdir(tmp_path)
+    _four_sources(monkeypatch)
+    store, result = first_run
+    return _invoker(store), store, result
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -44,8 +73,8 @@ def test_run_until_a_stage_that_does_not_exist_names_the_stages(cli):
     assert result.exit_code == 2 and "the stages are crawl, filter" in result.output
 
 
-def test_run_summarises_and_sql_answers_why(cli, tmp_path):
-    result = cli("run")
+def test_run_summarises_and_sql_answers_why(ran):
+    cli, store, result = ran
     assert result.exit_code == 0, result.output
     assert "crawl: 4 sources seen (4 downloaded)" in result.output
     assert "filter: 3 kept, 1 dropped" in result.output and "enough-rows" in result.output
@@ -65,7 +94,7 @@ def test_run_summarises_and_sql_answers_why(cli, tmp_path):
     assert re.search(
         r"run: [\d.]+ min on \d+ worker\(s\), [\d,]+ CPU-s \([\d.]+ per accepted task", result.output
     )
-    (log,) = (tmp_path / "store" / "reports" / "runs").glob("*.json")
+    (log,) = (store / "reports" / "runs").glob("*.json")
     record = json.loads(log.read_text())
     assert record["accepted"] > 0 and record["tasks"] >= record["accepted"] and record["peak_rss_bytes"] > 0
     assert {"crawl", "generate", "check", "validate", "release"} <= record["stages"].keys()
@@ -91,8 +120,8 @@ def test_run_summarises_and_sql_answers_why(cli, tmp_path):
     assert why.exit_code == 0 and "classification-species" in why.output and "enough-rows" in why.output
 
 
-def test_sources_lists_by_status_and_verdict(cli):
-    cli("run")
+def test_sources_lists_by_status_and_verdict(ran):
+    cli, _, _ = ran
     dropped = cli("sources", "--dropped", "--format", "csv").output
     assert "builtin.vega-airports" in dropped and "builtin.sklearn-iris" not in dropped
     assert "builtin.sklearn-iris" in cli("sources", "--kept", "--format", "csv").output

@@ -192,8 +192,10 @@ def _released(root: Path) -> dict[str, bytes]:
 def test_a_full_disk_stops_the_run_in_one_line_and_the_same_run_finishes_once_space_is_freed(
     cli, tmp_path, monkeypatch
 ):
-    # No IF variants: this test runs the whole pipeline three times, and a full disk fails the store's writes
-    # the same whichever family writes (each IF task cost every run a reference and a validation run more).
+    # One source and no IF variants: this test runs the whole pipeline three times, and a full disk fails the
+    # store's writes the same whichever source or family writes (each IF task cost every run a reference and a
+    # validation run more; wine, a second source of the same kinds of task, half of each run's CPU).
+    monkeypatch.setenv("DAREFORGE_BUILTIN__INCLUDE", "[sklearn-iris]")
     monkeypatch.setenv("DAREFORGE_GENERATE__IF_VARIANTS", "0")
     roomy = tmp_path / "roomy"
     assert cli(roomy, "run").exit_code == 0

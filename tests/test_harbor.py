@@ -116,10 +116,8 @@ def _release(root: Path, sources: list[str], *, questions: bool):
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    ctx, release = _release(
-        tmp_path_factory.mktemp("harbor"), ["sklearn-iris", "statsmodels-co2"], questions=True
-    )
+def exported(harbor_release, tmp_path_factory):
+    ctx, release = harbor_release  # built once per session (conftest), with test_harbor_hacks and _package
     dest = tmp_path_factory.mktemp("harbor-out") / "harbor"
     report = HarborLayout("harbor", controls_per_family=1).export(ExportJob(ctx, release, dest=dest))
     return ctx, release, report

@@ -21,11 +21,9 @@ from pathlib import Path
 import pytest
 
 from dareforge.config import SandboxConfig
-from dareforge.exports.export_format import ExportJob
-from dareforge.exports.harbor import HarborLayout, folder_name
+from dareforge.exports.harbor import folder_name
 from dareforge.exports.harbor_control import Controller, ControlRun
 from dareforge.sandbox import probe
-from tests.test_harbor import _release
 
 pytestmark = pytest.mark.skipif(not probe().available, reason="the control runs need bubblewrap")
 
@@ -38,17 +36,14 @@ SECONDS = 120.0
 
 
 @pytest.fixture(scope="module")
-def tasks(tmp_path_factory) -> dict[str, Path]:
-    """family -> one exported task folder (exported without control runs: test_harbor.py has those)."""
-    ctx, release = _release(
-        tmp_path_factory.mktemp("harbor-hacks"), ["sklearn-iris", "statsmodels-co2"], questions=True
-    )
-    dest = tmp_path_factory.mktemp("harbor-hacks-out") / "harbor"
-    report = HarborLayout("harbor", controls_per_family=0).export(ExportJob(ctx, release, dest=dest))
+def tasks(harbor_export) -> dict[str, Path]:
+    """family -> one exported task folder (conftest's `harbor_export`, without control runs: test_harbor.py has
+    those)."""
+    release, report = harbor_export
     folders: dict[str, Path] = {}
     for task in sorted(release.tasks(), key=lambda t: t.id):
         if folder_name(task) in report.tasks:
-            folders.setdefault(task.family, dest / folder_name(task))
+            folders.setdefault(task.family, report.dest / folder_name(task))
     return folders
 
 

@@ -22,10 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from dareforge.exports.export_format import ExportJob
-from dareforge.exports.harbor import HarborLayout
 from dareforge.sandbox import probe
-from tests.test_harbor import HARBOR_FIELDS, _release
+from tests.test_harbor import HARBOR_FIELDS
 
 pytestmark = pytest.mark.skipif(not probe().available, reason="the harbor export needs bubblewrap")
 
@@ -159,15 +157,11 @@ def harbor() -> Path:
 
 
 @pytest.fixture(scope="module")
-def export(tmp_path_factory) -> tuple[list[Path], dict[str, str]]:
-    """Every task of the small release exported (no control runs: test_harbor.py has those); folder name ->
-    the task's graded output."""
-    ctx, release = _release(
-        tmp_path_factory.mktemp("harbor-pkg"), ["sklearn-iris", "statsmodels-co2"], questions=True
-    )
-    dest = tmp_path_factory.mktemp("harbor-pkg-out") / "harbor"
-    report = HarborLayout("harbor", controls_per_family=0).export(ExportJob(ctx, release, dest=dest))
-    folders = [dest / name for name in sorted(report.tasks)]
+def export(harbor_export) -> tuple[list[Path], dict[str, str]]:
+    """Every task of the small release exported (conftest's `harbor_export`, without control runs: test_harbor.py
+    has those); folder name -> the task's graded output."""
+    _, report = harbor_export
+    folders = [report.dest / name for name in sorted(report.tasks)]
     outputs = {f.name: json.loads((f / "tests" / "grading.json").read_text())["output"] for f in folders}
     return folders, outputs
 
