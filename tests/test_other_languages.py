@@ -9,21 +9,24 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from dareforge.config import Config
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.schema import Framing, Source, TaskType
+from dareforge.understand.columns import Sample
 from dareforge.understand.evidence import read_text
+from dareforge.understand.propose import copies
 from dareforge.understand.understand_stage import understand
 
 DOTLESS = "\u0131"  # Turkish dotless i, as Turkish text writes it
-COLUMNS = ["Tarih", "DolulukOrani_Yuzde", "SuDurumu_m3", "Nufus", "Sicaklik_Ort", "Yagis_mm", "Turist_Sayisi"]
+COLUMNS = ["Gun", "Tuketim_MWh", "Uretim_MWh", "Nufus", "Sicaklik_Ort", "Ruzgar_Hizi", "Tatil"]
 DESCRIPTION = (
-    f"\u0130zmir ili baraj doluluk oran{DOTLESS} ve su miktar{DOTLESS} tahminine y\u00f6nelik ge\u00e7mi\u015f 10 y{DOTLESS}l\n\n"
-    f"Bu veri seti, \u0130zmir iline ait 2015-2024 y{DOTLESS}llar{DOTLESS} aras{DOTLESS}ndaki ayl{DOTLESS}k baraj doluluk oran{DOTLESS} "
-    f"(**DolulukOrani_Yuzde**) ve barajlardaki su miktar{DOTLESS} (**SuDurumu_m3**) verilerini i\u00e7ermektedir.\n\n"
-    "Ek olarak: n\u00fcfus, ortalama s\u0131cakl\u0131k, ya\u011f\u0131\u015f ve turist say\u0131s\u0131."
+    f"Bursa ili elektrik tüketimi ve üretim miktar{DOTLESS} tahminine yönelik gunluk veri\n\n"
+    f"Bu veri seti, Bursa iline ait günlük elektrik tüketimi (**Tuketim_MWh**) ve santrallerin "
+    f"üretim miktar{DOTLESS} (**Uretim_MWh**) verilerini içermektedir.\n\n"
+    f"Ek olarak: nüfus, ortalama s{DOTLESS}cakl{DOTLESS}k, rüzgar h{DOTLESS}z{DOTLESS} ve tatil günleri."
 )
 
 
@@ -36,9 +39,9 @@ def _source(description: str) -> Source:
 
 def test_a_turkish_phrase_names_each_glossed_target_it_lists():
     evidence = read_text(_source(DESCRIPTION), COLUMNS)
-    assert evidence.weight("DolulukOrani_Yuzde") >= 6 and evidence.weight("SuDurumu_m3") >= 6
-    assert all(evidence.weight(c) < 6 for c in COLUMNS if c not in ("DolulukOrani_Yuzde", "SuDurumu_m3"))
-    assert any("not in English" in s for s in evidence.sentences("SuDurumu_m3"))
+    assert evidence.weight("Tuketim_MWh") >= 6 and evidence.weight("Uretim_MWh") >= 6
+    assert all(evidence.weight(c) < 6 for c in COLUMNS if c not in ("Tuketim_MWh", "Uretim_MWh"))
+    assert any("not in English" in s for s in evidence.sentences("Uretim_MWh"))
 
 
 def test_object_after_the_verb_and_a_column_named_outright():
@@ -54,28 +57,29 @@ def test_a_gloss_without_a_prediction_phrase_names_nothing():
         1
     ]  # the glossary alone says what the columns are, not what to predict
     evidence = read_text(_source(plain), COLUMNS)
-    assert evidence.weight("SuDurumu_m3") < 6 and evidence.weight("DolulukOrani_Yuzde") < 6
+    assert evidence.weight("Tuketim_MWh") < 6 and evidence.weight("Uretim_MWh") < 6
 
 
-def _reservoir(months: int = 120) -> list[dict]:
-    """A dam's monthly record: its fill share follows rain and heat, the water held follows the fill share
-    loosely (evaporation, a second basin), and tourists come in summer."""
+def _grid(days: int = 400) -> list[dict]:
+    """A city's daily electricity: use follows heat and holidays, the plants' output follows wind and use
+    loosely (the rest is bought from the grid)."""
     rng = np.random.default_rng(3)
-    dates = pd.date_range("2015-01-01", periods=months, freq="MS")
-    season = np.sin(2 * np.pi * (dates.month.to_numpy() - 1) / 12)
-    rain = np.round(60 - 45 * season + rng.gamma(2, 8, months), 1)
-    heat = np.round(17 + 10 * season + rng.normal(0, 1.5, months), 1)
-    fill = np.round(np.clip(25 + 0.45 * rain - 0.9 * heat + rng.normal(0, 4, months), 1, 99), 2)
-    water = np.round(1e6 * (2.1 * fill + 0.6 * rain + rng.normal(0, 18, months))).astype(int)
+    dates = pd.date_range("2022-01-01", periods=days, freq="D")
+    season = np.cos(2 * np.pi * (dates.day_of_year.to_numpy() - 200) / 365)
+    heat = np.round(16 + 11 * season + rng.normal(0, 2, days), 1)
+    wind = np.round(rng.gamma(3, 4, days), 1)
+    holiday = (rng.random(days) < 0.08).astype(int)
+    use = np.round(5200 + 90 * np.abs(heat - 18) - 700 * holiday + rng.normal(0, 160, days), 1)
+    made = np.round(2100 + 85 * wind + 0.25 * use + rng.normal(0, 260, days), 1)
     return [
         {
-            "Tarih": d.strftime("%Y-%m-%d"),
-            "DolulukOrani_Yuzde": fill[i],
-            "SuDurumu_m3": water[i],
-            "Nufus": 4_300_000 + 900 * i,
+            "Gun": d.strftime("%Y-%m-%d"),
+            "Tuketim_MWh": use[i],
+            "Uretim_MWh": made[i],
+            "Nufus": 3_100_000 + 40 * i,
             "Sicaklik_Ort": heat[i],
-            "Yagis_mm": rain[i],
-            "Turist_Sayisi": int(150_000 + 60_000 * season[i] + rng.normal(0, 9000)),
+            "Ruzgar_Hizi": wind[i],
+            "Tatil": holiday[i],
         }
         for i, d in enumerate(dates)
     ]
@@ -83,17 +87,17 @@ def _reservoir(months: int = 120) -> list[dict]:
 
 def test_both_listed_targets_are_posed_as_tabular_framings(tmp_path: Path):
     mirror = tmp_path / "mirror"
-    folder = mirror / "izmir"
+    folder = mirror / "grid"
     folder.mkdir(parents=True)
     meta = {
-        "id": "someone/izmir",
-        "title": "Izmir_Water_Amount",
+        "id": "someone/grid",
+        "title": "Bursa_Elektrik",
         "description": DESCRIPTION,
         "licenses": [{"name": "CC0-1.0"}],
         "lastUpdated": "2024-02-02",
     }
     (folder / "dataset-metadata.json").write_text(json.dumps(meta))
-    rows = _reservoir()
+    rows = _grid()
     with open(folder / "train.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -104,11 +108,30 @@ def test_both_listed_targets_are_posed_as_tabular_framings(tmp_path: Path):
     cfg.mirror.paths = [str(mirror)]
     ctx = RunContext.from_config(cfg, show_progress=False)
     crawl(ctx)
-    sid = "mirror.someone--izmir"
+    sid = "mirror.someone--grid"
     assert understand(ctx, [sid]).labels("framed") == [sid]
     framings = ctx.store.read_partition(Framing, sid)
     tabular = [f for f in framings if f.status == "chosen" and f.task_type != TaskType.TIME_SERIES]
     # Listed together, each is posed: the first as the table's target, the other as its second target, since
     # the description's words point at it as strongly.
-    assert {f.target_columns[0] for f in tabular} == {"SuDurumu_m3", "DolulukOrani_Yuzde"}, framings
+    assert {f.target_columns[0] for f in tabular} == {"Tuketim_MWh", "Uretim_MWh"}, framings
     assert "a second tabular target" in tabular[1].reason
+
+
+def test_columns_whose_every_value_is_unique_are_no_copies_but_a_recoded_label_is():
+    days = [d.strftime("%Y-%m-%d") for d in pd.date_range("2022-01-01", periods=30, freq="D")]
+    sample = Sample.from_arrow(
+        "t.csv",
+        pa.table(
+            {
+                "Gun": days,
+                "Uretim_MWh": [f"{2100 + 37.5 * i:.1f}" for i in range(30)],
+                "grade": ["low", "mid", "high"] * 10,
+                "grade_code": ["0", "1", "2"] * 10,
+            }
+        ),
+        30,
+    )
+    made, day = sample.column("Uretim_MWh"), sample.column("Gun")
+    assert not copies(made, day) and not copies(day, made)
+    assert copies(sample.column("grade_code"), sample.column("grade"))

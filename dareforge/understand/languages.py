@@ -1,9 +1,9 @@
 """A target named in a description written in another language than English.
 
 Kaggle descriptions in Turkish, Spanish, Portuguese, French, Italian, German, Dutch or Indonesian say what to
-predict with their own words ("su miktari tahmini", "predecir el precio", "prévision de la demande"), and
-their column names are often in that language too, glossed where the data is described: "aylik baraj doluluk
-orani (**DolulukOrani_Yuzde**)". A prediction phrase names a column when one of its listed parts ends with
+predict with their own words ("uretim miktari tahmini", "predecir el precio", "prévision de la demande"),
+and their column names are often in that language too, glossed where the data is described: "gunluk elektrik
+uretim miktari (**Uretim_MWh**)". A prediction phrase names a column when one of its listed parts ends with
 the words that gloss the column, or names the column itself. Turkish puts the object before the verb, the
 others after it.
 """
@@ -22,16 +22,16 @@ PREDICT_AFTER = re.compile(
 )
 """The verb or noun first, its object after: "predecir el precio", "prévision de la demande"."""
 PREDICT_BEFORE = re.compile(r"(?P<x>[^\n.,;()]{1,60}?)\s+(?:tahmin|öngörü)\w*", re.IGNORECASE)
-"""Turkish: the object first, "su miktari tahmini" (the prediction of the water amount)."""
+"""Turkish: the object first, "uretim miktari tahmini" (the prediction of the amount produced)."""
 CONJUNCTIONS = re.compile(
     r"\s+(?:ve|veya|ile|and|y|e|o|et|ou|und|oder|en|of|dan|atau)\s+|\s*[/&]\s*", re.IGNORECASE
 )
 GLOSS = re.compile(
     r"(?P<p>[^\n.,;:()|]{2,80}?)\s*\(\s*[*`'\"]*(?P<c>[^()*`'\"\n]{1,60}?)[*`'\"]*\s*\)", re.IGNORECASE
 )
-"""A phrase and the column it describes in parentheses: "su miktari (**SuDurumu_m3**)"."""
+"""A phrase and the column it describes in parentheses: "uretim miktari (**Uretim_MWh**)"."""
 HEAD_WORDS = 2
-"""Words at the end of a gloss that name what it describes (its head: "doluluk orani", "su miktari")."""
+"""Words at the end of a gloss that name what it describes (its head: "uretim miktari", "tuketim miktari")."""
 ARTICLES = {
     "de", "del", "des", "du", "la", "el", "los", "las", "le", "les", "il", "lo", "di", "della", "der", "die",
     "das", "den", "o", "os", "as", "a", "van", "het", "een", "un", "una", "une",
