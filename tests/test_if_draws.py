@@ -1,7 +1,7 @@
 """IF for every accepted framing (issue 44): a sampled workflow whose generation already shows it asks nothing
 (hardly any stated step changes the predictions, or the reference predicts one constant) is kept for the gate
 to reject, and another seed is drawn in its place, so a framing that supports IF tasks gets
-`generate.if_variants` that measure something where the draws allow."""
+`generate.if_variants` that measure something where `generate.if_redraws` further draws allow."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _run(root, min_sensitive: int | None) -> RunContext:
     cfg.validate_.ladder_cpu_seconds = 0
     if min_sensitive is not None:
         cfg.validate_.min_sensitive_requirements = min_sensitive
-    cfg.generate.if_variants = 1
+    cfg.generate.if_variants, cfg.generate.if_redraws = 1, 1
     cfg.generate.qa_per_source = cfg.generate.lakes_per_source = 0
     ctx = RunContext.from_config(cfg, show_progress=False)
     for stage in (crawl, filter_sources, understand, prepare, generate, validate):
@@ -60,7 +60,7 @@ def test_a_workflow_that_measures_is_not_drawn_again(tmp_path):
 
 def test_a_workflow_that_asks_nothing_is_drawn_again_and_kept_for_the_gate(tmp_path):
     # A gate that wants more stated requirements to matter than this table's workflows have: every draw asks
-    # too little, so the next seed is drawn once (at most `if_variants` more), and the gate rejects both.
+    # too little, so the next seed is drawn (at most `if_redraws` more), and the gate rejects both.
     drawn = _if_tasks(_run(tmp_path, 50))
     assert [t.seed for t, _ in drawn] == [20260101, 20260102]
     for _, verdict in drawn:

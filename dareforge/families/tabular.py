@@ -77,12 +77,12 @@ def if_tasks(build: Build) -> list[Task | None]:
 
     A sampled workflow whose own generation already shows the gate will reject it for the sample, not for the
     data (see `measures`), is kept (the gate records why) and the next seed is drawn in its place, at most
-    `generate.if_variants` extra draws: the framing supports IF tasks, one workflow drawn for it asked nothing
+    `generate.if_redraws` extra draws: the framing supports IF tasks, one workflow drawn for it asked nothing
     (a pipeline that predicts one constant, or one where hardly any stated step changes the predictions)."""
     cfg = build.ctx.config.generate
     tasks: list[Task | None] = []
     measuring = 0
-    for i in range(2 * cfg.if_variants):
+    for i in range(cfg.if_variants + cfg.if_redraws if cfg.if_variants else 0):
         if measuring >= cfg.if_variants:
             break
         task = if_task(build, cfg.seed + i)
