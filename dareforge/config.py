@@ -262,6 +262,12 @@ class PrepareConfig(Section):
 class GenerateConfig(Section):
     seed: int = 20260101
     if_variants: Some = Field(2, description="IF tasks sampled per prepared source (0: none).")
+    if_redraws: Some = Field(
+        2,
+        description="Further IF seeds drawn, at most, in place of sampled workflows that ask nothing (too few "
+        "stated steps change the predictions, or one constant reproduces them); those stay for the gate to "
+        "reject. 0: exactly if_variants seeds.",
+    )
     noise_share: float = Field(
         0.2, ge=0, lt=1, description="Share of IF training rows turned into noise the filters remove."
     )

@@ -21,7 +21,9 @@ def store_config(root: Path, sources: list[str]) -> Config:
 
 
 def prediction_only(cfg: Config) -> Config:
-    """No question tasks (QA, Lake): for tests about the prediction families that count their tasks."""
+    """No question tasks (QA, Lake) and exactly `if_variants` IF seeds (no redraw in place of a workflow that
+    asks nothing): for tests about the prediction families that count their tasks."""
+    cfg.generate.if_redraws = 0
     cfg.generate.qa_per_source = 0
     cfg.generate.lakes_per_source = 0
     return cfg

@@ -38,6 +38,22 @@ Submission = pd.DataFrame | dict[str, Any]
 """Predictions keyed like the answers, or an answer document `{"answer": value}`; what `grade` takes."""
 
 
+def read_text(path) -> pd.DataFrame:
+    """A table as the grader reads it (a path or an open file): every cell as text, so keys such as "007" stay
+    as written."""
+    return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+
+
+def constant_column(predictions: pd.DataFrame, targets: Sequence[str]) -> str | None:
+    """`target = value` of the first target column that holds one value on every row, else None: reference
+    predictions that one guess reproduces (an IF task that asks nothing, whatever its instruction states)."""
+    for target in targets:
+        values = predictions[target].unique()
+        if len(values) == 1:
+            return f"{target} = {values[0]}"
+    return None
+
+
 class TaskFiles(Protocol):
     """What a family's trivial answers read of a task (a validator's `TaskView` is one)."""
 

@@ -8,14 +8,14 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from dareforge.families.family import Build
+from dareforge.families.family import Build, constant_column, read_text
 from dareforge.generators.instructions import boolean_note, notes, render_if, render_mm, split_note
 from dareforge.generators.noise import add_noise
 from dareforge.generators.prepare import prepared_file
 from dareforge.generators.references import certify, score_references
 from dareforge.generators.taskio import Draft, limits_of
 from dareforge.reference_solutions.reference_code import REFERENCE_PREDICTIONS, StrongSpec, if_reference_code
-from dareforge.reference_solutions.sensitivity import SENSITIVITY, mutation_test
+from dareforge.reference_solutions.sensitivity import SENSITIVITY, Sensitivity, mutation_test
 from dareforge.reference_solutions.spec import sample_if_spec, unstated_requirements, usable_features
 from dareforge.schema import MetricSpec, PreparedSource, Task, TaskScores, TaskType
 
@@ -73,9 +73,38 @@ def goal_task_fields(
 
 
 def if_tasks(build: Build) -> list[Task | None]:
-    """`generate.if_variants` IF tasks, one per seed from `generate.seed` on."""
+    """`generate.if_variants` IF tasks that measure something, one per seed from `generate.seed` on.
+
+    A sampled workflow whose own generation already shows the gate will reject it for the sample, not for the
+    data (see `measures`), is kept (the gate records why) and the next seed is drawn in its place, at most
+    `generate.if_redraws` extra draws: the framing supports IF tasks, one workflow drawn for it asked nothing
+    (a pipeline that predicts one constant, or one where hardly any stated step changes the predictions)."""
     cfg = build.ctx.config.generate
-    return [if_task(build, cfg.seed + i) for i in range(cfg.if_variants)]
+    tasks: list[Task | None] = []
+    measuring = 0
+    for i in range(cfg.if_variants + cfg.if_redraws if cfg.if_variants else 0):
+        if measuring >= cfg.if_variants:
+            break
+        task = if_task(build, cfg.seed + i)
+        tasks.append(task)
+        measuring += task is not None and measures(build, task)
+    return tasks
+
+
+def measures(build: Build, task: Task) -> bool:
+    """Whether an IF task passed the checks its generation settles: its reference run is certified, its
+    mutation test finds at least `validate.min_sensitive_requirements` stated requirements that change the
+    predictions and none left unstated that does, and its reference predictions are not one constant. The
+    `sensitivity` and `trivial` checks judge the same files again; this only decides whether to draw again."""
+    if task.status != "candidate":
+        return False
+    store, folder = build.ctx.store, f"tasks/{task.id}/private"
+    found = Sensitivity.from_json(store.read_bytes(f"{folder}/{SENSITIVITY}").decode())
+    if found.silent or len(found.mattering) < build.ctx.config.validate_.min_sensitive_requirements:
+        return False
+    with store.open(f"{folder}/{REFERENCE_PREDICTIONS}") as handle:
+        reference = read_text(handle)
+    return constant_column(reference, task.metric.target_columns) is None
 
 
 def if_variant(build: Build, original: Task) -> Task | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from dareforge.families.family import Submission, TaskFiles
+from dareforge.families.family import Submission, TaskFiles, read_text
 from dareforge.families.timeseries import model_free_forecasts
 from dareforge.generators.questions.build import stated_numbers
 from dareforge.generators.references import trivial_predictions
@@ -31,11 +31,6 @@ from dareforge.reference_solutions.reference_code import REFERENCE_PREDICTIONS
 CONSTANT_ANSWERS: Mapping[str, Any] = {"0": 0, "1": 1, "the empty list": [], "true": True, "false": False}
 """Answers a guesser tries first, whatever the question."""
 TABLE_SUFFIXES = (".csv", ".tsv")
-
-
-def read_text(path: Path) -> pd.DataFrame:
-    """A table as the grader reads it: every cell as text, so keys such as "007" stay as written."""
-    return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
 
 
 def if_trivial(view: TaskFiles) -> dict[str, Submission]:

@@ -2,7 +2,7 @@
 series and for columns to leave out. Every hint carries the sentence it came from, so an auditor sees why.
 
 The phrases are the ones real documentation uses: "the target variable is X", "predict whether X", "X is the
-label", "forecast Y", an R formula whose left side is the response (`y ~ x1 + x2`, as R documentation's
+label", "forecast Y" (and the same in other languages, `languages`), an R formula whose left side is the response (`y ~ x1 + x2`, as R documentation's
 examples write models), sklearn's ":Target: Column 11", a variable list whose entry calls a column the
 response or an identifier, and title words that name a column (`Cars (auto MPG)` -> Miles_per_Gallon).
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from difflib import get_close_matches
 
 from dareforge.schema import Source, TaskType
+from dareforge.understand.languages import foreign_targets, glosses
 
 TARGET_WORDS = (
     r"(?:target|label|response|outcome|output (?:variable|parameter|attribute)|dependent variable|class label|"
@@ -183,6 +184,8 @@ def read_text(source: Source, columns: list[str]) -> TextEvidence:
     text = _clean(source.description or "")
     sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n\s*\n", text) if s.strip()]
 
+    glossed = glosses(text, matcher.exact)
+
     def add(column: str, weight: float, sentence: str) -> None:
         evidence.targets.append(Hint(column, weight, " ".join(sentence.split())[:200]))
 
@@ -200,6 +203,8 @@ def read_text(source: Source, columns: list[str]) -> TextEvidence:
                 _listed(matcher, match.group("x")) or matcher.in_phrase(match.group("x"), words=6)[:1]
             ):
                 add(column, 6.0, f"the description says: {sentence}")
+        for column in foreign_targets(sentence, glossed, matcher.in_phrase):
+            add(column, 6.0, f"the description says (not in English): {sentence}")
         for match in EXPLAIN.finditer(sentence):
             for column in matcher.in_phrase(match.group("x"), words=4)[:1]:
                 add(column, 3.0, f"the description says: {sentence}")

@@ -448,8 +448,11 @@ def copies(column: Column, other: Column) -> bool:
         if both.sum() < 3 or np.std(x[both]) == 0 or np.std(y[both]) == 0:
             return False
         return bool(abs(np.corrcoef(x[both], y[both])[0, 1]) >= TWIN_CORRELATION)
-    pairs = pd.DataFrame({"a": column.text, "b": other.text}).dropna().drop_duplicates()
-    return len(pairs) == pairs["a"].nunique() == pairs["b"].nunique()
+    rows = pd.DataFrame({"a": column.text, "b": other.text}).dropna()
+    pairs = rows.drop_duplicates()
+    # Two columns whose every value is its row's own (a date and a measured number) map one to one whatever
+    # they hold: only values seen on several rows can show one column recodes the other.
+    return len(pairs) < len(rows) and len(pairs) == pairs["a"].nunique() == pairs["b"].nunique()
 
 
 def _one_hot_member(column: Column, sample: Sample) -> bool:

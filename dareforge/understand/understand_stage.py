@@ -31,14 +31,16 @@ from dareforge.understand.propose import Candidate, Proposal, check, propose
 
 log = logging.getLogger(__name__)
 
-UNDERSTAND_FORMAT = 11
+UNDERSTAND_FORMAT = 12
 """Bump when the stage decides differently for the same inputs, so every source is understood again. 7: a
 competition's outcome columns and `sources.<id>.exclude` withheld; a series' exogenous columns that compute its
 target, and those of a named target, left out. 8: `unknown` is a missing-value marker (the one list,
 `rawtable.MISSING_MARKERS`, that question tasks share), and a time column without a name (`Unnamed: 0`) is named
 `date`. 9: row minimums per family (`Family.needs`): a table too small for a model still poses questions, and a
 series needs periods in seasons, not rows. 10: times that are plain numbers (years) have no season. 11: a series
-shorter than two seasons and its held-out share has no season (forecast, not skipped)."""
+shorter than two seasons and its held-out share has no season (forecast, not skipped). 12: a prediction phrase in
+another language names the columns it glosses (`languages`), and two columns whose every value is unique are no
+copies of each other."""
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 RUNNERS_UP = 2
 """Unchecked candidates stored per family below the chosen one (an auditor sees what else was in the running)."""

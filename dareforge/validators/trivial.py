@@ -12,11 +12,9 @@ every step changes the answer, yet one number reproduces all of it; no threshold
 
 from __future__ import annotations
 
-import pandas as pd
-
 from dareforge.config import Config
+from dareforge.families.family import constant_column, read_text
 from dareforge.families.registry import bar_of
-from dareforge.families.trivial import read_text
 from dareforge.reference_solutions.graders import grade
 from dareforge.validators.check import Finding, TaskView
 
@@ -44,7 +42,7 @@ class Trivial:
         best = max(scores, key=lambda name: scores[name])  # ties: the first declared
         score = scores[best]
         details = {"best": best, "scores": scores}
-        constant = _constant_reference(view, against) if family.exact else None
+        constant = constant_column(against, task.metric.target_columns) if family.exact else None
         if constant is not None:
             return Finding(
                 f"the reference predictions are one constant ({constant}): a single guess reproduces every row",
@@ -60,15 +58,6 @@ class Trivial:
             score,
             details=details,
         )
-
-
-def _constant_reference(view: TaskView, reference: pd.DataFrame) -> str | None:
-    """`target = value` of the first target column the reference predicts as one value, else None."""
-    for target in view.task.metric.target_columns:
-        values = reference[target].unique()
-        if len(values) == 1:
-            return f"{target} = {values[0]}"
-    return None
 
 
 TASK_CHECKS = (Trivial(),)
