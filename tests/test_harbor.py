@@ -27,7 +27,6 @@ from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob
 from dareforge.exports.formats import FORMATS, export_format
 from dareforge.exports.harbor import (
-    SUMMARY_LEFT_OUT,
     HarborLayout,
     HarborReport,
     control_sample,
@@ -36,8 +35,10 @@ from dareforge.exports.harbor import (
     parse_controls,
     stored_verdict,
 )
+from dareforge.exports.harbor_card import SUMMARY_LEFT_OUT
 from dareforge.exports.harbor_control import Controller
 from dareforge.exports.harbor_grader import RESULTS_STANDIN, SCHEMA_STANDIN
+from dareforge.exports.harbor_known import CERTIFIED, DERIVED, REUSED, RUN
 from dareforge.exports.reward_hacks import wrong_output
 from dareforge.families.registry import bar_of, family_of
 from dareforge.publish.release import build_release
@@ -141,8 +142,12 @@ def test_every_family_present_is_exported_and_controlled_with_oracle_1_and_noop_
     kept = _kept(exported)
     assert {t.family for t in kept} >= {"Class-IF", "Class-MM", "TS-CF", "QA", "Lake"}
     assert set(report.controlled) == {t.family for t in kept}  # every exported family, once
+    # Every exported task has its oracle 1 and no-op 0 established, run or certified (nothing in /app earns
+    # nothing).
+    assert set(report.rewards) == {t.id for t in kept}
     assert all(rewards == (1.0, 0.0) for rewards in report.rewards.values())
-    assert report.oracle_passed == report.noop_failed == report.controlled  # nothing in /app earns nothing
+    assert report.oracle_passed == report.noop_failed == report.families
+    assert set(report.how.values()) == {(RUN, RUN), (CERTIFIED, DERIVED)}
     assert len(kept) + len(report.skipped) == len(release.tasks())
     assert sorted(p.name for p in report.dest.iterdir() if p.is_dir()) == sorted(report.tasks)
 
@@ -153,12 +158,13 @@ def test_the_controls_are_the_seeded_sample_of_each_family(exported):
     for task in _kept(exported):
         by_family.setdefault(task.family, []).append(task.id)
     assert max(len(ids) for ids in by_family.values()) > 1, "a family must have more tasks than it controls"
-    assert set(report.rewards) == control_sample(by_family, 1)
+    ran = {task_id for task_id, how in report.how.items() if how == (RUN, RUN)}
+    assert ran == control_sample(by_family, 1)
     card = (report.dest / "README.md").read_text()
     assert "a seeded sample of up to 1 per family" in card
     for family, ids in by_family.items():
         assert report.controlled[family] == 1
-        assert f"| {family} | {len(ids)} | 1 | 1 | 1 |" in card
+        assert f"| {family} | {len(ids)} | {len(ids)} | {len(ids)} |" in card
 
 
 def test_the_sample_is_stratified_and_the_same_for_the_same_ids_in_any_order():
@@ -199,7 +205,7 @@ def test_the_summary_names_a_few_left_out_tasks_and_the_card_all(exported):
         release, Path("harbor"), skipped={f"t{i:02d}": "why" for i in range(SUMMARY_LEFT_OUT + 3)}
     )
     lines = many.summary()
-    assert "13 left out" in lines[0] and len(lines) == 1 + SUMMARY_LEFT_OUT + 1
+    assert "13 left out" in lines[0] and len(lines) == 2 + SUMMARY_LEFT_OUT + 1
     assert lines[-1] == "  and 3 more left out: its README.md lists every one"
 
 
@@ -354,14 +360,19 @@ def test_a_corrupted_solution_in_the_sample_fails_the_export_as_a_packaging_bug(
         "PACKAGING BUG" in message and f"Class-IF {task.id}: " in message and "earned reward 0.0" in message
     )
     assert not dest.exists(), "nothing is exported"
-    # Without a control run nothing catches it: the sample is what proves the packaging.
-    unchecked = HarborLayout("harbor", controls_per_family=0).export(ExportJob(ctx, release, dest=dest))
-    assert folder_name(task) in unchecked.tasks and not unchecked.rewards
+    # Without a sampled run it is caught all the same: its reference.py is no longer the bytes the gate
+    # certified, so nothing certifies its oracle and it runs; and the result of the good bytes, stored by the
+    # exports before, is another key.
+    with pytest.raises(ExportError, match=f"(?s)PACKAGING BUG: 1 of 1 controlled tasks.*Class-IF {task.id}"):
+        HarborLayout("harbor", controls_per_family=0).export(ExportJob(ctx, release, dest=dest))
 
 
 def test_the_same_release_exports_to_the_same_bytes(iris):
     _, _, _, (first, second) = iris
     assert first.controlled.total() == len(first.tasks) == 2
+    # The second export of the same release runs no control: both results are the first export's.
+    assert second.controlled.total() == 0 and second.oracle_how == second.noop_how == {REUSED: 2}
+    assert second.rewards == first.rewards
     assert _files(first.dest) == _files(second.dest)
     text = b"".join(_files(first.dest).values())
     assert str(first.dest).encode() not in text and b"/tmp/" not in text

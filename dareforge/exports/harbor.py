@@ -36,12 +36,18 @@ where it carries one, else its family's, as its instruction states; QA/Lake: the
 Which tasks are kept is decided from the store, without a run: a goal family's oracle runs its strong
 reference, whose score the store kept when the task was made, so a task scored below its pass bar is
 left out with that reason (`stored_verdict`); an exact or question family's reference made the answers it is
-graded against. Control runs (`harbor_control`, no Docker) prove the packaging on a sample seeded by the task
-ids, up to `controls_per_family` exported tasks of each family (default `CONTROLS_PER_FAMILY`, or every task),
-so their cost does not grow with the release. They follow Harbor's phases: the agent's (the oracle's `solve.sh`,
-or nothing for a no-op) without `/tests`, then `test.sh` in a verifier of its own. Each oracle must earn reward 1
-and a no-op agent reward 0; one that does not is a packaging bug and fails the export. (A goal task without a stored score is always controlled, and left out when its oracle only scores
-below the bar.) Tasks are read one at a time, so memory does not grow with the release either.
+graded against. Every exported task then has its oracle's reward 1 and a no-op's 0 established, each result
+stored under a key of the bytes the runs read and reused by any later export (`harbor_known`): a stored result
+of the same key; else the gate's certificate where the task's solution, public files and answers are byte for
+byte the certified ones (the reference's stored output graded by the same grader is the oracle's run; the
+grader's absent-output path is the no-op's); else a control run (`harbor_control`, no Docker). Control runs
+also prove the packaging on a sample seeded by the task ids, up to `controls_per_family` exported tasks of each
+family (default `CONTROLS_PER_FAMILY`, or every task) whose result is not stored, and on one task per distinct
+grader bundle, on `run.jobs` workers. They follow Harbor's phases: the agent's (the oracle's `solve.sh`, or
+nothing for a no-op) without `/tests`, then `test.sh` in a verifier of its own. Each oracle must earn reward 1
+and a no-op agent reward 0; one that does not is a packaging bug and fails the export. (A goal task without a
+stored score is always controlled, and left out when its oracle only scores below the bar.) Tasks are read one
+at a time, so memory does not grow with the release either.
 `README.md` at the top is the export's card: the counts, and every task left out with its reason. The folder
 holds the answers: it is as private as the private release it is cut from. Same release, same bytes.
 """
@@ -52,38 +58,51 @@ import hashlib
 import json
 import os
 import shutil
-from collections import Counter
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dareforge.exports import ExportError
-from dareforge.exports.export_format import ExportJob, FolderLayout, LayoutReport
+from dareforge.exports.export_format import ExportJob, FolderLayout
+from dareforge.exports.harbor_card import (
+    CONTROLS_PER_FAMILY,
+    SCHEMA_VERSION,
+    HarborReport,
+    card,
+)
 from dareforge.exports.harbor_control import APP, Controller, ControlRun
 from dareforge.exports.harbor_grader import grader_files, grading_config
+from dareforge.exports.harbor_known import (
+    CERTIFIED,
+    DERIVED,
+    REUSED,
+    RUN,
+    certify_oracle,
+    control_key,
+    derive_noop,
+    grader_key,
+    read_grader_proven,
+    read_known,
+    write_grader_proven,
+    write_known,
+)
 from dareforge.families.family import Family, Grading
-from dareforge.families.registry import REGISTERED, bar_of, bar_rule, family_of
+from dareforge.families.registry import REGISTERED, bar_of, family_of
 from dareforge.generators.questions.build import CLEANING, REFERENCE
+from dareforge.hashing import sha256_bytes
 from dareforge.publish.release import Release, ReleaseError
 from dareforge.reference_solutions.reference_code import STRONG_SCRIPT
 from dareforge.schema import Source, Task
 
-SCHEMA_VERSION = "1.4"
-"""Harbor's task.toml schema version this layout writes (`TaskConfig.schema_version`): 0.25's, which has the
-separate verifier (`[verifier] environment_mode`) and `artifacts`."""
 VERIFIER_MODE = "separate"
 """`[verifier] environment_mode`: the verifier runs in a fresh container of the task's image, never in the one the
 agent ran in (Harbor's lint rule `shared-verifier`); it gets only `artifacts` from the agent's."""
 ORG = "dareforge"
 APP_DIR = "app"
 CONTROL_WORKERS = 4
-CONTROLS_PER_FAMILY = 20
-"""Exported tasks of each family whose oracle and no-op run by default: enough to catch a packaging bug of a
-family (its grading in test.sh, its solve.sh, its files) in a time that does not grow with the release."""
 SAMPLE_SEED = "dareforge-harbor-controls"
-SUMMARY_LEFT_OUT = 10
-"""Tasks left out that the summary names (a large release leaves out hundreds; the card lists them all)."""
 SOLUTIONS = {Grading.EXACT: [REFERENCE], Grading.GOAL: [STRONG_SCRIPT], Grading.ANSWER: [CLEANING, REFERENCE]}
 """The private scripts a family's oracle runs, in order (a missing optional one, e.g. a QA task's cleaning
 step, is skipped)."""
@@ -93,40 +112,6 @@ REWARD_RULE = {
     Grading.GOAL: "1 when the metric reaches the task's pass bar (as its instruction states), else 0",
     Grading.ANSWER: "1 when the answer's score reaches the pass bar, else 0",
 }
-
-
-@dataclass
-class HarborReport(LayoutReport):
-    tasks: list[str] = field(default_factory=list)
-    families: Counter = field(default_factory=Counter)
-    controls_per_family: int | None = CONTROLS_PER_FAMILY
-    controlled: Counter = field(default_factory=Counter)
-    """family -> tasks whose control runs ran (the seeded sample)."""
-    oracle_passed: Counter = field(default_factory=Counter)
-    noop_failed: Counter = field(default_factory=Counter)
-    rewards: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
-    """task id -> (the oracle's reward, the no-op's reward) in the control runs."""
-
-    @property
-    def sample_rule(self) -> str:
-        if self.controls_per_family is None:
-            return "every exported task"
-        return f"a seeded sample of up to {self.controls_per_family} per family"
-
-    def summary(self) -> list[str]:
-        lines = [
-            f"exported {len(self.tasks)} of {len(self.tasks) + len(self.skipped)} tasks of {self.release.name}@"
-            f"{self.release.version} to {self.dest} as Harbor tasks, {len(self.skipped)} left out; control runs "
-            f"on {self.controlled.total()} ({self.sample_rule}): the oracle earned 1 on "
-            f"{self.oracle_passed.total()}, a no-op 0 on {self.noop_failed.total()}"
-        ]
-        left_out = sorted(self.skipped.items())
-        lines += [f"  left out {key}: {why}" for key, why in left_out[:SUMMARY_LEFT_OUT]]
-        if len(left_out) > SUMMARY_LEFT_OUT:
-            lines.append(
-                f"  and {len(left_out) - SUMMARY_LEFT_OUT} more left out: its README.md lists every one"
-            )
-        return lines
 
 
 def folder_name(task: Task) -> str:
@@ -252,8 +237,9 @@ def write_task(
     source: Source | None,
     memory_mb: int,
     grader: dict[str, bytes],
-) -> None:
-    """`grader`: the grader bundle (`grader_files()`, the same for every task)."""
+) -> dict[str, str]:
+    """`grader`: the grader bundle (`grader_files()`, the same for every task). Returns each written file's
+    sha256 by its path in the folder (what `control_key` hashes)."""
     family = family_of(task)
     files: dict[str, bytes] = {
         "instruction.md": instruction(task, family).encode(),
@@ -293,6 +279,7 @@ def write_task(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         path.chmod(0o755 if rel.endswith(".sh") else 0o644)
+    return {rel: sha256_bytes(data) for rel, data in files.items()}
 
 
 def control_verdict(oracle: ControlRun, noop: ControlRun) -> str | None:
@@ -369,19 +356,29 @@ def export_order(release: Release) -> list[str]:
     return [r["id"] for r in rows]
 
 
+@dataclass(frozen=True)
+class Exported:
+    """An exported task whose control results no store entry holds yet: its folder's file digests and keys."""
+
+    task_id: str
+    files: dict[str, str]
+    key: str
+    grader: str
+
+
 class HarborLayout(FolderLayout):
     def __init__(self, name: str, controls_per_family: int | None = CONTROLS_PER_FAMILY):
-        """`controls_per_family`: how many exported tasks of each family get control runs, a sample seeded by
-        their ids (None: every task)."""
+        """`controls_per_family`: how many exported tasks of each family get real control runs in the sandbox, a
+        sample seeded by their ids (None: every task); every other one is established from what is known
+        (`harbor_known`)."""
         super().__init__(name)
         self.controls_per_family = controls_per_family
 
     def write(self, job: ExportJob, folder: Path) -> HarborReport:
-        """Every task of the job's release as a Harbor task, but those the store knows fail their oracle; a
-        seeded sample of each family controlled in the sandbox (module doc)."""
+        """Every task of the job's release as a Harbor task, but those the store knows fail their oracle; every
+        exported task's oracle and no-op established: reused, certified, or run in the sandbox (module doc)."""
         release = job.release
         report = HarborReport(release, Path(job.dest), controls_per_family=self.controls_per_family)
-        controller = Controller(job.ctx.config.sandbox)
         sources = {s.id: s for s in job.ctx.store.read_records(Source)}
         splits = release.splits
         memory = job.ctx.config.sandbox.memory_mb
@@ -389,6 +386,9 @@ class HarborLayout(FolderLayout):
         expected_to_pass: dict[str, list[str]] = {}
         unknown: set[str] = set()
         left_out: dict[str, tuple[str, str]] = {}
+        settled: dict[str, tuple[ControlRun, ControlRun, tuple[str, str]]] = {}
+        pending: dict[str, Exported] = {}
+        families: dict[str, str] = {}
         order = export_order(release)
         for task_id in order:
             task = release.task(task_id)  # one at a time: memory does not grow with the release
@@ -399,40 +399,108 @@ class HarborLayout(FolderLayout):
                 left_out[task.id] = (task.family, why)
                 continue
             where = folder / folder_name(task)
-            write_task(release, task, where, splits.get(task.id), sources.get(task.source_id), memory, grader)
+            files = write_task(
+                release, task, where, splits.get(task.id), sources.get(task.source_id), memory, grader
+            )
             report.tasks.append(folder_name(task))
             report.families[task.family] += 1
+            families[task.id] = task.family
+            key = control_key(files, artifacts(family), *_timeouts(task))
+            found = read_known(release.store, key)
+            if found is not None:
+                settled[task.id] = (found[0], found[1], (REUSED, REUSED))
+            else:
+                pending[task.id] = Exported(task.id, files, key, grader_key(files, family.files.truth))
             if needs_control(task, family):
                 unknown.add(task.id)
             else:
                 expected_to_pass.setdefault(task.family, []).append(task.id)
 
         chosen = control_sample(expected_to_pass, self.controls_per_family) | unknown
-        controlled = [release.task(i) for i in order if i in chosen]
+        real = [i for i in order if i in pending and i in chosen]
+        certified = self._certify(
+            release, folder, [i for i in order if i in pending and i not in chosen], pending
+        )
+        real += [i for i in order if i in pending and i not in chosen and i not in certified]
+        proven = {pending[i].grader for i in real}
+        for task_id in [i for i in order if i in certified]:
+            bundle = pending[task_id].grader
+            if bundle not in proven and not read_grader_proven(release.store, bundle):
+                # One real control run per grader bundle proves its packaged paths (test.sh, grade.py, the
+                # stand-ins) on the oracle's output and on none: the certificate grades in this process.
+                real.append(task_id)
+                proven.add(bundle)
+                del certified[task_id]
+        running = set(real)
+        self._run_controls(
+            job, folder, report, left_out, [release.task(i) for i in order if i in running], pending
+        )
+        settled.update(certified)
+        for task_id, (oracle, noop, _) in certified.items():
+            write_known(
+                release.store, pending[task_id].key, oracle, noop, {"oracle": CERTIFIED, "noop": DERIVED}
+            )
+        for task_id in order:
+            if task_id in settled:
+                oracle, noop, how = settled[task_id]
+                _count(report, families[task_id], task_id, oracle, noop, how)
+        (folder / "README.md").write_text(card(report, left_out))
+        return report
+
+    @staticmethod
+    def _certify(
+        release: Release, folder: Path, ids: list[str], pending: dict[str, Exported]
+    ) -> dict[str, tuple[ControlRun, ControlRun, tuple[str, str]]]:
+        """The tasks of `ids` whose oracle the gate's certificate establishes and whose no-op earns 0 by the
+        grader's absent-output path (`harbor_known`), with those results."""
+        found = {}
+        with tempfile.TemporaryDirectory(prefix="dfharbor-ref-") as scratch:
+            for task_id in ids:
+                task = release.task(task_id)
+                family = family_of(task)
+                reference = _reference_file(release, task, family, Path(scratch))
+                files = pending[task_id].files
+                oracle = certify_oracle(task, family, folder / folder_name(task), files, reference)
+                noop = derive_noop(family, task, bar_of(task), files) if oracle is not None else None
+                if oracle is not None and noop is not None and noop.reward == 0.0:
+                    found[task_id] = (oracle, noop, (CERTIFIED, DERIVED))
+        return found
+
+    def _run_controls(
+        self,
+        job: ExportJob,
+        folder: Path,
+        report: HarborReport,
+        left_out: dict[str, tuple[str, str]],
+        controlled: list[Task],
+        pending: dict[str, Exported],
+    ) -> None:
+        """The real control runs, on `run.jobs` workers; a passing result is stored for reuse; a failure of a
+        task the store says earns 1 fails the export as a packaging bug."""
+        if not controlled:
+            return
+        controller = Controller(job.ctx.config.sandbox)
+        store = job.release.store
 
         def control(task: Task) -> tuple[ControlRun, ControlRun]:
             where = folder / folder_name(task)
-            timeouts = {
-                "solve_timeout": agent_seconds(task),
-                "test_timeout": float(task.limits.seconds_per_execution),
-            }
-            return controller.run(where, oracle=True, **timeouts), controller.run(
-                where, oracle=False, **timeouts
+            solve, test = _timeouts(task)
+            return controller.run(where, oracle=True, solve_timeout=solve, test_timeout=test), controller.run(
+                where, oracle=False, solve_timeout=solve, test_timeout=test
             )
 
-        workers = max(1, min(CONTROL_WORKERS, os.cpu_count() or 1))
-        with ThreadPoolExecutor(workers) as pool:
+        workers = max(1, job.ctx.config.run.jobs or os.cpu_count() or 1)
+        with ThreadPoolExecutor(min(workers, len(controlled))) as pool:
             runs = list(pool.map(control, controlled))
         packaging_bugs = []
         for task, (oracle, noop) in zip(controlled, runs, strict=True):
             report.controlled[task.family] += 1
-            report.rewards[task.id] = (oracle.reward, noop.reward)
-            report.oracle_passed[task.family] += oracle.reward == 1.0
-            report.noop_failed[task.family] += noop.reward == 0.0
             why = control_verdict(oracle, noop)
             if why is None:
-                continue
-            if task.id in unknown and graded_below_bar(oracle):
+                _count(report, task.family, task.id, oracle, noop, (RUN, RUN))
+                write_known(store, pending[task.id].key, oracle, noop, {"oracle": RUN, "noop": RUN})
+                write_grader_proven(store, pending[task.id].grader, oracle, noop)
+            elif needs_control(task, family_of(task)) and graded_below_bar(oracle):
                 shutil.rmtree(folder / folder_name(task))
                 report.tasks.remove(folder_name(task))
                 report.families[task.family] -= 1
@@ -451,78 +519,36 @@ class HarborLayout(FolderLayout):
                 "runs though the store says their oracle earns 1 (the Harbor folders do not grade as dareforge "
                 "does, or miss a file); nothing was exported:\n  " + "\n  ".join(packaging_bugs)
             )
-        (folder / "README.md").write_text(card(report, left_out))
-        return report
 
 
-def card(report: HarborReport, left_out: dict[str, tuple[str, str]]) -> str:
-    release = report.release
-    lines = [
-        f"# {release.name} as Harbor tasks",
-        "",
-        f"{len(report.tasks)} data-science tasks of the release `{release.name}@{release.version}` (content "
-        f"fingerprint `{release.manifest['content_fingerprint'][:16]}`) in Harbor's task format "
-        "(Terminal-Bench 2, github.com/laude-institute/harbor), one folder per task: `instruction.md`, "
-        f"`task.toml` (schema {SCHEMA_VERSION}), `environment/Dockerfile` (the task's package versions pinned, its "
-        "files in `/app`), `solution/solve.sh` (the task's seeded reference) and `tests/test.sh` (dareforge's own "
-        "grader).",
-        "",
-        "Run one with Harbor, e.g. `harbor run --path <this folder>/<task folder> --agent oracle`.",
-        "",
-        "## Reward",
-        "",
-        "`/logs/verifier/reward.txt` is binary: 1 when the grade passes dareforge's bar for the task's family "
-        "(IF: every prediction matches the reference run; MM and TS: the metric reaches the task's pass bar, "
-        "in each `task.toml` and stated in its instruction; QA and Lake: the answer scores at least the pass bar), else 0. "
-        "`/logs/verifier/grade.json` holds the score, the error if the output was refused, and the bar. A Lake "
-        "task's sub-questions are not exported.",
-        "",
-        bar_rule(),
-        "",
-        "## Which tasks are kept, and the control runs",
-        "",
-        "A task whose oracle cannot earn 1 is left out, decided from the store without a run: an MM or TS "
-        "task's oracle runs its strong reference, whose score on the task's answers the store kept when the task "
-        "was made (below the task's pass bar: left out); an IF or question task's reference made the answers "
-        "it is graded against.",
-        "",
-        f"Control runs prove the packaging (`solve.sh`, the grading in `test.sh`, the files) on {report.sample_rule} "
-        "(the sample is drawn by a seeded hash of the task ids: the same release gives the same sample): each "
-        "ran twice without Docker, in Harbor's two phases, each a dareforge bubblewrap sandbox with Harbor's paths "
-        "bound: the agent's (`solve.sh`, or nothing) with `/app`, `/logs` and the oracle's `/solution` but no "
-        "`/tests`, then the verifier's (`test.sh`) with `/tests`, a fresh `/logs` and the image's `/app` plus the "
-        'agent\'s output, as `environment_mode = "separate"` runs it. The oracle must earn 1 and a no-op agent 0; '
-        "a controlled task that fails either fails the whole export as a packaging bug.",
-        "",
-        f"- Tasks controlled: {report.controlled.total()}",
-        f"- Oracle earned 1: {report.oracle_passed.total()} of {report.controlled.total()}",
-        f"- No-op earned 0: {report.noop_failed.total()} of {report.controlled.total()}",
-        f"- Exported: {len(report.tasks)}",
-        f"- Left out: {len(left_out)}",
-        "",
-        "| family | exported | controlled | oracle earned 1 | no-op earned 0 |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {name} | {report.families[name]} | {report.controlled[name]} | {report.oracle_passed[name]} | "
-        f"{report.noop_failed[name]} |"
-        for name in REGISTERED
-        if report.families[name]
-    ]
-    lines += ["", "## Left out", ""]
-    if left_out:
-        lines += ["| task | family | reason |", "|---|---|---|"]
-        lines += [
-            f"| {task_id} | {family} | {why.replace('|', '/')} |"
-            for task_id, (family, why) in sorted(left_out.items())
-        ]
-    else:
-        lines += ["None."]
-    lines += [
-        "",
-        "## Privacy",
-        "",
-        f"Each `tests/` folder holds its task's answers: this folder is as private as `{release.name}-private`.",
-        "",
-    ]
-    return "\n".join(lines)
+def _timeouts(task: Task) -> tuple[float, float]:
+    """The agent phase's and the verifier's seconds."""
+    return agent_seconds(task), float(task.limits.seconds_per_execution)
+
+
+def _reference_file(release: Release, task: Task, family: Family, scratch: Path) -> Path | None:
+    """A local path of the task's stored reference output (an answer task's: its certified answer), or None."""
+    key = f"{release.answers_dir(task.id)}/{family.files.reference or family.files.truth}"
+    if not release.store.exists(key):
+        return None
+    if release.store.is_local:
+        return release.store.local_path(key)
+    copy = scratch / task.id
+    copy.write_bytes(release.store.read_bytes(key))
+    return copy
+
+
+def _count(
+    report: HarborReport,
+    family: str,
+    task_id: str,
+    oracle: ControlRun,
+    noop: ControlRun,
+    how: tuple[str, str],
+) -> None:
+    report.rewards[task_id] = (oracle.reward, noop.reward)
+    report.how[task_id] = how
+    report.oracle_passed[family] += oracle.reward == 1.0
+    report.noop_failed[family] += noop.reward == 0.0
+    report.oracle_how[how[0]] += 1
+    report.noop_how[how[1]] += 1

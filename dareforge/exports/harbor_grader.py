@@ -18,13 +18,14 @@ grade file found before grading (an agent's, where `/logs` is shared) is removed
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
 
 from dareforge import errors
 from dareforge.reference_solutions import answers, graders, metrics, submission_files
-from dareforge.schema import ANSWER_METRIC
+from dareforge.schema import ANSWER_METRIC, MetricSpec
 
 BUNDLE = "grader"
 """The folder under tests/ holding the `dareforge` package the grading script imports."""
@@ -82,7 +83,14 @@ class Rejected(Exception):
     """A problem with a submission or an answers file; the caller decides whose fault it is."""
 '''
 
-GRADE_SCRIPT = '''"""Grades this task as dareforge grades it and writes Harbor's reward (see grading.json)."""
+
+def reward_passes(grading: str, score: float, bar: float) -> bool:
+    """Whether a grade earns Harbor's reward 1: an exact family's score must be 1, any other must reach the bar.
+    (Its source is also `grade.py`'s, so the host's certified grades and the verifier's follow one rule.)"""
+    return score >= 1.0 if grading == "exact" else score >= bar
+
+
+_GRADE_TEMPLATE = '''"""Grades this task as dareforge grades it and writes Harbor's reward (see grading.json)."""
 
 import json
 import sys
@@ -91,6 +99,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 LOGS = Path("/logs/verifier")
 sys.path.insert(0, str(HERE / "grader"))
+
+# PASS RULE
 
 # Only this run's verdict counts: a reward file already here (an agent's, where /logs is shared) is removed first.
 LOGS.mkdir(parents=True, exist_ok=True)
@@ -106,8 +116,7 @@ try:
     details["grader"] = str(Path(dareforge.__file__).resolve().parent)
     result = grade(MetricSpec(**config["metric"]), Path("/app") / config["output"], HERE / config["truth"])
     details.update(score=result.score, error=result.error, rows=result.rows, method=result.method)
-    exact = config["grading"] == "exact"
-    passed = result.score >= 1.0 if exact else result.score >= config["bar"]
+    passed = reward_passes(config["grading"], result.score, config["bar"])
 except Exception as exc:  # the task's fault (e.g. a bad answers file): no pass
     details["error"] = f"the grader failed: {type(exc).__name__}: {exc}"
     passed = False
@@ -116,6 +125,7 @@ details["passed"] = passed
 (LOGS / "reward.txt").write_text("1\\n" if passed else "0\\n")
 print(json.dumps(details, sort_keys=True))
 '''
+GRADE_SCRIPT = _GRADE_TEMPLATE.replace("# PASS RULE\n", inspect.getsource(reward_passes))
 
 TEST_SCRIPT = """#!/bin/bash
 # Harbor's verifier entry point: grade /app's output with dareforge's grader, reward in /logs/verifier/reward.txt.
@@ -149,3 +159,20 @@ def grading_config(
         "truth": truth,
     }
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+def host_grade(tests: Path, output: Path) -> tuple[float, dict[str, Any]]:
+    """The reward and details `tests/grade.py` would give `output`, graded in this process: the same grader
+    modules the bundle holds byte for byte, the same `grading.json`, the same rule. Only for outputs dareforge
+    made itself (a release's stored reference outputs): an agent's output is graded in the verifier's sandbox."""
+    config = json.loads((tests / "grading.json").read_text())
+    details: dict[str, Any] = {"family": config["family"], "bar": config["bar"], "score": None, "error": None}
+    try:
+        result = graders.grade(MetricSpec(**config["metric"]), output, tests / config["truth"])
+        details.update(score=result.score, error=result.error, rows=result.rows, method=result.method)
+        passed = reward_passes(config["grading"], result.score, config["bar"])
+    except Exception as exc:  # as grade.py: a grader crash is the task's fault, no pass
+        details["error"] = f"the grader failed: {type(exc).__name__}: {exc}"
+        passed = False
+    details["passed"] = passed
+    return (1.0 if passed else 0.0), details
