@@ -261,7 +261,7 @@ class PrepareConfig(Section):
 
 class GenerateConfig(Section):
     seed: int = 20260101
-    if_variants: Some = Field(2, description="IF tasks sampled per prepared source (0: none).")
+    if_variants: Some = Field(3, description="IF tasks sampled per prepared source (0: none).")
     if_redraws: Some = Field(
         2,
         description="Further IF seeds drawn, at most, in place of sampled workflows that ask nothing (too few "

@@ -4,7 +4,7 @@ import pytest
 
 from dareforge.config import Config
 from dareforge.context import RunContext
-from tests.stores import build_iris_release
+from tests.stores import TEST_IF_VARIANTS, build_iris_release
 
 
 @pytest.fixture
@@ -12,6 +12,7 @@ def config(tmp_path) -> Config:
     cfg = Config()
     cfg.store.root = str(tmp_path / "store")
     cfg.store.work_dir = str(tmp_path / "work")
+    cfg.generate.if_variants = TEST_IF_VARIANTS
     return cfg
 
 

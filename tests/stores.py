@@ -11,11 +11,15 @@ from dareforge.context import RunContext
 from dareforge.schema import FilterDecision
 from dareforge.store import Store
 
+TEST_IF_VARIANTS = 2
+
 
 def store_config(root: Path, sources: list[str]) -> Config:
-    """Defaults with the store under `root` and only these builtin sources."""
+    """Defaults with the store under `root` and only these builtin sources, and two IF seeds per framing (the
+    default three would cost each test a third IF generation that proves nothing the second does not)."""
     cfg = Config()
     cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
+    cfg.generate.if_variants = TEST_IF_VARIANTS
     cfg.builtin.include = sources
     return cfg
 
