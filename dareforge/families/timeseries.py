@@ -113,6 +113,7 @@ def forecast_task(build: Build, exogenous: bool) -> Task | None:
         dates=dates,
         output_keys=keys,
         time_column=prepared.time_column,
+        entity=entity,
     )
 
     def fill(draft: Draft) -> None:

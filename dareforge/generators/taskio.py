@@ -24,7 +24,7 @@ from dareforge.report import StageReport
 from dareforge.schema import PreparedSource, Task, TaskLimits
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = "6"
+GENERATOR_VERSION = "7"
 """Bump when a task's files change for the same prepared source (every task is generated again). 3: the strong
 reference reads dates in UTC, categories as text, and fits a classifier without classes seen once. 4: IF specs
 state only requirements that can change the predictions (no scaler for trees, no seed for LogisticRegression,
@@ -32,7 +32,9 @@ no n_jobs, no imputer without a missing value) and carry their mutation test (`p
 categorical features are read as text (a boolean column with blanks mixed bools with the imputer's 'missing');
 a boolean target's instruction says how it is spelled; an instruction names a split that is not random (the time
 column, or the groups kept apart). 6: a goal task whose strong reference scores below its family's bar carries
-its own bar (`Task.pass_bar`), and every goal instruction states the bar it is graded at."""
+its own bar (`Task.pass_bar`), and every goal instruction states the bar it is graded at. 7: a forecast's strong
+reference also chooses Holt-Winters smoothing per series when it forecasts the latest training rows best (the
+script names the entity), and every strong script feeds its candidates the time and series columns."""
 
 
 @dataclass

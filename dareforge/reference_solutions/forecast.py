@@ -11,6 +11,8 @@ every forecast, which measures nothing).
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pandas as pd
 
@@ -132,3 +134,75 @@ def held_out_steps(times: np.ndarray, share: float, dated: bool = True) -> int:
             whole = steps // season * season
         steps = whole or steps
     return min(max(steps, 1), count - 1)
+
+
+_SMOOTHING = '''
+# Forecasts only: Holt-Winters exponential smoothing per series, a candidate beside the two models above
+import warnings
+
+from sklearn.base import BaseEstimator, RegressorMixin
+from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+SEASONS = {seasons!r}
+{helpers}
+
+
+class Smoothing(RegressorMixin, BaseEstimator):
+    """Holt-Winters per series of `entity` (one series without it): additive damped trend, additive season
+    where two seasons of history hold one; it reads the target's own history and the times, no feature. The
+    k-th distinct future time of a series is its k-th step ahead, as in the seasonal-naive forecast."""
+
+    def __init__(self, time={time!r}, entity={entity!r}):
+        self.time, self.entity = time, entity
+
+    def _keys(self, X):
+        return X[self.entity].astype(str).to_numpy() if self.entity else np.zeros(len(X), dtype=object)
+
+    def fit(self, X, y):
+        self.clock_, self.keys_, self.dated_ = clock(X[self.time]), self._keys(X), is_dated(X[self.time])
+        self.values_ = pd.to_numeric(pd.Series(y), errors="coerce").to_numpy(dtype=float)
+        return self
+
+    def predict(self, X):
+        future, keys = clock(X[self.time]), self._keys(X)
+        season = season_length(np.concatenate([self.clock_, future]), self.dated_)
+        known = np.isfinite(self.values_) & np.isfinite(self.clock_)
+        predicted = np.full(len(X), np.nanmean(self.values_[known]) if known.any() else 0.0)
+        for key in pd.unique(keys):
+            rows = np.flatnonzero(keys == key)
+            mine = (self.keys_ == key) & known
+            if not mine.any():
+                continue
+            # One value per distinct time (the mean of rows sharing it), oldest first
+            history = pd.Series(self.values_[mine]).groupby(self.clock_[mine]).mean().sort_index().to_numpy()
+            step = pd.Series(future[rows]).rank(method="dense").fillna(1).to_numpy(dtype=int) - 1
+            predicted[rows] = smoothed(history, int(step.max()) + 1, season)[step]
+        return predicted
+
+
+def smoothed(history, steps, season):
+    """`steps` forecasts of `history` (one value per distinct time, oldest first) by Holt-Winters."""
+    if len(history) < 4:
+        return np.full(steps, history[-1])
+    seasonal = "add" if season > 1 and len(history) >= 2 * season + 2 else None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fitted = ExponentialSmoothing(
+                history, trend="add", damped_trend=True, seasonal=seasonal,
+                seasonal_periods=season if seasonal else None, initialization_method="estimated",
+            ).fit()
+            out = np.asarray(fitted.forecast(steps), dtype=float)
+    except (ValueError, np.linalg.LinAlgError):
+        out = np.full(steps, np.nan)
+    return np.where(np.isfinite(out), out, history[-1])
+
+'''
+
+
+def smoothing_source(time: str, entity: str | None) -> str:
+    """The source of the `Smoothing` forecaster a forecast's strong reference script defines (a candidate it
+    chooses on the latest training rows, and the series ladder's `smoothing` rung alone). The time helpers are
+    this module's own, copied in by source so the script reads times and seasons exactly as the bar does."""
+    helpers = "\n\n".join(inspect.getsource(f) for f in (clock, _days, is_dated, season_length))
+    return _SMOOTHING.format(seasons=SEASONS, helpers=helpers, time=time, entity=entity)

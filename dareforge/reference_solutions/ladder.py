@@ -49,14 +49,14 @@ class Rung:
 LINEAR_REGRESSION = Estimator("Ridge(alpha=1.0)", linear=True)
 
 
-def model_rungs(spec: StrongSpec, entity: str | None = None) -> list[Rung]:
-    """The scripted rungs of `spec`'s task, weakest first; a forecast's series are told apart by `entity`."""
+def model_rungs(spec: StrongSpec) -> list[Rung]:
+    """The scripted rungs of `spec`'s task, weakest first."""
     if spec.time_column is not None:
         return [
-            Rung("smoothing", script=lambda s: smoothing_code(s, entity)),
+            Rung("smoothing", script=smoothing_code),
             Rung("linear", LINEAR_REGRESSION),
             # The strong reference itself (no estimator in its place): graded on its stored predictions.
-            Rung("boosted"),
+            Rung("strong"),
         ]
     kind = "Classifier" if spec.classification else "Regressor"
     boosted = f"HistGradientBoosting{kind}(random_state=0)"

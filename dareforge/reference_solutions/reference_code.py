@@ -12,6 +12,7 @@ import re
 import string
 from dataclasses import dataclass
 
+from dareforge.reference_solutions import forecast as forecast_source
 from dareforge.reference_solutions.spec import CategoryFilter, IFSpec, RangeFilter
 
 PREDICTIONS = "predictions.csv"
@@ -165,10 +166,11 @@ def if_reference_code(spec: IFSpec) -> str:
 class StrongSpec:
     """A strong default model for MM and time-series tasks, on every usable column.
 
-    MM: gradient boosting with defaults. Forecasts (`time_column` set): trees cannot extrapolate a trend, so the
-    script also fits a linear trend-and-season model and keeps whichever has the smaller absolute error on the
-    latest fifth of the training rows (forecasts are scored by it), then refits it on all of them; the test
-    rows are never looked at.
+    MM: gradient boosting with defaults. Forecasts (`time_column` set): trees cannot extrapolate a trend, and a
+    forecaster tries exponential smoothing too, so the script fits gradient boosting, a linear trend-and-season
+    model and Holt-Winters smoothing per series of `entity` (`forecast.smoothing_source`), keeps whichever has
+    the smallest absolute error on the latest fifth of the training rows (forecasts are scored by it), then
+    refits it on all of them; the test rows are never looked at.
     """
 
     classification: bool
@@ -179,6 +181,7 @@ class StrongSpec:
     dates: list[str]
     output_keys: list[str]
     time_column: str | None = None
+    entity: str | None = None
 
 
 _STRONG = """from sklearn.base import is_classifier
@@ -223,8 +226,10 @@ def trend_and_season():
     columns = ColumnTransformer([("numeric", scale, plain), ("categorical", categories, categorical + seasons)])
     return Pipeline([("preprocess", columns), ("model", {linear})])
 
-
+{smoothing}
 features = numeric + categorical
+# The models read the features; smoothing reads the time and series columns (the pipelines drop them)
+inputs = features + [c for c in ({time_column!r}, {entity!r}) if c is not None and c not in features]
 candidates = {candidates}
 out = test[{keys!r}].copy()
 for target in {targets!r}:
@@ -233,14 +238,14 @@ for target in {targets!r}:
         ordered = train.sort_values({time_column!r}, kind="stable")
         cut = int(len(ordered) * 0.8)
         fit, hold = ordered.iloc[:cut], ordered.iloc[cut:]
-        errors = [mean_absolute_error(hold[target], make().fit(fit[features], fit[target]).predict(hold[features])) for make in candidates]
+        errors = [mean_absolute_error(hold[target], make().fit(fit[inputs], fit[target]).predict(hold[inputs])) for make in candidates]
         build = candidates[int(np.argmin(errors))]
     fit = train
     if is_classifier(build()):
         # A class with one training row cannot be learned, and it fails early stopping's stratified holdout
         seen = train[target].map(train[target].value_counts())
         fit = train[seen > 1] if train[target][seen > 1].nunique() > 1 else train
-    out[target] = build().fit(fit[features], fit[target]).predict(test[features])
+    out[target] = build().fit(fit[inputs], fit[target]).predict(test[inputs])
 out.to_csv("{predictions}", index=False)
 """
 
@@ -257,21 +262,33 @@ class Estimator:
     linear: bool = False
 
 
-def strong_reference_code(spec: StrongSpec, estimator: Estimator | None = None) -> str:
+SMOOTHING_ONLY = "smoothing"
+"""`strong_reference_code`'s `only` for a forecast's script that runs its smoothing candidate alone."""
+
+
+def strong_reference_code(
+    spec: StrongSpec, estimator: Estimator | None = None, only: str | None = None
+) -> str:
     """The strong reference script of `spec`, or with `estimator` in place of its boosted model (same files,
-    features and output). A forecast still chooses between that model and the linear trend-and-season one
-    (trees cannot carry a trend past the training rows), unless `estimator` is the linear one."""
+    features and output). A forecast still chooses among that model, the linear trend-and-season one (trees
+    cannot carry a trend past the training rows) and exponential smoothing, unless `estimator` is the linear
+    one or `only` is `SMOOTHING_ONLY` (that model alone)."""
     boosted = "HistGradientBoostingClassifier" if spec.classification else "HistGradientBoostingRegressor"
     forecast = spec.time_column is not None
     models = {
         "boosted": f"{boosted}(random_state=0)",
         "linear": "Ridge(alpha=1.0)",
-        "candidates": f"[boosting] + ([trend_and_season] if {forecast!r} else [])",
+        "candidates": "[boosting, trend_and_season, Smoothing]" if forecast else "[boosting]",
+        "smoothing": forecast_source.smoothing_source(spec.time_column, spec.entity) if forecast else "",
     }
     if estimator is not None:
         models["linear" if estimator.linear else "boosted"] = estimator.expression
         if estimator.linear:
             models["candidates"] = "[trend_and_season]"
+    if only == SMOOTHING_ONLY:
+        if not forecast:
+            raise ValueError("only a forecast's strong reference has a smoothing candidate (no time_column)")
+        models["candidates"] = "[Smoothing]"
     return (
         (estimator.imports if estimator else "")
         + HEADER
@@ -282,6 +299,7 @@ def strong_reference_code(spec: StrongSpec, estimator: Estimator | None = None) 
             categorical=list(spec.categorical),
             dates=list(spec.dates),
             time_column=spec.time_column,
+            entity=spec.entity,
             keys=list(spec.output_keys),
             targets=list(spec.targets),
             predictions=PREDICTIONS,
@@ -290,7 +308,11 @@ def strong_reference_code(spec: StrongSpec, estimator: Estimator | None = None) 
 
 
 _TEXT = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
-_REPR = {"time_column": f"None|{_TEXT}", "list": rf"\[(?:(?:{_TEXT})(?:, (?:{_TEXT}))*)?\]"}
+_REPR = {
+    "time_column": f"None|{_TEXT}",
+    "entity": f"None|{_TEXT}",
+    "list": rf"\[(?:(?:{_TEXT})(?:, (?:{_TEXT}))*)?\]",
+}
 """What `repr` writes for a field: a column name or None, or a list of names (so a comma inside a name cannot
 end a list early)."""
 
@@ -329,8 +351,9 @@ def strong_spec_of(code: str, id_column: str) -> StrongSpec | None:
         dates=fields["dates"],
         output_keys=fields["keys"],
         time_column=fields["time_column"],
+        entity=fields["entity"],
     )
     return spec if strong_reference_code(spec) == code else None
 
 
-_LITERAL_FIELDS = ("targets", "numeric", "categorical", "dates", "keys", "time_column")
+_LITERAL_FIELDS = ("targets", "numeric", "categorical", "dates", "keys", "time_column", "entity")

@@ -133,7 +133,7 @@ def _scripted(
     CPU seconds and spends none)."""
     results, spent = [], 0.0
     with tempfile.TemporaryDirectory(prefix="ladder-") as scratch:
-        for rung in model_rungs(spec, view.prepared.entity_column):
+        for rung in model_rungs(spec):
             left = budget - spent
             if left <= 0:
                 results.append(RungResult(rung.name, error="the ladder's CPU budget was spent"))
