@@ -42,7 +42,10 @@ def plain_folder(model: str, cache: Path) -> Path:
     try:
         gguf = Path(model)
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        loaded.config.quantization_config = None
+        # The weights are plain float32 already: drop the GGUF quantizer and its config so the model saves
+        # (and later trains) as an ordinary one.
+        loaded.hf_quantizer = None
+        loaded.is_quantized = False
         if hasattr(loaded.config, "quantization_config"):
             del loaded.config.quantization_config
         loaded.save_pretrained(tmp)
