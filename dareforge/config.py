@@ -517,7 +517,11 @@ class TeachConfig(Section):
         description="TRL's bundled template (trl/chat_templates/<name>.jinja) used to train and to serve: it "
         "marks the assistant turns (loss on them only) and writes tool calls as <tool_call> JSON.",
     )
-    max_length: Tokens = Field(1024, description="Training sequence length (longer chats are cut).")
+    max_length: Tokens = Field(
+        2048,
+        description="Training sequence length: longer chats are cut, and a row cut before its first assistant "
+        "token is dropped (system prompt, tool schema and task take ~700-1,700 tokens of the embedded tokenizer).",
+    )
     examples: Some | None = Field(64, description="Training rows, a seeded sample (None: all).")
     steps: Count = Field(24, description="Optimizer steps.")
     batch_size: Count = 1

@@ -11,8 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from dareforge.config import Config, TeachConfig
+from dareforge.errors import ConfigError
 from dareforge.teach import card, stats
 from dareforge.teach.corpus import TeachError, check_disjoint, sample_tasks, train_rows
+from dareforge.teach.fit import fit
 from dareforge.teach.serve import parse_reply, template_messages
 
 
@@ -169,3 +171,17 @@ def test_api_messages_become_the_training_rows_form():
     turns = template_messages(api)
     assert turns[0]["content"] == "" and turns[0]["tool_calls"][0]["function"]["arguments"] == {"code": "1"}
     assert turns[1] == {"role": "tool", "content": "1", "tool_call_id": "c0"}
+
+
+def test_the_fit_counts_rows_that_keep_assistant_tokens_and_refuses_a_length_that_keeps_none():
+    # Three rows: a prompt of 4, 6 and 9 tokens before their assistant tokens (1s).
+    masks = [[0] * 4 + [1] * 3, [0] * 6 + [1, 1, 0, 1], [0] * 9 + [1]]
+    fitted = fit(masks, 7)
+    assert fitted["rows_kept"] == 2 and fitted["rows_dropped"] == 1
+    assert fitted["rows_cut"] == 2 and fitted["longest"] == 10
+    assert (fitted["assistant_tokens"], fitted["assistant_tokens_trained"]) == (7, 4)
+    assert fit(masks, 64)["assistant_tokens_trained"] == 7
+    with pytest.raises(
+        ConfigError, match=r"teach.max_length=4 leaves none of the 3 .* raise teach.max_length above 4"
+    ):
+        fit(masks, 4)

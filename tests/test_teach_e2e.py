@@ -24,6 +24,7 @@ from dareforge.generators.prepare import prepare
 from dareforge.publish.release import build_release
 from dareforge.queries import partition_name
 from dareforge.schema import Trajectory
+from dareforge.teach.corpus import TeachError
 from dareforge.teach.run import teach, teach_python
 from dareforge.trajectories.corpus import build_corpus
 from dareforge.trajectories.gold import gold_trajectories
@@ -73,15 +74,23 @@ def test_a_tiny_model_trains_on_the_export_is_served_and_evaluated(tmp_path):
     python = teach_python(TEACH)
     subprocess.run([str(python), "-P", "-c", TINY, str(tiny)], check=True, timeout=600)
     settings = TeachConfig(
-        model=str(tiny), steps=2, examples=3, max_length=768, tasks_per_family=1, max_tokens=8,
+        model=str(tiny), steps=2, examples=3, tasks_per_family=1, max_tokens=8,
         variants=["gold", "gold+sampled"], port=_free_port(), bootstrap=50,
     )  # fmt: skip
+    # Our rows open with ~700+ tokens of system prompt, tool schema and task: at 256 no row keeps an assistant
+    # token, and training stops before any evaluation, naming the key to raise (not TRL's "num_samples=0").
+    with pytest.raises(TeachError, match=r"teach.max_length=256 leaves none of the 3 training rows"):
+        teach(ctx, "tiny", None, settings.model_copy(update={"max_length": 256}))
+    assert ctx.store.list("teach") == []  # nothing trained, nothing evaluated
     report = teach(ctx, "tiny", None, settings)
     record = report.record
 
     gold, both = record["variants"]
     training = gold["training"]
     assert training["steps"] == 2 and training["rows"] == gold["rows"] >= 1
+    assert (
+        training["fit"]["rows_kept"] == training["rows"] and training["fit"]["assistant_tokens_trained"] > 0
+    )
     assert training["losses"] and all(math.isfinite(x) for x in training["losses"])
     assert both["note"] == "the same rows as `gold`: its result"  # no sampled trajectories: not trained twice
     files = {e["name"] for e in ctx.store.read_json(f"{gold['adapter']}/manifest.json")["files"]}

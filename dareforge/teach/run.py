@@ -197,36 +197,51 @@ def teach(
     task_ids = [t.id for t in test]
     base_id = f"{Path(model).stem}@{short_hash(model)}"
     rel_ref = (rel.name, rel.version)
+    prefix = f"{ROOT}/{export.name}/{export.version}"
+    # Every adapter is trained before anything is evaluated: a recipe that cannot train (teach.max_length too
+    # short for the rows, say) stops in minutes, not after the base model's evaluation.
+    digests = {
+        v: short_hash(
+            json.dumps({"recipe": recipe(cfg, model), "ids": [str(r["id"]) for r in chosen]}, sort_keys=True)
+        )
+        for v, chosen in corpora.items()
+    }
+    adapters: dict[str, tuple[str, Path, dict[str, Any]]] = {}  # digest -> store key, folder, training result
+    for variant, chosen in corpora.items():
+        digest = digests[variant]
+        if chosen and digest not in adapters:
+            key = f"{prefix}/adapters/{variant.replace('+', '-')}-{digest}"
+            ids = [str(r["id"]) for r in chosen]
+            adapters[digest] = (key, *train_variant(ctx, cfg, python, base, export, ids, key))
     before = served_evaluation(ctx, cfg, python, base, None, "teach-base", base_id, rel_ref, task_ids)
     before_tasks = stats.per_task(before.trajectories)
-    prefix = f"{ROOT}/{export.name}/{export.version}"
-    variants, trained = [], {}
+    variants: list[dict[str, Any]] = []
+    evaluated: dict[str, dict[str, Any]] = {}  # digest -> the first variant's entry
     for variant, chosen in corpora.items():
-        ids = [str(r["id"]) for r in chosen]
-        if not ids:
+        digest = digests[variant]
+        if not chosen:
             variants.append(
                 {"name": variant, "rows": 0, "note": "no training rows: not trained", "changes": []}
             )
             continue
-        digest = short_hash(json.dumps({"recipe": recipe(cfg, model), "ids": ids}, sort_keys=True))
-        same = next((v for v, (d, _) in trained.items() if d == digest), None)
-        if same is not None:
-            variants.append({**next(v for v in variants if v["name"] == same), "name": variant,
-                             "note": f"the same rows as `{same}`: its result"})  # fmt: skip
+        if digest in evaluated:
+            same = evaluated[digest]
+            variants.append(
+                {**same, "name": variant, "note": f"the same rows as `{same['name']}`: its result"}
+            )
             continue
-        key = f"{prefix}/adapters/{variant.replace('+', '-')}-{digest}"
-        adapter, result = train_variant(ctx, cfg, python, base, export, ids, key)
+        key, adapter, result = adapters[digest]
         after = served_evaluation(
             ctx, cfg, python, base, adapter, f"teach-{variant.replace('+', '-')}", f"{base_id}+lora-{digest}",
             rel_ref, task_ids,
         )  # fmt: skip
         changes = stats.compare(before_tasks, stats.per_task(after.trajectories), cfg.bootstrap, cfg.seed)
-        trained[variant] = (digest, key)
         kinds = sorted({str(r["source"]).partition(":")[0] for r in chosen})
-        variants.append({
-            "name": variant, "rows": len(ids), "note": f"kinds: {', '.join(kinds)}", "adapter": key,
+        evaluated[digest] = {
+            "name": variant, "rows": len(chosen), "note": f"kinds: {', '.join(kinds)}", "adapter": key,
             "training": result, "changes": [c.row() for c in changes],
-        })  # fmt: skip
+        }  # fmt: skip
+        variants.append(evaluated[digest])
     record = {
         "release": f"{rel.name}@{rel.version}",
         "export": f"{export.name}@{export.version}",

@@ -3,8 +3,9 @@
 Runs in `.venv-teach` (torch, transformers, peft, trl); `dareforge.teach.run` writes the spec (every setting
 of the recipe, the export folder, the row ids) and copies the adapter into the store afterwards. The rows load
 with `datasets` from the export's `tools` config as they are (each turn a JSON object; `tools` the schema's
-JSON text, which TRL parses), and TRL's SFTTrainer trains with the loss on the assistant turns only. The result
-file says how it went: losses, seconds, the peak resident memory.
+JSON text, which TRL parses), and TRL's SFTTrainer trains with the loss on the assistant turns only. Rows are cut
+at `teach.max_length`; `dareforge.teach.fit` says how many keep assistant tokens and stops with the key to raise
+when none does. The result file says how it went: the fit, losses, seconds, the peak resident memory.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def main(spec_path: str) -> None:
@@ -26,6 +28,8 @@ def main(spec_path: str) -> None:
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
 
+    from dareforge.errors import ConfigError
+    from dareforge.teach.fit import fit
     from dareforge.teach.model import load
 
     set_seed(spec["seed"])
@@ -36,6 +40,10 @@ def main(spec_path: str) -> None:
     if rows.num_rows != len(wanted):
         raise SystemExit(f"the export holds {rows.num_rows} of the {len(wanted)} chosen rows")
     model, tokenizer = load(spec["model_folder"], spec["chat_template"], spec["device"])
+    try:
+        fitted = fit(assistant_masks(rows, tokenizer), spec["max_length"])
+    except ConfigError as e:
+        raise SystemExit(str(e)) from e
     model.train()
     out = Path(spec["out_dir"])
     config = SFTConfig(
@@ -70,6 +78,12 @@ def main(spec_path: str) -> None:
     trainer = SFTTrainer(
         model=model, args=config, train_dataset=rows, processing_class=tokenizer, peft_config=lora
     )
+    # TRL cuts and drops rows itself: should its count differ from ours, say so here, not "num_samples=0" later.
+    if len(trainer.train_dataset) != fitted["rows_kept"]:
+        raise SystemExit(
+            f"TRL kept {len(trainer.train_dataset)} of {rows.num_rows} rows at teach.max_length={spec['max_length']}, "
+            f"{fitted['rows_kept']} expected: the chat template's assistant mask and TRL's differ"
+        )
     trained_at = time.monotonic()
     trainer.train()
     adapter = out / "adapter"
@@ -77,6 +91,7 @@ def main(spec_path: str) -> None:
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     result = {
         "rows": rows.num_rows,
+        "fit": fitted,
         "steps": trainer.state.global_step,
         "losses": losses,
         "train_s": round(time.monotonic() - trained_at, 1),
@@ -85,6 +100,18 @@ def main(spec_path: str) -> None:
         "versions": {m: sys.modules[m].__version__ for m in ("torch", "transformers", "peft", "trl")},
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
+
+
+def assistant_masks(rows: Any, tokenizer: Any) -> list[list[int]]:
+    """Each row's assistant-token mask, tokenized as TRL does (the chat template with the row's tools)."""
+    masks = []
+    for row in rows:
+        tools = json.loads(row["tools"]) if isinstance(row["tools"], str) else row["tools"]
+        out = tokenizer.apply_chat_template(
+            row["messages"], tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
+        masks.append(list(out["assistant_masks"]))
+    return masks
 
 
 def prepare(model: str, cache: str) -> None:
