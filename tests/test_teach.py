@@ -118,6 +118,11 @@ def test_the_card_section_reports_each_family_and_says_when_nothing_was_learned(
     assert "learned nothing measurable" in flat
     gained = card.section(_record([1.0] * 6))
     assert "`gold` taught most" in gained and "| total | 6 |" in gained
+    assert "keep assistant tokens" not in gained  # an adapter trained before the fit was recorded
+    record = _record([1.0] * 6)
+    fitted = {"rows_kept": 3, "max_length": 512, "assistant_tokens": 40, "assistant_tokens_trained": 10}
+    record["variants"][0]["training"] = {"fit": fitted}
+    assert "3 of them keep assistant tokens within 512 tokens; 25% of their assistant" in card.section(record)
 
 
 def test_the_section_replaces_itself_in_the_export_readme_and_the_manifest_stays_true(tmp_path):

@@ -46,9 +46,18 @@ def section(record: Mapping[str, Any]) -> str:
         "",
     ]
     for variant in record["variants"]:
+        lines += [f"### Variant `{variant['name']}`: {variant['rows']} training rows ({variant['note']})", ""]
+        fitted = variant.get("training", {}).get("fit")
+        if (
+            fitted
+        ):  # a row cut at max_length loses its later turns; one cut before its first reply trains nothing
+            share = fitted["assistant_tokens_trained"] / max(fitted["assistant_tokens"], 1)
+            lines += [
+                f"{fitted['rows_kept']} of them keep assistant tokens within {fitted['max_length']} tokens; "
+                f"{share:.0%} of their assistant tokens trained (the rest cut).",
+                "",
+            ]
         lines += [
-            f"### Variant `{variant['name']}`: {variant['rows']} training rows ({variant['note']})",
-            "",
             "| family | tasks | pass before | pass after | score before | score after | score change | verdict |",
             "|---|---|---|---|---|---|---|---|",
         ]
