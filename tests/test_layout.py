@@ -61,6 +61,7 @@ FLOORS: dict[str, int] = {
     "exports": 8,
     "trajectories": 9,
     "inspect_eval": 10,
+    "teach": 10,  # trains a proxy on an export (torch in child processes only) and evaluates it
     # the top: what wires the stages together
     "source_pool": 11,  # runs a stage's own function in worker processes (handed in, never imported)
     "pipeline": 11,

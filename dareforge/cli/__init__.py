@@ -7,10 +7,11 @@ the help; importing the package registers them all, panel by panel.
 - `reviews`: review add, list, export (people's decisions the gate honours);
 - `training`: probe, obscure, gold, synthesize, judge, export;
 - `explore`: sources and sql;
-- `run`: the whole pipeline and its summary.
+- `run`: the whole pipeline and its summary;
+- `teach`: fine-tune a proxy model on the SFT export and measure what it learned.
 """
 
-from dareforge.cli import explore, release_commands, reviews, run, stages, training  # noqa: F401  (declare the commands)
+from dareforge.cli import explore, release_commands, reviews, run, stages, teach, training  # noqa: F401  (declare the commands)
 from dareforge.cli.app import app, register_commands
 
 register_commands()
