@@ -166,11 +166,16 @@ def step(code: str | None = None, answer: str | None = None, reasoning: str = "N
     return write
 
 
+# Wall-clock limits only a hung run reaches (agent code runs at `sandbox.nice` 10: on a busy machine a healthy
+# kernel may take minutes to start or to run a cell); a test of the time limit passes its own, with an endless loop.
+HUNG_S = 3600
+
+
 def sandboxes(inputs: Path, workspace: Path, seconds: float) -> Sandbox:
-    return Sandbox(inputs, workspace, SandboxConfig(), seconds)
+    return Sandbox(inputs, workspace, SandboxConfig(), seconds, start_timeout_s=HUNG_S)
 
 
-def play(built, server, task: Task, *, turns: int = 2, seconds: int = 30, **endpoint):
+def play(built, server, task: Task, *, turns: int = 2, seconds: int = HUNG_S, **endpoint):
     """run_agent on `task` with smaller limits, an uncached client and a cold sandbox."""
     fields = {"name": "direct", "base_url": server.url, "model": "scripted-model", "backoff_s": 0.01}
     client = LLMClient(EndpointConfig(**{**fields, **endpoint}), None)
@@ -399,7 +404,7 @@ def test_a_failed_attempt_leaves_the_finished_ones_stored(built, tasks, scripted
     def files_gone(tmp: Path):
         # Files are copied in ahead of the conversation: this one waits (not past a far deadline) until the
         # two before it finished, then fails.
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HUNG_S
         while len(finished) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         raise DareforgeError("the task's files are gone")
@@ -442,7 +447,7 @@ def test_grading_runs_outside_the_conversation_slot(built, tasks, scripted, monk
         mine = [box for box in boxes if box.workspace == Path(workspace).resolve()]
         assert len(mine) == 1 and not mine[0].running
         if not seen:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + HUNG_S
             while len(scripted.requests) < 3 and time.monotonic() < deadline:
                 time.sleep(0.01)
             seen.append(len(scripted.requests))

@@ -9,10 +9,12 @@ knows the answers only as a test author does: it sends the reference code read f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 import shutil
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,7 +36,8 @@ from dareforge.reference_solutions.reference_code import (
     if_reference_sections,
 )
 from dareforge.reference_solutions.spec import IFSpec, RangeFilter
-from dareforge.sandbox import Sandbox, probe
+from dareforge.sandbox import KernelPool, Sandbox, probe
+from dareforge.sandbox.environment import SandboxFactory
 from dareforge.schema import Task, TaskLimits, Trajectory
 from dareforge.store import Store
 from dareforge.trajectories import (
@@ -146,14 +149,33 @@ def task_file(cfg: Config, task: Task, side: str, name: str) -> Path:
     return Path(cfg.store.root) / "tasks" / task.id / side / name
 
 
+# Wall-clock limits only a hung run reaches. Agent code runs at `sandbox.nice` 10, so on a busy machine a healthy
+# kernel may take minutes to start or to fit a model; with the production limits (a 60 s start, the task's 200 s
+# per execution) a slow run became an `execution-limit` and a verdict here depended on the machine's load. No test
+# in this module is about a time limit firing (tests/test_agents.py proves that with an endless loop); the
+# CPU-time limit (`sandbox.cpu_seconds`) still binds.
+HUNG_S = 3600.0
+
+
 def cold_sandboxes(inputs: Path, workspace: Path, seconds: float) -> Sandbox:
-    return Sandbox(inputs, workspace, SandboxConfig(), seconds)
+    return Sandbox(inputs, workspace, SandboxConfig(), HUNG_S, start_timeout_s=HUNG_S)
+
+
+@contextlib.contextmanager
+def patient_pool(size: int) -> Iterator[SandboxFactory]:
+    """Pooled sandboxes, as in production, with `HUNG_S` for a kernel's start and each execution."""
+    pool = KernelPool(SandboxConfig(), size, seconds_per_execution=HUNG_S, start_timeout_s=HUNG_S)
+    try:
+        yield lambda inputs, workspace, seconds: pool.acquire(inputs, workspace, seconds_per_execution=HUNG_S)
+    finally:
+        pool.close()
 
 
 @pytest.fixture(scope="module")
 def gold(built):
     """The gold trajectories of every IF task of the release (both splits), played once for the module."""
-    return gold_trajectories(make_ctx(built), split="all", workers=2)
+    with patient_pool(2) as sandboxes:
+        return gold_trajectories(make_ctx(built), split="all", workers=2, sandbox_factory=sandboxes)
 
 
 # -- the reference script as sections ---------------------------------------------------------------------------
@@ -296,7 +318,9 @@ def test_unverified_gold_is_kept_and_reported_with_why(built, tasks, tmp_path):
         frame.loc[0, target] = other
     frame.to_csv(answers, index=False)
     ctx = make_ctx(built, str(root))
-    report = gold_trajectories(ctx, release=None, task_ids=[task.id], workers=1)
+    report = gold_trajectories(
+        ctx, release=None, task_ids=[task.id], workers=1, sandbox_factory=cold_sandboxes
+    )
     assert (report.source, report.partition, report.tasks, report.verified) == ("store", "gold--store", 1, [])
     assert report.failed[task.id].startswith("instruction-non-adherence: ")
     (stored,) = ctx.store.read_partition(Trajectory, "gold--store")
@@ -390,7 +414,8 @@ def test_synthesize_samples_k_per_task_and_endpoint_and_counts_valid(built, task
     }
     server.script(sampling_script(plans, good_per_task=1))
 
-    report = synthesize(ctx, task_ids=[t.id for t in chosen])  # pooled sandboxes, as in production
+    with patient_pool(2) as sandboxes:  # pooled sandboxes, as in production
+        report = synthesize(ctx, task_ids=[t.id for t in chosen], sandbox_factory=sandboxes)
 
     assert (report.release, report.split, report.samples, report.temperature) == (
         "dareforge",
