@@ -78,7 +78,7 @@ class Stage:
         from dareforge.source_pool import merge
         from dareforge.stage_ledger import StageInputs, record, settled
 
-        inputs = StageInputs(self.name, self.reads + self.writes)
+        inputs = StageInputs(self.name, self.reads)
         done = settled(run.ctx, inputs, ids)
         todo = [s for s in ids if s not in done]
         if len(todo) <= 1:

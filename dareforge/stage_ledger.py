@@ -5,7 +5,8 @@ Why: a re-run with nothing changed spent about 60% of the first run's CPU, nearl
 pools of understand, prepare, generate and check (each worker imports the whole stack) only for every worker to
 find its sources finished. After a stage finishes a source without a failure it records the source's key here:
 a digest of the stage's name, the code, the configuration and the source's partitions of the tables the stage
-reads and writes. A source whose recorded key matches runs in the parent process instead of a worker.
+reads. Not those it writes: later stages write some of them too (check's `validations` are validate's and the
+probe's as well), and the stage's own checks in the parent find an output that went missing. A source whose recorded key matches runs in the parent process instead of a worker.
 
 The key only decides *where* a source runs, never *whether*: the stage function still runs on it and makes its
 own checks (versions, manifests), so a key that missed a change costs parallelism, not correctness.
@@ -29,8 +30,8 @@ LEDGER = "ledger"
 
 @dataclass(frozen=True)
 class StageInputs:
-    """What a stage's key covers besides the code and the configuration: its name and the tables it reads and
-    writes (`Stage.reads`, `Stage.writes`; folders, ending in `/`, are left to the stage's own checks)."""
+    """What a stage's key covers besides the code and the configuration: its name and the tables it reads
+    (`Stage.reads`; folders, ending in `/`, are left to the stage's own checks)."""
 
     name: str
     tables: tuple[str, ...]
