@@ -64,14 +64,35 @@ class Stage:
         run.ctx.remove_dead_scratch()
         started, cpu = time.perf_counter(), cpu_seconds()
         if self.per_source and run.jobs > 1:
-            ids = ids if ids is not None else self.sources(run.ctx)
-        if self.per_source and run.jobs > 1 and len(ids) > 1:  # one source needs no pool to start
-            report = self._map(run, ids)
+            report = self._run_per_source(run, ids if ids is not None else self.sources(run.ctx))
         else:
             report = self.call(run, ids)
         # The workers' CPU too: the pool reaps them before the stage ends.
         report.seconds, report.cpu_seconds = time.perf_counter() - started, cpu_seconds() - cpu
         return report
+
+    def _run_per_source(self, run: Run, ids: list[str]) -> StageReport:
+        """The sources finished before under the same inputs (`stage_ledger`) in this process, where the stage
+        finds them finished at the cost of its checks; the others in worker processes when there are several
+        (one source needs no pool to start)."""
+        from dareforge.source_pool import merge
+        from dareforge.stage_ledger import StageInputs, record, settled
+
+        inputs = StageInputs(self.name, self.reads)
+        done = settled(run.ctx, inputs, ids)
+        todo = [s for s in ids if s not in done]
+        if len(todo) <= 1:
+            report = self.call(run, ids)
+            record(run.ctx, inputs, report, todo)
+            return report
+        mapped = self._map(run, todo)
+        record(run.ctx, inputs, mapped, todo)
+        if not done:
+            return self.finish(mapped)
+        here = self.call(run, [s for s in ids if s in done])
+        merged = merge(self.name, [here, mapped])
+        merged.seconds = here.seconds + mapped.seconds
+        return self.finish(merged)
 
     def _map(self, run: Run, ids: list[str]) -> StageReport:
         from dareforge.source_pool import Mapped, map_sources
@@ -87,7 +108,7 @@ class Stage:
                 lambda source_id: progress.update(bar, advance=1, item=source_id),
             )
         report.seconds = time.perf_counter() - started  # the lines of some stages name it
-        return self.finish(report)
+        return report
 
 
 def run_jobs(config: Config) -> int:

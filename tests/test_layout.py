@@ -64,6 +64,7 @@ FLOORS: dict[str, int] = {
     "teach": 10,  # trains a proxy on an export (torch in child processes only) and evaluates it
     # the top: what wires the stages together
     "source_pool": 11,  # runs a stage's own function in worker processes (handed in, never imported)
+    "stage_ledger": 11,  # which sources a per-source stage finished under the same inputs
     "pipeline": 11,
     "orchestration": 12,
     "cluster": 12,

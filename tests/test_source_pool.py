@@ -7,13 +7,16 @@ from __future__ import annotations
 import errno
 import os
 import signal
+from dataclasses import replace
 
 import pytest
 
 from dareforge.context import RunContext
-from dareforge.pipeline import Run
+from dareforge.pipeline import Run, Stage
 from dareforge.report import StageReport
+from dareforge.schema import PrepareFailure
 from dareforge.source_pool import STRIKES, Mapped, map_sources
+from dareforge.stage_ledger import StageInputs, settled
 from tests.stores import store_config
 
 FATAL = "the-source-that-kills-its-worker"
@@ -61,3 +64,60 @@ def test_a_machine_fault_in_a_worker_stops_the_stage_as_it_would_in_one_process(
     with pytest.raises(OSError) as raised:
         map_sources(ctx, Mapped("fake", _stage, Run), ["a", FULL_DISK, "b"], 2, lambda _: None)
     assert raised.value.errno == errno.ENOSPC
+
+
+# -- a re-run with nothing changed starts no worker pool (dareforge.stage_ledger) --------------------------------
+FAILS = "the-source-that-fails"
+
+
+def _where(run: Run, ids: list[str]) -> StageReport:
+    """A stage that says which process ran each source (and fails on one)."""
+    report = StageReport("where")
+    for source_id in ids:
+        if source_id == FAILS:
+            report.failures[source_id] = "its data is odd"
+        else:
+            report.add("done", source_id, str(os.getpid()))
+    return report
+
+
+WHERE = Stage(
+    "where",
+    reads=(PrepareFailure.table,),
+    writes=(),
+    call=_where,
+    per_source=True,
+    sources=lambda ctx: ["a", "b", "c"],
+    finish=lambda report: report,
+)
+
+
+def _ran_in_workers(ctx: RunContext) -> set[str]:
+    report = WHERE.run(Run(ctx, jobs=2))
+    assert set(report.labels("done")) == {"a", "b", "c"} - {FAILS}
+    return {sid for sid, pid in report.outcomes["done"].items() if pid != str(os.getpid())}
+
+
+def test_a_rerun_with_nothing_changed_runs_in_this_process_and_a_changed_source_in_a_worker(ctx):
+    assert _ran_in_workers(ctx) == {"a", "b", "c"}
+    assert (
+        _ran_in_workers(ctx) == set()
+    )  # the stage still ran on every source, here, at the cost of its checks
+    for source_id in ("a", "b"):  # an input of the stage changed for two sources: they go to the pool again
+        ctx.store.write_records(
+            source_id, [PrepareFailure(source_id=source_id, source_version="1", reason="x")]
+        )
+    assert _ran_in_workers(ctx) == {"a", "b"}
+    assert _ran_in_workers(ctx) == set()
+    ctx.config.generate.if_variants += 1  # any setting may change what a stage decides
+    assert _ran_in_workers(ctx) == {"a", "b", "c"}
+
+
+def test_a_source_that_failed_is_not_taken_as_finished(ctx):
+    stage = replace(WHERE, sources=lambda ctx: ["a", FAILS, "c"])
+    report = stage.run(Run(ctx, jobs=2))
+    assert report.failures == {FAILS: "its data is odd"} and report.labels("done") == ["a", "c"]
+    assert settled(ctx, StageInputs(stage.name, stage.reads), ["a", FAILS, "c"]) == {
+        "a",
+        "c",
+    }  # the failed one is tried again in a worker
