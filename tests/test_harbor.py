@@ -104,9 +104,9 @@ HARBOR_FIELDS = {
 ANSWER_FILES = {"answers.csv", "answer.json", "reference_predictions.csv", "strong_predictions.csv"}
 
 
-def _release(root: Path, sources: list[str], *, questions: bool):
+def _release(root: Path, sources: list[str], *, questions: bool, if_variants: int = 1):
     cfg = store_config(root, sources)
-    cfg.generate.if_variants = 1
+    cfg.generate.if_variants = if_variants
     cfg.generate.qa_per_source = 1 if questions else 0
     cfg.generate.lakes_per_source = 1 if questions else 0
     # The export is under test, not the gate: the solver ladder rightly gates iris's Class-MM task (every rung
