@@ -84,6 +84,18 @@ def test_tau_counts_only_the_rung_pairs_the_test_rows_tell_apart():
         decided_tau([trivial, RungResult("linear", error="it crashed"), boosted])
 
 
+def test_tau_leaves_out_the_series_rungs_neither_of_which_should_forecast_better():
+    # A series where smoothing forecasts and the linear trend-and-season model does not, and the strong
+    # reference chose smoothing: every expected order holds (both above trivial, strong above linear), and the
+    # smoothing-linear pair, which the ladder does not order, counts neither way.
+    trivial, smoothing = _rung("trivial", 0.0, 0.0, 0.0), _rung("smoothing", 0.08, 0.05, 0.11)
+    linear, strong = _rung("linear", 0.02, 0.01, 0.03), _rung("strong", 0.08, 0.05, 0.11)
+    assert decided_tau([trivial, smoothing, linear, strong]) == 1.0
+    # The tabular ladder's pairs stay ordered: a linear model clearly above a tree still counts against.
+    tree = _rung("tree", 0.02, 0.01, 0.03)
+    assert decided_tau([trivial, smoothing, tree, strong]) == pytest.approx((4 - 1) / 5)
+
+
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory):
     root = tmp_path_factory.mktemp("ladder")

@@ -49,6 +49,12 @@ class Rung:
 LINEAR_REGRESSION = Estimator("Ridge(alpha=1.0)", linear=True)
 
 
+UNORDERED = frozenset({frozenset({"smoothing", "linear"})})
+"""Pairs of rungs neither of which is expected to forecast better: exponential smoothing and a linear
+trend-and-season model each win on some series (the strong reference chooses between them, and boosting, on the
+latest training rows), so their order says nothing about the task, and tau leaves the pair out."""
+
+
 def model_rungs(spec: StrongSpec) -> list[Rung]:
     """The scripted rungs of `spec`'s task, weakest first."""
     if spec.time_column is not None:

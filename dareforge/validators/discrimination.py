@@ -40,7 +40,7 @@ import pandas as pd
 from dareforge.config import Config
 from dareforge.generators.references import last_line
 from dareforge.reference_solutions.graders import InvalidPredictionError, grade, score_interval
-from dareforge.reference_solutions.ladder import TRIVIAL, model_rungs
+from dareforge.reference_solutions.ladder import TRIVIAL, UNORDERED, model_rungs
 from dareforge.reference_solutions.reference_code import (
     PREDICTIONS,
     STRONG_PREDICTIONS,
@@ -173,12 +173,15 @@ def decided_tau(rungs: list[RungResult]) -> float:
     apart: (concordant - discordant) / decided, a pair being decided when the rungs' bootstrap intervals do
     not overlap, concordant when the stronger rung scores higher. Pairs within each other's noise say nothing
     of the order (two boosted models that both saturate a task tie up to which rows were drawn), so they
-    count neither way; 0 when no pair is decided (no evidence of order either way)."""
+    count neither way, and so do the pairs the ladder leaves unordered (`ladder.UNORDERED`); 0 when no pair is
+    decided (no evidence of order either way)."""
     unscored = [r.name for r in rungs if r.score is None or r.low is None or r.high is None]
     if unscored:
         raise ValueError(f"rungs without a score and an interval cannot be ranked: {', '.join(unscored)}")
     concordant = discordant = 0
     for weaker, stronger in itertools.combinations(rungs, 2):
+        if frozenset({weaker.name, stronger.name}) in UNORDERED:
+            continue
         if weaker.high < stronger.low:
             concordant += 1
         elif stronger.high < weaker.low:
