@@ -25,6 +25,7 @@ from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.resimulate import resimulate
 from dareforge.schema import Task
 from dareforge.understand.understand_stage import understand
+from tests.stores import TEST_IF_VARIANTS
 
 SOURCES = [
     "sklearn-iris",
@@ -42,6 +43,7 @@ def _pipeline(root) -> RunContext:
     cfg = Config()
     cfg.store.root, cfg.store.work_dir = str(root / "store"), str(root / "work")
     cfg.builtin.include = SOURCES
+    cfg.generate.if_variants = TEST_IF_VARIANTS
     ctx = RunContext.from_config(cfg, show_progress=False)
     crawl(ctx)
     filter_sources(ctx)
