@@ -156,6 +156,21 @@ def test_the_teach_section_has_cpu_defaults_and_refuses_bad_values():
         TeachConfig(steps=0)
 
 
+def test_auto_precision_is_bf16_only_where_the_device_computes_it_natively():
+    from dareforge.teach.run import precision, recipe
+
+    avx2_only = "flags : fpu sse2 avx avx2 fma"
+    assert precision(TeachConfig(), cpu_flags=avx2_only) == "float32"  # emulated bf16 would be slower
+    assert precision(TeachConfig(), cpu_flags=avx2_only + " avx512f avx512_bf16") == "bfloat16"
+    assert precision(TeachConfig(), cpu_flags="flags : amx_bf16 amx_tile") == "bfloat16"
+    assert precision(TeachConfig(device="cuda"), cpu_flags=avx2_only) == "bfloat16"
+    assert precision(TeachConfig(precision="float32"), cpu_flags="avx512_bf16") == "float32"
+    # The resolved arithmetic is part of the recipe, so it keys the adapter and is stated in the record.
+    assert recipe(TeachConfig(precision="bfloat16"), "m")["precision"] == "bfloat16"
+    with pytest.raises(ValidationError):
+        TeachConfig(precision="float16")
+
+
 def test_the_server_turns_tool_call_blocks_into_api_calls():
     text = 'Let me look.\n<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call>'
     content, calls = parse_reply(text)

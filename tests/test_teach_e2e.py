@@ -1,10 +1,13 @@
 """The whole `dareforge teach` path on a tiny model (`make test-teach`; needs .venv-teach, so `make test` skips it):
 a release of three small sources -> gold trajectories -> the SFT export -> TRL's dataset -> a few LoRA steps on
 a model built here from a LlamaConfig (hidden size 32, the embedded model's tokenizer) -> the adapter in the
-store -> base and tuned served -> `evaluate` on the test tasks -> the record and the card section."""
+store -> base and tuned served -> `evaluate` on the test tasks -> the record and the card section. A scripted
+endpoint that plays a train task's reference code gives the corpus a sampled trajectory, so `gold+sampled` is
+a corpus of its own, trained and evaluated apart from `gold` (the DataComp comparison)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dareforge.config import Config, TeachConfig
+from dareforge.config import Config, EndpointConfig, TeachConfig
 from dareforge.context import RunContext
 from dareforge.crawlers.crawl import crawl
 from dareforge.crawlers.filter import filter_sources
@@ -28,7 +31,9 @@ from dareforge.teach.corpus import TeachError
 from dareforge.teach.run import teach, teach_python
 from dareforge.trajectories.corpus import build_corpus
 from dareforge.trajectories.gold import gold_trajectories
+from dareforge.trajectories.synthesize import synthesize
 from dareforge.understand.understand_stage import understand
+from tests.llm_server import LLMServer
 
 TEACH = TeachConfig()
 pytestmark = pytest.mark.skipif(
@@ -66,20 +71,41 @@ def test_a_tiny_model_trains_on_the_export_is_served_and_evaluated(tmp_path):
     release = build_release(ctx, "tiny", today=DAY).release
     assert set(release.splits.values()) == {"train", "test"}
     gold_trajectories(ctx, "tiny", "train")
+    sampled_task = next(
+        t for t in release.tasks() if release.splits[t.id] == "train" and t.family.endswith("-IF")
+    )
+    reference = (Path(cfg.store.root) / "tasks" / sampled_task.id / "private" / "reference.py").read_text()
+    with LLMServer() as server:
+        # The reference code first; once it has run, the answer.
+        server.script(
+            lambda request: (
+                "<answer>predictions.csv is written.</answer>"
+                if any(m["role"] == "assistant" for m in request.messages)
+                else f"<code>\n{reference}\n</code>"
+            )
+        )
+        endpoint = EndpointConfig(
+            name="scripted", base_url=server.url, model="scripted-model", backoff_s=0.01
+        )
+        llm = cfg.llm.model_copy(update={"endpoints": [endpoint]})
+        scoped = dataclasses.replace(ctx, config=cfg.model_copy(update={"llm": llm}))
+        sampled = synthesize(scoped, "tiny", samples=1, temperature=0.0, task_ids=[sampled_task.id])
+    assert len(sampled.valid()) == 1, sampled
     build_corpus(ctx, "tiny", formats=["sft"], today=DAY)
     export = load_export(ctx, "tiny-sft")
-    assert export.rows("tools", "train")
+    kinds = {str(r["source"]).partition(":")[0] for r in export.rows("tools", "train")}
+    assert kinds == {"gold", "sampled"}
 
     tiny = tmp_path / "tiny-model"
     python = teach_python(TEACH)
     subprocess.run([str(python), "-P", "-c", TINY, str(tiny)], check=True, timeout=600)
     settings = TeachConfig(
-        model=str(tiny), steps=2, examples=3, tasks_per_family=1, max_tokens=8,
+        model=str(tiny), steps=2, examples=None, tasks_per_family=1, max_tokens=8,
         variants=["gold", "gold+sampled"], port=_free_port(), bootstrap=50,
     )  # fmt: skip
     # Our rows open with ~700+ tokens of system prompt, tool schema and task: at 256 no row keeps an assistant
     # token, and training stops before any evaluation, naming the key to raise (not TRL's "num_samples=0").
-    with pytest.raises(TeachError, match=r"teach.max_length=256 leaves none of the 3 training rows"):
+    with pytest.raises(TeachError, match=r"teach.max_length=256 leaves none of the \d+ training rows"):
         teach(ctx, "tiny", None, settings.model_copy(update={"max_length": 256}))
     assert ctx.store.list("teach") == []  # nothing trained, nothing evaluated
     report = teach(ctx, "tiny", None, settings)
@@ -92,13 +118,16 @@ def test_a_tiny_model_trains_on_the_export_is_served_and_evaluated(tmp_path):
         training["fit"]["rows_kept"] == training["rows"] and training["fit"]["assistant_tokens_trained"] > 0
     )
     assert training["losses"] and all(math.isfinite(x) for x in training["losses"])
-    assert both["note"] == "the same rows as `gold`: its result"  # no sampled trajectories: not trained twice
-    files = {e["name"] for e in ctx.store.read_json(f"{gold['adapter']}/manifest.json")["files"]}
-    assert {"adapter_config.json", "adapter_model.safetensors"} <= files
+    # The sampled trajectory makes gold+sampled a corpus of its own: one row more, its own adapter and run.
+    assert both["rows"] == gold["rows"] + 1 and both["note"] == "kinds: gold, sampled"
+    assert both["adapter"] != gold["adapter"] and both["training"]["steps"] == 2
+    for variant in (gold, both):
+        files = {e["name"] for e in ctx.store.read_json(f"{variant['adapter']}/manifest.json")["files"]}
+        assert {"adapter_config.json", "adapter_model.safetensors"} <= files
 
     tested = record["evaluation"]["task_ids"]
     assert tested and all(release.splits[t] == "test" for t in tested)
-    for endpoint in ("teach-base", "teach-gold"):
+    for endpoint in ("teach-base", "teach-gold", "teach-gold-sampled"):
         played = ctx.store.read_partition(Trajectory, partition_name(endpoint, "tiny"))
         assert sorted({t.task_id for t in played}) == sorted(tested), endpoint
         assert all(t.steps for t in played)  # the served model answered: the agent loop ran turns

@@ -58,8 +58,12 @@ def plain_folder(model: str, cache: Path) -> Path:
     return target
 
 
-def load(folder: Path | str, template: str, device: str, adapter: Path | None = None) -> tuple[Any, Any]:
-    """Model (with the LoRA adapter merged when given) and tokenizer, the tokenizer carrying `template`."""
+def load(
+    folder: Path | str, template: str, device: str, adapter: Path | None = None, dtype: str = "float32"
+) -> tuple[Any, Any]:
+    """Model (with the LoRA adapter merged when given) in `dtype`, and the tokenizer carrying `template`.
+
+    The weights load and merge in float32 and are cast last, so base and tuned are rounded the same way."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -72,6 +76,6 @@ def load(folder: Path | str, template: str, device: str, adapter: Path | None = 
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    model.to(device)
+    model.to(device=device, dtype=getattr(torch, dtype))
     model.eval()
     return model, tokenizer

@@ -86,10 +86,23 @@ def model_source(cfg: TeachConfig, python: Path, llm_package: str, llm_file: str
     return str(Path(folder) / llm_file)
 
 
+def precision(cfg: TeachConfig, cpu_flags: str | None = None) -> str:
+    """`teach.precision` resolved: `auto` is bfloat16 where the device computes it natively (CUDA, or a CPU
+    whose /proc/cpuinfo flags name avx512_bf16 or amx_bf16), else float32 (emulated bf16 would be slower)."""
+    if cfg.precision != "auto":
+        return cfg.precision
+    if cfg.device == "cuda":
+        return "bfloat16"
+    if cpu_flags is None:
+        cpuinfo = Path("/proc/cpuinfo")
+        cpu_flags = cpuinfo.read_text(errors="replace") if cpuinfo.is_file() else ""
+    return "bfloat16" if {"avx512_bf16", "amx_bf16"} & set(cpu_flags.split()) else "float32"
+
+
 def recipe(cfg: TeachConfig, model: str) -> dict[str, Any]:
     keys = ("chat_template", "max_length", "steps", "batch_size", "grad_accumulation", "learning_rate")
     keys += ("lora_rank", "lora_alpha", "seed", "device")
-    return {"model": model, **{k: getattr(cfg, k) for k in keys}}
+    return {"model": model, **{k: getattr(cfg, k) for k in keys}, "precision": precision(cfg)}
 
 
 def store_adapter(ctx: RunContext, key: str, folder: Path, result: dict[str, Any]) -> None:
@@ -138,6 +151,7 @@ def served_evaluation(
     command = [
         "-m", "dareforge.teach.serve", "--model", str(base), "--name", model_id, "--port", str(cfg.port),
         "--template", cfg.chat_template, "--device", cfg.device, "--threads", str(cfg.threads),
+        "--dtype", precision(cfg),
     ]  # fmt: skip
     if adapter is not None:
         command += ["--adapter", str(adapter)]
@@ -195,7 +209,8 @@ def teach(
         ).strip()
     )
     task_ids = [t.id for t in test]
-    base_id = f"{Path(model).stem}@{short_hash(model)}"
+    # The arithmetic is part of the model's name: bf16 and float32 answer differently, and the cache keys on it.
+    base_id = f"{Path(model).stem}-{precision(cfg)}@{short_hash(model)}"
     rel_ref = (rel.name, rel.version)
     prefix = f"{ROOT}/{export.name}/{export.version}"
     # Every adapter is trained before anything is evaluated: a recipe that cannot train (teach.max_length too

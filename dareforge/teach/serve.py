@@ -75,7 +75,7 @@ class Model:
         self.torch = torch
         self.name = args.name
         self.max_context = args.max_context
-        self.model, self.tokenizer = load(args.model, args.template, args.device, args.adapter)
+        self.model, self.tokenizer = load(args.model, args.template, args.device, args.adapter, args.dtype)
         self.device = args.device
         self.lock = threading.Lock()
 
@@ -168,6 +168,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--template", required=True)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-context", type=int, default=8192)
     args = parser.parse_args()

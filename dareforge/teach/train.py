@@ -65,7 +65,8 @@ def main(spec_path: str) -> None:
         use_cpu=spec["device"] == "cpu",
         dataloader_num_workers=0,
         dataset_num_proc=None,
-        bf16=False,
+        # bf16 autocast over float32 master weights (the LoRA weights and optimizer state stay float32).
+        bf16=spec["precision"] == "bfloat16",
         fp16=False,
     )
     lora = LoraConfig(
