@@ -11,8 +11,11 @@ The small store's gold trajectories are played (real sandboxed episodes, `gold_t
 copied, and each copy gets its tasks' trajectory rows under its own task and trajectory ids, so the private
 task page replays steps at catalog scale (about one trajectory per IF, QA and Lake task). It has no sampled
 trajectories and no probe results: both need a model endpoint, and no store here holds real probe rows to copy,
-so the probe section is timed empty (its query still runs over an empty table). Per page kind: median and max; per server: peak resident memory (VmHWM). Building the store takes about ten
-minutes (most of it the release); `BENCH_BROWSE_STORE=<folder>` builds it there once and reuses it after.
+so the probe section is timed empty (its query still runs, over an empty table).
+
+Per page kind: median and max; per server: peak resident memory (VmHWM). Building the store takes a few
+minutes (generate, the gold episodes, the copies, the release); `BENCH_BROWSE_STORE=<folder>` builds it there
+once and reuses it after.
 
 The baseline, measured in the same run on the same store, is the workbench as it was first built: a new DuckDB
 connection with the store's views for every request (`BASELINE` below).
