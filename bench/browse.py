@@ -4,9 +4,18 @@ Builds a store of about TASKS tasks by copying the partitions of a small generat
 under new source ids (`bench.store_scale.build`) and new task ids (each copy's task folders hard-linked under
 its ids, manifests rewritten), builds a release of them, then starts the workbench as a server (a process of
 its own, as `dareforge browse` runs it) and times a sample of pages over HTTP on localhost: the task list
-unfiltered (first and last page) and under each filter, task pages public and with `--private`, source pages,
-the release and run pages. Per page kind: median and max; per server: peak resident memory (VmHWM). Building the store takes about ten
-minutes (most of it the release); `BENCH_BROWSE_STORE=<folder>` builds it there once and reuses it after.
+unfiltered (first and last page) and under each filter, task pages public and with `--private` (a sample of
+all tasks, and one of the tasks that have trajectories), source pages, the release and run pages.
+
+The small store's gold trajectories are played (real sandboxed episodes, `gold_trajectories`) before it is
+copied, and each copy gets its tasks' trajectory rows under its own task and trajectory ids, so the private
+task page replays steps at catalog scale (about one trajectory per IF, QA and Lake task). It has no sampled
+trajectories and no probe results: both need a model endpoint, and no store here holds real probe rows to copy,
+so the probe section is timed empty (its query still runs, over an empty table).
+
+Per page kind: median and max; per server: peak resident memory (VmHWM). Building the store takes a few
+minutes (generate, the gold episodes, the copies, the release); `BENCH_BROWSE_STORE=<folder>` builds it there
+once and reuses it after.
 
 The baseline, measured in the same run on the same store, is the workbench as it was first built: a new DuckDB
 connection with the store's views for every request (`BASELINE` below).
@@ -27,7 +36,9 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from bench.common import bench_config, generated
 from bench.store_scale import build, source_of
@@ -35,6 +46,7 @@ from dareforge.context import RunContext
 from dareforge.publish.release import Release, build_release
 from dareforge.schema import Task
 from dareforge.store import MANIFEST, Store
+from dareforge.trajectories.gold import gold_trajectories
 from dareforge.validators.gate import gate
 from dareforge.validators.validate import validate
 
@@ -45,8 +57,12 @@ TARGET_MB = 500.0
 SAMPLE = 12  # pages of each sampled kind (tasks, sources)
 ROUNDS = 3  # each listed page is fetched this many times (the median and max are over all fetches)
 RELEASE = "bench"
+WIDTH = 42  # the page kind column
 KEPT = ".bench-browse.json"
 """Written last into a built store: a run given BENCH_BROWSE_STORE reuses a store that has it."""
+STORE_FORMAT = 3
+"""Bump when the built store changes (2: gold trajectories copied with the tasks; 3: their steps distinct per
+copy), so an old one is not reused."""
 
 SERVER = """
 import sys
@@ -69,8 +85,10 @@ def copy_id(task_id: str, n: int) -> str:
 
 
 def renamed(table_name: str, table: pa.Table, n: int) -> pa.Table:
-    """Copy n's rows: task ids (and the sources table's own id) under copy n's names."""
-    columns = ["id", "variant_of", "task_id"] if table_name == "tasks" else ["task_id"]
+    """Copy n's rows: task ids (and the sources table's own id) under copy n's names; trajectories' steps made
+    distinct per copy (`distinct_steps`)."""
+    # A trajectory's id is unique in a store (the pages list a task's trajectories by it): renamed per copy too.
+    columns = ["id", "variant_of", "task_id"] if table_name in ("tasks", "trajectories") else ["task_id"]
     for name in columns:
         if name in table.column_names:
             i = table.column_names.index(name)
@@ -79,7 +97,24 @@ def renamed(table_name: str, table: pa.Table, n: int) -> pa.Table:
     if table_name == "sources":
         i = table.column_names.index("id")
         table = table.set_column(i, table.schema.field(i), pa.array([source_of(n)] * len(table), pa.string()))
+    if table_name == "trajectories":
+        i = table.column_names.index("steps")
+        table = table.set_column(i, table.schema.field(i), distinct_steps(table.column(i), n))
     return table
+
+
+def distinct_steps(steps: pa.ChunkedArray, n: int) -> pa.Array:
+    """The steps with a line naming copy n after each message. Real trajectories all differ; identical copies
+    would be dictionary-encoded to about a hundredth of their size (measured: 1.1 MB against 99 MB for 8,848
+    trajectories), and reading a task's rows out of the table would cost next to nothing."""
+    steps = steps.combine_chunks()
+    flat = steps.flatten()
+    i = flat.type.get_field_index("content")
+    content = pc.binary_join_element_wise(flat.field(i), pa.scalar(f"\n(bench copy {n})"), "")
+    fields = [content if j == i else flat.field(j) for j in range(flat.type.num_fields)]
+    return pa.ListArray.from_arrays(
+        steps.offsets, pa.StructArray.from_arrays(fields, fields=list(flat.type)), type=steps.type
+    )
 
 
 def copy_task_folders(small: Path, big: Path, tasks: list[Task], copies: int) -> None:
@@ -91,7 +126,10 @@ def copy_task_folders(small: Path, big: Path, tasks: list[Task], copies: int) ->
     for n in range(copies):
         for t in by_source[order[n % len(order)]]:
             folder = big / "tasks" / copy_id(t.id, n)
+            folder.mkdir(parents=True)
             for half in ("public", "private"):
+                if not (small / "tasks" / t.id / half).is_dir():
+                    continue  # a task generate rejected before writing its files (a guess answers it)
                 (folder / half).mkdir(parents=True, exist_ok=True)
                 for f in (small / "tasks" / t.id / half).iterdir():
                     os.link(f, folder / half / f.name)
@@ -149,11 +187,12 @@ def serve_and_time(
 
 
 def sample_pages(
-    tasks: list[str], copies: int, release: Release
+    tasks: list[str], replayed: list[str], copies: int, release: Release
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(public pages, private pages) by kind."""
+    """(public pages, private pages) by kind; `replayed`: the tasks that have trajectories."""
     rng = random.Random(45)
     picked = rng.sample(tasks, SAMPLE)
+    with_steps = rng.sample(replayed, SAMPLE)
     sources = [source_of(rng.randrange(copies)) for _ in range(SAMPLE)]
     label = f"{release.name}@{release.version}"
     last = (len(tasks) + 49) // 50
@@ -174,8 +213,20 @@ def sample_pages(
         "releases, runs": ["/releases", f"/release/{release.name}/{release.version}", "/runs"],
     }
     public = {**lists, "task page (public)": [f"/task/{t}" for t in picked]}
-    private = {"task page (--private)": [f"/task/{t}" for t in picked]}
+    private = {
+        "task page (--private)": [f"/task/{t}" for t in picked],
+        "task page (--private, with trajectories)": [f"/task/{t}" for t in with_steps],
+    }
     return public, private
+
+
+def trajectory_tasks(big: Path) -> list[str]:
+    """The ids of the tasks that have a trajectory in the store at `big`, sorted."""
+    files = str(big / "tables" / "trajectories" / "*.parquet")
+    rows = duckdb.sql(
+        f"select distinct task_id from read_parquet('{files}', union_by_name = true) order by 1"
+    )
+    return [r[0] for r in rows.fetchall()]
 
 
 def built_store(folder: Path) -> tuple[Path, int, Release]:
@@ -185,12 +236,17 @@ def built_store(folder: Path) -> tuple[Path, int, Release]:
     big = Path(big_cfg.store.root)
     done = big / KEPT
     if done.exists():
-        copies = json.loads(done.read_text())["copies"]
+        kept = json.loads(done.read_text())
+        if kept.get("format") != STORE_FORMAT:
+            raise SystemExit(f"{big} holds a store an older bench built; delete {folder} to build it again")
+        copies = kept["copies"]
         print(f"browse: reusing the store built in {big}")
         return big, copies, Release.load(Store(str(big)), RELEASE)
     ctx = generated(bench_config(str(folder / "small"), SOURCES))
     validate(ctx)
     gate(ctx)
+    gold = gold_trajectories(ctx, release=None, split="all")
+    print(f"browse: {gold.summary()}")
     tasks = sorted(ctx.store.read_records(Task), key=lambda t: t.id)
     copies = round(TASKS / (len(tasks) / len({t.source_id for t in tasks})))
     started = time.perf_counter()
@@ -203,7 +259,7 @@ def built_store(folder: Path) -> tuple[Path, int, Release]:
         f"browse: store of {copies} source copies built in {built:.0f}s, release {release.name} "
         f"{release.version} in {time.perf_counter() - started:.0f}s"
     )
-    done.write_text(json.dumps({"copies": copies}))
+    done.write_text(json.dumps({"copies": copies, "format": STORE_FORMAT}))
     return big, copies, release
 
 
@@ -212,8 +268,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         big, copies, release = built_store(Path(kept or tmp))
         ids = sorted(p.name for p in (big / "tasks").iterdir())
-        print(f"browse: {len(ids)} tasks, {copies} sources, release of {len(release.task_ids)} tasks")
-        public, private = sample_pages(ids, copies, release)
+        replayed = trajectory_tasks(big)
+        print(
+            f"browse: {len(ids)} tasks ({len(replayed)} with trajectories), {copies} sources, release of "
+            f"{len(release.task_ids)} tasks"
+        )
+        public, private = sample_pages(ids, replayed, copies, release)
         figures = {}
         load = os.getloadavg()[0]
         for mode in ("baseline", "current"):
@@ -223,13 +283,15 @@ def main() -> None:
         load = max(load, os.getloadavg()[0])
 
     base, now = figures["baseline"][0], figures["current"][0]
-    print(f"  {'page kind':<24}{'pages':>6}{'median ms':>11}{'max ms':>9}{'baseline median':>17}{'ratio':>7}")
+    print(
+        f"  {'page kind':<{WIDTH}}{'pages':>6}{'median ms':>11}{'max ms':>9}{'baseline median':>17}{'ratio':>7}"
+    )
     worst = 0.0
     for kind, times in now.items():
         med, top, base_med = statistics.median(times), max(times), statistics.median(base[kind])
         worst = max(worst, top)
         print(
-            f"  {kind:<24}{len(times) // ROUNDS:>6}{med:>11.1f}{top:>9.1f}{base_med:>17.1f}"
+            f"  {kind:<{WIDTH}}{len(times) // ROUNDS:>6}{med:>11.1f}{top:>9.1f}{base_med:>17.1f}"
             f"{base_med / med:>6.1f}x"
         )
     _, first, peak = figures["current"]

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bench.common import bench_config, generated
@@ -53,12 +54,12 @@ def build(small: Path, big: Path, sources: int, rename: Rename | None = None) ->
     """Copy `sources` times the partitions of the store at `small` into `big`, copy n under source id
     `source_of(n)` (and, with `rename`, whatever else the caller renames per copy, e.g. task ids)."""
     for folder in sorted((small / "tables").iterdir()):
-        files = sorted(folder.glob("*.parquet"))
-        if not files or folder.name == "trajectories":
+        parts = per_source(small, folder)
+        if not parts:
             continue
         (big / "tables" / folder.name).mkdir(parents=True)
         for n in range(sources):
-            table = pq.read_table(files[n % len(files)])
+            table = parts[n % len(parts)]
             source = source_of(n)
             if "source_id" in table.column_names:
                 column = table.schema.field("source_id")
@@ -70,6 +71,24 @@ def build(small: Path, big: Path, sources: int, rename: Rename | None = None) ->
             if rename is not None:
                 table = rename(folder.name, table, n)
             pq.write_table(table, big / "tables" / folder.name / f"{source}.parquet", compression="zstd")
+
+
+def per_source(small: Path, folder: Path) -> list[pa.Table]:
+    """The rows of one table of the store at `small`, a table per source in the order of the tasks table's
+    partition files (the order copy n takes them in, n modulo their number). A table the stages write per source
+    has a file per source. One keyed by task but written otherwise (trajectories: a file per endpoint and
+    release) has its rows grouped by their task's source, so each copy gets its own tasks' rows."""
+    files = sorted(folder.glob("*.parquet"))
+    if not files:
+        return []
+    names = pq.read_schema(files[0]).names
+    if "source_id" in names or "task_id" not in names:
+        return [pq.read_table(f) for f in files]
+    rows = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+    return [
+        rows.filter(pc.is_in(rows.column("task_id"), pq.read_table(f, columns=["id"]).column("id")))
+        for f in sorted((small / "tables" / "tasks").glob("*.parquet"))
+    ]
 
 
 def timed_queries(store: Store) -> tuple[float, float]:

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 from dareforge import table_views
@@ -121,3 +123,20 @@ def test_small_tables_read_their_files_directly(tmp_path):
         write(store, n)
     assert rows(store) == truth(store)
     assert not os.path.exists(os.path.join(store.root, table_views.CACHE))
+
+
+def test_the_copy_holds_full_row_groups_across_partitions_and_the_threads_are_restored(store, monkeypatch):
+    """A task page reads one task's rows: groups fill across partitions (not one group per partition file, nor
+    one for the whole table), so a lookup skips the groups without a match; the copy is written on one thread
+    (what keeps the groups full) and the connection gets its threads back."""
+    monkeypatch.setattr(table_views, "ROW_GROUP_ROWS", 5)
+    con = store.connect()
+    threads = "select current_setting('threads')"
+    assert con.execute(threads).fetchall() == duckdb.connect().execute(threads).fetchall()
+    (copy,) = copies(store)
+    groups = pq.ParquetFile(os.path.join(store.root, table_views.CACHE, copy)).metadata
+    sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
+    # 24 rows from 12 partitions of 2: a group ends at the first partition past ROW_GROUP_ROWS.
+    assert sum(sizes) == 2 * PARTITIONS and 1 < len(sizes) < PARTITIONS
+    assert all(size >= 5 for size in sizes[:-1])
+    assert rows(store) == truth(store)
