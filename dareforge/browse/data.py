@@ -101,9 +101,10 @@ class StoreViews:
                 self._summaries, self._release_tasks = read_releases(self.store)
                 self._releases, self._con = releases, None
             if self._con is None or tables is None or tables != self._tables:
-                con = self.store.connect()
                 # DuckDB's default keeps up to 80% of the machine's memory in its buffers; a page reads little.
-                con.execute(f"set memory_limit = '{MEMORY_LIMIT}'")
+                # The cap is set before the views are made: on a store whose compacted copies are stale, making
+                # them (the first request) is what reads the most.
+                con = self.store.connect(duckdb.connect(config={"memory_limit": MEMORY_LIMIT}))
                 con.register("release_tasks", self._release_tasks)
                 # The old connection is left to the collector: a request may still be reading from it.
                 self._con, self._tables = con, tables
