@@ -99,8 +99,11 @@ ifeq ($(LOCAL_LLM),1)
 endif
 	$(BIN)/dareforge run
 
+# The suite spends much of its time waiting on sandboxed kernels, servers and child processes, so two workers
+# (pytest-xdist) overlap that waiting on 2 cores; TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The whole catalog (~2,360 sources, 10,000+ verified tasks) in one refresh into data/catalog, with the profile
 # in dareforge.catalog.yaml: about 2 hours on 2 cores; run it again after any interruption to go on from there.
