@@ -156,8 +156,14 @@ def _rebuild(
     cache_dir.mkdir(parents=True, exist_ok=True)
     fresh = changed if copy is not None else sorted(files)
     parts = []
+    # The copy is written on a connection of its own, on one thread: on several, DuckDB ends a row group at
+    # each input file (one per partition: thousands of groups of a few rows, 50x the size, every query slower);
+    # on one it fills them to ROW_GROUP_ROWS, in the same order. Its own, since the caller's may have locked its
+    # settings (`dareforge sql`); it keeps the caller's memory cap.
+    memory = con.execute("select current_setting('memory_limit')").fetchall()[0][0]
+    copier = duckdb.connect(config={"threads": 1, "memory_limit": memory})
     if copy is not None:
-        con.register("_rebuild_stale", _names(changed, gone))
+        copier.register("_rebuild_stale", _names(changed, gone))
         parts.append(
             f"select * from read_parquet({_sql(str(copy))}) where {PARTITION} not in (select p from _rebuild_stale)"
         )
@@ -169,16 +175,12 @@ def _rebuild(
         )
     tmp = cache_dir / f".tmp-{os.getpid()}-{target.name}"
     query = " union all by name ".join(parts)
-    # On several threads DuckDB ends a row group at each input file (one per partition: thousands of groups of
-    # a few rows, 50x the size, every query slower); on one it fills them to ROW_GROUP_ROWS, in the same order.
-    threads = con.execute("select current_setting('threads')").fetchone()[0]
-    con.execute("set threads = 1")
     try:
-        con.execute(
+        copier.execute(
             f"copy ({query}) to {_sql(str(tmp))} (format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS})"
         )
     finally:
-        con.execute(f"set threads = {int(threads)}")
+        copier.close()
     index_tmp = cache_dir / f".tmp-{os.getpid()}-{target.stem}.json"
     index_tmp.write_text(json.dumps(held, sort_keys=True))
     os.replace(index_tmp, target.with_suffix(".json"))  # the index first: a copy is only found with its index

@@ -125,10 +125,11 @@ def test_small_tables_read_their_files_directly(tmp_path):
     assert not os.path.exists(os.path.join(store.root, table_views.CACHE))
 
 
-def test_the_copy_holds_full_row_groups_across_partitions_and_the_threads_are_restored(store, monkeypatch):
+def test_the_copy_holds_full_row_groups_across_partitions_and_leaves_the_callers_threads(store, monkeypatch):
     """A task page reads one task's rows: groups fill across partitions (not one group per partition file, nor
-    one for the whole table), so a lookup skips the groups without a match; the copy is written on one thread
-    (what keeps the groups full) and the connection gets its threads back."""
+    one for the whole table), so a lookup skips the groups without a match; the copy is written on a connection
+    of its own on one thread (what keeps the groups full), so the caller's settings are untouched (a locked
+    connection compacts too: tests/test_sql_confined.py)."""
     monkeypatch.setattr(table_views, "ROW_GROUP_ROWS", 5)
     con = store.connect()
     threads = "select current_setting('threads')"
