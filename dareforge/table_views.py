@@ -130,6 +130,21 @@ def _one_schema(paths: list[str]) -> bool:
     return all(pq.read_schema(p).equals(first) for p in paths[1:])
 
 
+def _copier(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A one-thread connection with `con`'s memory cap, temp folder and (if `con` has external access off) the
+    same readable folders."""
+    memory, temp, external, readable = con.execute(
+        "select current_setting('memory_limit'), current_setting('temp_directory'), "
+        "current_setting('enable_external_access'), current_setting('allowed_directories')"
+    ).fetchall()[0]
+    copier = duckdb.connect(config={"threads": 1, "memory_limit": memory})
+    if not external:
+        copier.execute("set temp_directory = ?", [temp])  # first: DuckDB adds it to the readable folders
+        copier.execute("set allowed_directories = ?", [list(readable)])
+        copier.execute("set enable_external_access = false")
+    return copier
+
+
 def _sql(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -168,9 +183,9 @@ def _rebuild(
     # The copy is written on a connection of its own, on one thread: on several, DuckDB ends a row group at
     # each input file (one per partition: thousands of groups of a few rows, 50x the size, every query slower);
     # on one it fills them to ROW_GROUP_ROWS, in the same order. Its own, since the caller's may have locked its
-    # settings (`dareforge sql`); it keeps the caller's memory cap.
-    memory = con.execute("select current_setting('memory_limit')").fetchall()[0][0]
-    copier = duckdb.connect(config={"threads": 1, "memory_limit": memory})
+    # settings (`dareforge sql`); it takes the caller's memory cap and, from a confined caller, its confinement:
+    # a partition linked out of the store is refused as the caller would refuse it.
+    copier = _copier(con)
     if copy is not None:
         copier.register("_rebuild_stale", _names(changed, gone))
         parts.append(

@@ -317,3 +317,22 @@ def test_a_timeout_past_an_hour_is_refused_naming_the_option(sql):
         "error: --timeout 1e+09: give more than 0 and at most 3600 seconds (set in the command line; the "
         "default is sql.timeout_s)"
     )
+
+
+@pytest.mark.parametrize("private", [False, True], ids=["plain", "private"])
+def test_a_partition_linked_out_of_the_store_is_not_compacted_into_a_query(
+    sql, tmp_path, monkeypatch, private
+):
+    """The compacted copy is written on a connection of its own (one thread); from a confined query it is
+    confined the same way, so a partition linked out of the store is refused, not copied into what it reads."""
+    monkeypatch.setattr(table_views, "COMPACT_FROM", 2)
+    outside = tmp_path / "host" / "elsewhere.parquet"
+    duckdb.sql(f"copy (select 'host secret' as host_column) to '{outside}'")
+    (tmp_path / "store" / "tables" / "filter_decisions" / "linked.parquet").symlink_to(outside)
+    result = sql(*["--private"] * private, "select * from filter_decisions")
+    assert result.exit_code != 0
+    assert "host secret" not in result.output and "host_column" not in result.output
+    for copy in (tmp_path / "store" / table_views.CACHE).glob("*.parquet"):
+        assert (
+            "host_column" not in duckdb.sql(f"describe select * from '{copy}'").df()["column_name"].tolist()
+        )
