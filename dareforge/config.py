@@ -559,6 +559,9 @@ class TeachConfig(Section):
     threads: Workers = 2
     bootstrap: Count = Field(2000, description="Bootstrap resamples of the tasks for the intervals.")
     start_timeout_s: Seconds = 600.0
+    train_timeout_s: Seconds = Field(
+        14400.0, description="Deadline of one training run (and of the conversion)."
+    )
 
 
 class Config(Section):

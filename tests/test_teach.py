@@ -215,3 +215,14 @@ def test_the_fit_counts_rows_that_keep_assistant_tokens_and_refuses_a_length_tha
         ConfigError, match=r"teach.max_length=4 leaves none of the 3 .* raise teach.max_length above 4"
     ):
         fit(masks, 4)
+
+
+def test_a_training_child_past_its_deadline_is_stopped_with_the_key_to_raise():
+    import sys
+    from pathlib import Path
+
+    from dareforge.teach.run import _child
+
+    # A child that would sleep a minute: stopped at its deadline, whatever the machine's speed.
+    with pytest.raises(TeachError, match=r"ran past 0 s and was stopped: raise teach.train_timeout_s"):
+        _child(Path(sys.executable), "timeit", "-n", "1", "import time; time.sleep(60)", timeout=0.2)

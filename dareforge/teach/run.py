@@ -57,14 +57,21 @@ def teach_python(cfg: TeachConfig) -> Path:
     return python
 
 
-def _child(python: Path, *args: str, timeout: float | None = None) -> str:
-    done = subprocess.run(
-        python_argv("-m", *args, python=python),
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=timeout,
-    )
+def _child(python: Path, *args: str, timeout: float) -> str:
+    """The child's stdout; never waited on past `timeout` (subprocess.run kills it there)."""
+    try:
+        done = subprocess.run(
+            python_argv("-m", *args, python=python),
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise TeachError(
+            f"`{' '.join(args[:2])}` in {python} ran past {timeout:.0f} s and was stopped: raise "
+            "teach.train_timeout_s, or shorten the recipe (teach.steps, teach.max_length)"
+        ) from e
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).splitlines()[-25:])
         raise TeachError(f"`{' '.join(args[:2])}` in {python} failed (exit {done.returncode}):\n{tail}")
@@ -135,7 +142,7 @@ def train_variant(
                 "out_dir": str(work),
             }
             (work / "spec.json").write_text(json.dumps(spec))
-            _child(python, "dareforge.teach.train", str(work / "spec.json"))
+            _child(python, "dareforge.teach.train", str(work / "spec.json"), timeout=cfg.train_timeout_s)
             result = json.loads((work / "result.json").read_text())
             store_adapter(ctx, key, work / "adapter", result)
         finally:
@@ -213,7 +220,12 @@ def teach(
     label = model_label(cfg, llm.model_package, llm.model_file)
     base = Path(
         _child(
-            python, "dareforge.teach.train", "prepare", model, str(ctx.work_dir / "teach" / "models")
+            python,
+            "dareforge.teach.train",
+            "prepare",
+            model,
+            str(ctx.work_dir / "teach" / "models"),
+            timeout=cfg.train_timeout_s,
         ).strip()
     )
     task_ids = [t.id for t in test]
