@@ -21,7 +21,7 @@ from dareforge import scratch
 from dareforge.agents.loop import write_submitted
 from dareforge.config import SandboxConfig
 from dareforge.sandbox import KernelPool, Sandbox, cgroups, disk, host_folders, probe, processes
-from dareforge.sandbox.connection import execution_limit, host_memory_bound, message_limit
+from dareforge.sandbox.connection import KernelConnection, execution_limit, host_memory_bound, message_limit
 from dareforge.sandbox.host_folders import bounds_workspaces
 
 SECONDS = 300.0
@@ -200,6 +200,27 @@ def test_benign_output_in_many_messages_stays_within_the_budgets(sandbox):
     assert result.stdout.startswith("0\n1\n2\n") and result.truncated
     big = sandbox.execute("print('y' * 1_900)")
     assert big.ok and big.stdout == "y" * 1_900 + "\n" and not big.truncated, big
+
+
+def test_output_sent_while_the_host_reads_nothing_still_ends_the_execution(sandbox, monkeypatch):
+    # A busy machine can deschedule the host while the code prints: here the host reads nothing until the code
+    # has sent all 6,000 of its messages. A publisher that drops past 1,000 queued messages lost the `idle`
+    # status among them, and the host then waited out the execution's whole limit.
+    done = sandbox.workspace / "sent"
+    original = KernelConnection._poll
+
+    def reading_only_once_all_is_sent(self, seconds):
+        for _ in range(6_000):  # at most 10 minutes: a kernel that never gets there fails the assertions
+            if done.exists():
+                break
+            time.sleep(0.1)
+        return original(self, seconds)
+
+    monkeypatch.setattr(KernelConnection, "_poll", reading_only_once_all_is_sent)
+    result = sandbox.execute(BENIGN_MANY_MESSAGES + "\nopen('sent', 'w').close()")
+    assert result.ok and not result.killed, result
+    assert result.stdout.startswith("0\n1\n2\n") and result.truncated
+    assert "dropped" in result.stderr and result.stderr.rstrip().endswith("e" * 20), result.stderr[-400:]
 
 
 def test_the_message_limit_leaves_room_for_a_full_output_escaped():

@@ -25,6 +25,12 @@ Where output is written, and how each path is capped:
 - An exception's message and traceback (in the error message and the execute reply): the message and each
   traceback entry cut to SPEC's `error_chars`, the traceback to its last entries within `limit`; the host cuts
   it further for the agent.
+
+What is sent is never dropped: ZeroMQ's publisher drops messages past its send high-water mark (1,000 queued
+messages), so a host that falls behind (a busy machine deschedules it) while the code prints many small flushed
+lines lost the execution's `idle` status with them and waited out the execution's whole time limit. The iopub
+socket here has no such mark: what the host has not read yet waits in the kernel's memory, which the sandbox's
+memory limit bounds, and the host charges every message it reads to the execution's budgets.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import zmq
 from ipykernel.iostream import OutStream
 from ipykernel.kernelapp import IPKernelApp
 
@@ -224,6 +231,16 @@ class CappedOutStream(OutStream):
             self._exc = sys.exc_info()
 
 
+class CappedKernelApp(IPKernelApp):
+    """ipykernel's kernel application whose iopub socket never drops a message (see the module's docstring)."""
+
+    def init_iopub(self, context: Any) -> None:
+        # A default of the context, so the publisher has it before it binds (a setsockopt after the bind would not
+        # reach a host that connected first). The publisher thread's own pipes, made next, take it too.
+        context.setsockopt(zmq.SNDHWM, 0)
+        super().init_iopub(context)
+
+
 def cap_displays(shell: Any, cap: OutputCap) -> None:
     """Send only the text/plain form of displays and of the cell's result, through `cap`."""
     publisher = shell.display_pub
@@ -287,7 +304,7 @@ def main() -> None:
     cap = OutputCap(int(spec["limit"]), int(spec["tail"]))
     CappedOutStream.cap = cap
     CappedOutStream.notice_type = str(spec["notice"])
-    app = IPKernelApp.instance(outstream_class=f"{__name__}.CappedOutStream")
+    app = CappedKernelApp.instance(outstream_class=f"{__name__}.CappedOutStream")
     hidden = {name: sys.modules.get(name) for name in UNUSED_AT_START}
     sys.modules.update(dict.fromkeys(UNUSED_AT_START))  # None in sys.modules: an import raises ImportError
     try:
