@@ -35,6 +35,7 @@ from bench.trajectory_throughput import MAJORITY_CODE
 from dareforge.config import Config, EndpointConfig
 from dareforge.context import RunContext
 from dareforge.families.registry import family_of
+from dareforge.instance_cost import instance_start_cpu
 from dareforge.judge import CRITERION_FIELDS
 from dareforge.plan import MAPPED, SERIAL, Measured, Shape, plan_lines, project
 from dareforge.run_record import RUNS
@@ -56,32 +57,6 @@ VERDICT = json.dumps(
         "rationale": "Reads the data and predicts the majority class: a baseline.",
     }
 )
-INSTANCE_START = """
-import sys
-from dareforge.orchestration import run_stage
-run_stage(sys.argv[1], [])
-"""
-"""A mapped task instance's start-up, as `dags/dare_refresh.py` runs one: a fresh process that imports what the
-stage needs and starts its helpers (reference workers, reaped when it ends), before its first source."""
-DAG_PARSE = """
-import runpy, sys, time
-import airflow.sdk  # a Celery worker forks task processes with Airflow loaded: not counted
-started = time.process_time()
-runpy.run_path(sys.argv[1])
-print(time.process_time() - started)
-"""
-
-
-def dag_parse_cpu(env: dict[str, str]) -> float:
-    """CPU seconds a task process spends parsing the DAG file (Airflow's own share of a task instance)."""
-    done = subprocess.run(
-        [sys.executable, "-c", DAG_PARSE, str(REPO / "dags" / "dare_refresh.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return float(done.stdout.strip().splitlines()[-1])
 
 
 def process_cpu(command: list[str], env: dict[str, str]) -> float:
@@ -138,7 +113,8 @@ def measure(tmp: str) -> tuple[RunContext, Measured]:
         f"{sources} sources: {sample_cpu / max(sample['accepted'], 1):.2f} CPU-s per accepted task; "
         f"peak memory {sample['peak_rss_bytes'] / 1024**3:.2f} GiB"
     )
-    starts = [process_cpu([sys.executable, "-c", INSTANCE_START, name], env) for name in MAPPED]
+    dag = REPO / "dags" / "dare_refresh.py"
+    starts = [instance_start_cpu(name, env, dag) for name in MAPPED]
     stage_cpu = {name: figures["cpu_seconds"] for name, figures in sample["stages"].items()}
     # What the stages did not count themselves (pool start-up, helpers reaped at exit): spread by stage share.
     unaccounted = max(sample_cpu - sum(stage_cpu.values()), 0.0)
@@ -151,7 +127,7 @@ def measure(tmp: str) -> tuple[RunContext, Measured]:
             for name in (*MAPPED, *SERIAL)
             if name in stage_cpu
         },
-        task_instance_cpu_s=round(dag_parse_cpu(env) + sum(starts) / len(starts), 3),
+        task_instance_cpu_s=round(sum(starts) / len(starts), 3),
         tokens=measure_tokens(ctx),
         token_counter="the scripted server (whitespace words; a BPE tokenizer counts more)",
         accepted=sample["accepted"],

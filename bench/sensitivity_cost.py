@@ -25,7 +25,7 @@ from bench.common import bench_config, prepared
 from bench.ladder_cost import children_cpu, own_cpu
 from dareforge.context import RunContext
 from dareforge.families.generate import generate
-from dareforge.reference_solutions.reference_runner import process_cpu_seconds
+from dareforge.report import process_cpu_seconds
 from dareforge.schema import Task, Validation, Verdict
 from dareforge.validators.sensitivity import TASK_CHECKS
 from dareforge.validators.validate import validate

@@ -1,5 +1,6 @@
 """Weekly refresh: crawl -> filter -> understand, prepare, generate, check (each per batch of sources) -> validate ->
-probe -> gate -> publish.
+probe -> gate -> publish. Understand and prepare take many sources to a mapped instance, generate and check fewer
+(`dareforge.plan.SOURCES_PER_INSTANCE`): a task instance's start-up stays a small share of its work.
 
 The shortcut probe runs with the models `dareforge run` uses: the LLM endpoints configured, else the embedded local
 model when `make local-llm` installed it (started on the worker for the probe task only); models attempt each
@@ -70,11 +71,18 @@ def dare_refresh():
 
     @task
     def accepted_sources() -> list[list[str]]:
-        """The accepted sources in batches, one per mapped instance (one source each up to 512 sources)."""
+        """The accepted sources in batches for understand and prepare, one per mapped instance."""
         from dareforge.orchestration import context, source_batches
         from dareforge.queries import accepted_source_ids
 
-        return source_batches(accepted_source_ids(context()))
+        return source_batches(accepted_source_ids(context()), "understand")
+
+    @task
+    def generate_batches(prepared: list[list[str] | None]) -> list[list[str]]:
+        """The prepared sources of every prepare instance, in the smaller batches of generate and check."""
+        from dareforge.orchestration import source_batches
+
+        return source_batches([s for batch in prepared if batch for s in batch], "generate")
 
     @task(map_index_template=BY_SOURCE, **STAGE_RETRIES)
     def understand(source_ids: list[str]) -> list[str] | None:
@@ -148,10 +156,10 @@ def dare_refresh():
 
     sources = accepted_sources()
     framed = understand.expand(source_ids=sources)
-    prepared = prepare.expand(source_ids=framed)
+    batches = generate_batches(prepare.expand(source_ids=framed))
     # The batches that generated go on to check, whether or not they wrote anything new.
-    checked = check.expand(source_ids=prepared)
-    generated = generate.expand(source_ids=prepared)
+    checked = check.expand(source_ids=batches)
+    generated = generate.expand(source_ids=batches)
     chain(crawl(), filter_sources(), sources)
     chain(generated, checked, validate(), probe(), gate(), publish())
 

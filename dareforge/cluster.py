@@ -28,6 +28,7 @@ from pathlib import Path
 
 from dareforge.child_python import child_env, python_argv
 from dareforge.errors import DareforgeError
+from dareforge.instance_cost import start_up_shares
 
 PG_PORT = 54329
 REDIS_PORT = 63799
@@ -523,6 +524,9 @@ def main(argv: list[str]) -> int:
             "how": command,
             "tasks_before": before,
             **cluster.figures("dare_refresh", run_id),
+            "start_up": start_up_shares(
+                cluster.logs / "tasks", cluster.env(), repo / "dags", "dare_refresh", run_id
+            ),
             **cluster.made(),
         }
         print(json.dumps(figures, indent=2))

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TASKS_ASSET = "dareforge://store/tasks"
+INSTANCE_CPU = "task instance CPU-s:"
+"""What `run_stage` logs last, before the instance's CPU seconds so far (its process and every descendant)."""
 """Updated when validation has re-decided the store's tasks (the verified set may have changed)."""
 RELEASES_ASSET = "dareforge://releases"
 """Updated when a new release version is published; the event's extra names it: {"release": "NAME@VERSION"}."""
@@ -88,23 +90,26 @@ def on_each_release(doc: str | None) -> dict[str, Any]:
     }
 
 
-def source_batches(
-    source_ids: list[str], per_instance: int | None = None, most: int | None = None
-) -> list[list[str]]:
-    """The sources a mapped stage of the refresh runs on, one list per task instance: `per_instance` (default
-    `plan.SOURCES_PER_INSTANCE`) contiguous sources each, and at most `most` (default
-    `plan.MAX_MAPPED_INSTANCES`) instances, in batches of near-equal size."""
+def source_batches(source_ids: list[str], stage: str, most: int | None = None) -> list[list[str]]:
+    """The sources the mapped `stage` of the refresh runs on, one list per task instance: contiguous batches
+    of near-equal size, `plan.SOURCES_PER_INSTANCE[stage]` sources each, and at most `most` (default
+    `plan.MAX_MAPPED_INSTANCES`) batches."""
     from dareforge.plan import MAX_MAPPED_INSTANCES, SOURCES_PER_INSTANCE
 
-    per_instance, most = per_instance or SOURCES_PER_INSTANCE, most or MAX_MAPPED_INSTANCES
-    count = min(most, -(-len(source_ids) // per_instance))
+    return batches_of(source_ids, SOURCES_PER_INSTANCE[stage], most or MAX_MAPPED_INSTANCES)
+
+
+def batches_of(items: list[str], per_batch: int, most: int) -> list[list[str]]:
+    """`items` in order, in at most `most` contiguous batches of about `per_batch` (sizes differ by one at
+    most)."""
+    count = min(most, -(-len(items) // per_batch))
     if not count:
         return []
-    size, extra = divmod(len(source_ids), count)
+    size, extra = divmod(len(items), count)
     batches, start = [], 0
     for n in range(count):
         end = start + size + (n < extra)
-        batches.append(source_ids[start:end])
+        batches.append(items[start:end])
         start = end
     return batches
 
@@ -126,6 +131,7 @@ def run_stage(name: str, ids: list[str] | None = None) -> StageReport:
     from rich.text import Text
 
     from dareforge.pipeline import Run, stage
+    from dareforge.report import process_tree_cpu_seconds
 
     each, run = stage(name), Run(context())
     with ExitStack() as models:
@@ -141,6 +147,9 @@ def run_stage(name: str, ids: list[str] | None = None) -> StageReport:
             log.info("%s", Text.from_markup(line).plain)
     for label, why in report.failures.items():
         log.warning("%s %s: %s", name, label, why)
+    # The whole task process's cost (its start-up, the stage, its live reference workers): what the cluster's
+    # figures weigh each mapped stage's start-up against (`dareforge.cluster.instance_cpu`).
+    log.info("%s %.2f", INSTANCE_CPU, process_tree_cpu_seconds())
     return report
 
 

@@ -6,7 +6,7 @@ What is measured (`Measured`, by `bench/cost_model.py` on a seeded sample of the
 - CPU seconds per task of each refresh stage, as `dareforge run` spends them (per-source stages in worker
   processes kept across sources), and how many of the tasks were accepted;
 - a mapped task instance's own start-up: parsing the DAG files, importing its stage, starting its reference
-  workers (a process per batch of `SOURCES_PER_INSTANCE` sources pays it once);
+  workers (a process per batch of `SOURCES_PER_INSTANCE[stage]` sources pays it once);
 - LLM tokens per probe attempt, per trajectory and per judgement, as the endpoint counted them.
 
 How the refresh spends them (`project`), following `dags/dare_refresh.py`: crawl, filter, validate, probe, gate
@@ -28,10 +28,16 @@ MAPPED = ("understand", "prepare", "generate", "check")
 """Stages the refresh maps over sources: they spread over the cluster's slots."""
 SERIAL = ("crawl", "filter", "validate", "gate", "release")
 """Stages the refresh runs as one task instance: they use one core whatever the cluster's size."""
-SERIAL_INSTANCES = 8  # accepted_sources, crawl, filter, validate, probe, gate, publish, the run's own start
-SOURCES_PER_INSTANCE = 8
-"""Sources per mapped task instance of the refresh: each instance is a process that spends about 5 CPU-s
-starting (imports, reference workers) before its first source, about as much as 8 sources' own work."""
+SERIAL_INSTANCES = 9
+"""accepted_sources, crawl, filter, generate_batches, validate, probe, gate, publish, the run's own start."""
+SOURCES_PER_INSTANCE = {"understand": 96, "prepare": 96, "generate": 16, "check": 16}
+"""Sources per mapped task instance of the refresh, by stage. Each instance is a process that spends about 5
+CPU-s starting (parsing the DAG, importing its stage, starting its reference workers) before its first source,
+and it should be at most a tenth of the stage's work: understanding a source takes about 2 s and preparing one
+1 s (the whole catalog on a cluster of four slots on two cores), so those two take many sources to an
+instance; generating one takes about 20 s and checking one about 6 s, so those take fewer, which keeps the
+last instances of the stage short enough for the slots to finish together. Generate and check share their
+batches, as understand and prepare do (the refresh re-batches once, between prepare and generate)."""
 MAX_MAPPED_INSTANCES = 512
 """Instances a mapped stage of the refresh gets at most: beyond, sources go in batches (one instance each), so a
 catalog of any size stays under Airflow's `max_map_length` (1024 by default) and the scheduler's load stays
@@ -119,8 +125,9 @@ def project(measured: Measured, tasks: int, shape: Shape) -> Projection:
     sources = math.ceil(tasks / measured.tasks_per_source)
     serial = tasks * sum(measured.cpu_per_task(s) for s in SERIAL)
     mapped = tasks * sum(measured.cpu_per_task(s) for s in MAPPED) / shape.parallel
-    batches = min(math.ceil(sources / SOURCES_PER_INSTANCE), MAX_MAPPED_INSTANCES)
-    instances = len(MAPPED) * batches + SERIAL_INSTANCES
+    instances = SERIAL_INSTANCES + sum(
+        min(math.ceil(sources / SOURCES_PER_INSTANCE[stage]), MAX_MAPPED_INSTANCES) for stage in MAPPED
+    )
     airflow = instances * measured.task_instance_cpu_s / shape.parallel
     return Projection(tasks, shape, serial, mapped, airflow)
 

@@ -8,6 +8,8 @@ returns plain values taken from the report (store keys, labels, counts), so Airf
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
 from collections import Counter
 from dataclasses import dataclass, field
@@ -60,3 +62,33 @@ def cpu_seconds() -> float:
     """User and system CPU of this process and of the children it has reaped."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of a live process so far (all its threads), from /proc."""
+    return _stat(pid)[1]
+
+
+def _stat(pid: int) -> tuple[int, float]:
+    """A live process's parent pid and CPU seconds so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree_cpu_seconds() -> float:
+    """`cpu_seconds` plus the CPU so far of this process's live descendants: the helpers a process keeps until
+    it exits (reference workers) are not reaped when a stage ends, and a task instance's cost includes theirs."""
+    processes: dict[int, tuple[int, float]] = {}  # pid -> (parent pid, CPU seconds)
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # a process that ended while the others were read
+                processes[int(entry.name)] = _stat(int(entry.name))
+    live, parents = 0.0, [os.getpid()]
+    while parents:
+        parent = parents.pop()
+        for pid, (ppid, cpu) in processes.items():
+            if ppid == parent:
+                live += cpu
+                parents.append(pid)
+    return cpu_seconds() + live

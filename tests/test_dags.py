@@ -188,7 +188,7 @@ def test_refresh_runs_end_to_end(refresh_run, store_env):
     assert refresh_run.state == "success", states
     mapped = ("understand", "prepare", "generate", "check")
     # the sources go several to an instance: one per batch
-    assert {states[t] == ["success"] * len(source_batches(SOURCES)) for t in mapped} == {True}, states
+    assert {states[t] == ["success"] * len(source_batches(SOURCES, t)) for t in mapped} == {True}, states
     assert states["probe"] == ["skipped"]  # no model at all: nothing to probe with; publish goes on
     others = {t: s for t, s in states.items() if t not in (*mapped, "probe")}
     assert all(s == ["success"] for s in others.values()), states
@@ -260,11 +260,22 @@ def test_the_dags_that_follow_a_release_start_unpaused(dagbag):
     ("sources", "per", "most"), [(0, 8, 512), (5, 1, 8), (9, 1, 8), (5, 8, 512), (17, 8, 512), (2260, 8, 128)]
 )
 def test_sources_map_several_per_instance_within_the_limit(sources, per, most):
-    from dareforge.orchestration import source_batches
+    from dareforge.orchestration import batches_of
 
     ids = [f"s{n:05d}" for n in range(sources)]
-    batches = source_batches(ids, per, most)
+    batches = batches_of(ids, per, most)
     assert [s for batch in batches for s in batch] == ids  # every source once, in order
     assert len(batches) == min(-(-sources // per), most)
     assert all(batches) and (not batches or max(map(len, batches)) - min(map(len, batches)) <= 1)
-    assert source_batches(ids, per, most) == batches
+    assert batches_of(ids, per, most) == batches
+
+
+def test_cheap_stages_take_more_sources_to_an_instance_than_costly_ones():
+    """A task instance starts once (about 5 CPU-s): understand and prepare, about 1-2 s a source, take many
+    sources to an instance; generate and check share smaller batches, re-batched from what prepare prepared."""
+    from dareforge.orchestration import source_batches
+
+    ids = [f"s{n:05d}" for n in range(1_316)]  # the catalog's accepted sources
+    cheap, costly = source_batches(ids, "understand"), source_batches(ids, "generate")
+    assert source_batches(ids, "prepare") == cheap and source_batches(ids, "check") == costly
+    assert len(cheap) == 14 and len(costly) == 83

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dareforge.plan import (
+    MAPPED,
     MAX_MAPPED_INSTANCES,
+    SERIAL_INSTANCES,
     SOURCES_PER_INSTANCE,
     VCPU_HOUR_USD,
     Measured,
@@ -35,10 +39,21 @@ def test_mapped_stages_spread_over_the_cluster_and_serial_ones_do_not():
     assert one.serial_s == four.serial_s == 10_000 * (10 + 2 + 80) / 200
     assert one.mapped_s == 10_000 * 440 / 200 / 2  # 2 slots on 2 cores
     assert four.mapped_s == one.mapped_s / 4
-    # 2,000 sources go SOURCES_PER_INSTANCE to an instance: 250 instances per mapped stage, each starting once
-    assert one.airflow_s == pytest.approx((4 * 2_000 / SOURCES_PER_INSTANCE + 8) * 2.0 / 2)
+    # 2,000 sources go SOURCES_PER_INSTANCE[stage] to an instance of each mapped stage, each starting once
+    batches = {stage: math.ceil(2_000 / SOURCES_PER_INSTANCE[stage]) for stage in MAPPED}
+    assert batches == {"understand": 21, "prepare": 21, "generate": 125, "check": 125}
+    assert one.airflow_s == pytest.approx((sum(batches.values()) + SERIAL_INSTANCES) * 2.0 / 2)
     huge = project(MEASURED, 100_000, Shape(1))  # 20,000 sources: at most MAX_MAPPED_INSTANCES per stage
-    assert huge.airflow_s == pytest.approx((4 * MAX_MAPPED_INSTANCES + 8) * 2.0 / 2)
+    capped = {
+        stage: min(math.ceil(20_000 / SOURCES_PER_INSTANCE[stage]), MAX_MAPPED_INSTANCES) for stage in MAPPED
+    }
+    assert capped == {
+        "understand": 209,
+        "prepare": 209,
+        "generate": MAX_MAPPED_INSTANCES,
+        "check": MAX_MAPPED_INSTANCES,
+    }
+    assert huge.airflow_s == pytest.approx((sum(capped.values()) + SERIAL_INSTANCES) * 2.0 / 2)
 
 
 def test_a_worker_has_the_parallelism_of_its_slots_or_its_cores_whichever_is_fewer():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from dareforge.child_python import child_env, python_argv
 from dareforge.reference_solutions.worker import READY
+from dareforge.report import process_cpu_seconds
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
@@ -49,13 +50,6 @@ MAX_LINE_BYTES = 1 << 20
 an answer."""
 EXIT_WAIT_S = 5.0
 """Wall seconds a worker that closed its output is given to exit before it is killed."""
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of a live process so far (all its threads), from /proc."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Late(Exception):
