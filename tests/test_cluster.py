@@ -13,6 +13,7 @@ import pytest
 
 import dareforge
 from dareforge.cluster import Cluster
+from dareforge.instance_cost import start_up_shares
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CLUSTER_TEST") != "1" or shutil.which("redis-server") is None,
@@ -48,6 +49,10 @@ def test_a_refresh_through_celery_workers_publishes_and_the_cluster_stops_cleanl
         assert list((home / "store" / "releases" / "dareforge").glob("*/manifest.json"))
         figures = cluster.figures("dare_refresh", run_id)
         assert figures["wall_s"] > 0 and figures["task_seconds"]["generate"][1] == 1
+        # every mapped instance logged its CPU, weighed against a start-up measured as a fresh instance
+        shares = start_up_shares(cluster.logs / "tasks", cluster.env(), repo / "dags", "dare_refresh", run_id)
+        assert set(shares) == {"understand", "prepare", "generate", "check"}
+        assert all(s["instances"] == 1 and s["cpu_s"] > s["start_cpu_s"] > 0 for s in shares.values()), shares
     finally:
         stopped = cluster.stop()
     assert set(stopped) >= {"worker1", "worker2", "postgres"}
