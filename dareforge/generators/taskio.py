@@ -36,7 +36,8 @@ its own bar (`Task.pass_bar`), and every goal instruction states the bar it is g
 reference also chooses Holt-Winters smoothing per series when it forecasts the latest training rows best (the
 script names the entity), and every strong script feeds its candidates the time and series columns. 8: an IF
 reference is certified by two runs, the twin in another process with two threads (its recorded
-`reference_seconds` sums two runs, not three)."""
+`reference_seconds` sums two runs, not three); Holt-Winters smoothing starts its optimizer without statsmodels'
+brute-force grid (on 78 series tasks of a catalog sample: mean forecast skill 0.151 against 0.150, 39% less CPU)."""
 
 
 @dataclass
