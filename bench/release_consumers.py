@@ -101,9 +101,9 @@ CHILD = """
 import json, os, sys, time
 from pathlib import Path
 from bench.release_consumers import consume
-name, root, out = sys.argv[1:4]
+name, root, out, release = sys.argv[1:5]
 started = time.perf_counter()
-detail = consume(name, root, Path(out))
+detail = consume(name, root, Path(out), release)
 seconds = time.perf_counter() - started
 io = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
 status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
@@ -112,8 +112,9 @@ print(json.dumps({"seconds": seconds, "wchar": int(io["wchar"]), "rss_mb": peak_
 """
 
 
-def consume(name: str, root: str, out: Path) -> str:
-    """Run one consumer of the store's release `RELEASE` at `root`, writing under `out`; a line of what it did."""
+def consume(name: str, root: str, out: Path, release_name: str = RELEASE) -> str:
+    """Run one consumer of the store's latest `release_name` at `root`, writing under `out`; a line of what it
+    did."""
     from dareforge.config import Config
     from dareforge.exports.export_format import ExportJob, FolderLayout
     from dareforge.publish.release import load_release
@@ -121,7 +122,7 @@ def consume(name: str, root: str, out: Path) -> str:
     cfg = Config()
     cfg.store.root, cfg.store.work_dir = root, str(out / "work")
     ctx = RunContext.from_config(cfg, show_progress=False)
-    release = load_release(ctx, RELEASE)
+    release = load_release(ctx, release_name)
     if name.startswith("export "):
         fmt = name.split(" ", 1)[1]
         if fmt == "harbor":
@@ -137,13 +138,13 @@ def consume(name: str, root: str, out: Path) -> str:
             return report.summary()[0][:200]
         from dareforge.trajectories.corpus import build_corpus
 
-        result = build_corpus(ctx, RELEASE, None, formats=[fmt])
+        result = build_corpus(ctx, release_name, None, formats=[fmt])
         built = result.exports.get(fmt)
         return f"{fmt}: {built.name}@{built.version}" if built else f"{fmt}: nothing built ({result.notes})"
     if name == "inspect dataset":
         from dareforge.inspect_eval import release_task
 
-        task = release_task(ctx, RELEASE, split="test")
+        task = release_task(ctx, release_name, split="test")
         return f"{len(task.dataset)} samples"
     if name == "evaluate set-up":
         from dareforge.agents.attempts import attempts_for, release_task_files
@@ -160,7 +161,7 @@ def consume(name: str, root: str, out: Path) -> str:
     if name == "release report":
         from dareforge.publish.release_report import write_release_report
 
-        return write_release_report(ctx, RELEASE)
+        return write_release_report(ctx, release_name)
     if name == "card":
         from dareforge.publish import release_card
 
@@ -173,12 +174,12 @@ def consumers() -> list[str]:
     return [*(f"export {f}" for f in FORMATS), "inspect dataset", "evaluate set-up", "release report", "card"]
 
 
-def measured(name: str, root: Path, out: Path) -> dict:
+def measured(name: str, root: Path, out: Path, release: str = RELEASE) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     before = _size(root)
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, name, str(root), str(out)],
+        [sys.executable, "-c", CHILD, name, str(root), str(out), release],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -260,43 +261,67 @@ def _at_catalog(points: list[tuple[int, float]]) -> float:
 
 def main(sizes: list[int] | None = None) -> None:
     """`BENCH_TASKS`: the released task counts to measure at, comma-separated (default: the catalog's);
-    `BENCH_HARBOR_SOURCES`: the builtin sources of the release the Harbor reuse figure exports (default SMALL)."""
-    sizes = sizes or [int(n) for n in os.environ.get("BENCH_TASKS", str(CATALOG_TASKS)).split(",")]
+    `BENCH_HARBOR_SOURCES`: the builtin sources of the release the Harbor reuse figure exports (default SMALL);
+    `BENCH_RELEASE_STORE`: a store whose latest release `BENCH_RELEASE` (default `dareforge`) every consumer reads
+    as it is, instead of copies (the whole catalog's, after `make catalog`: `data/catalog`)."""
     with tempfile.TemporaryDirectory(prefix="bench-consumers-") as scratch:
         tmp = Path(scratch)
-        small = Path(generated(bench_config(str(tmp / "small"), SMALL)).store.root)
-        print(f"release consumers: tasks of {len(SMALL)} sources copied to {sizes} tasks")
-        stores = [_sized_release(small, tmp, n) for n in sizes]
-        print(
-            f"  {'consumer':<18} {'tasks':>6} {'seconds':>8} {'cpu-s':>7} {'peak MB':>8} {'MB out':>7} "
-            f"{'MB wchar':>8}"
-        )
-        for name in consumers():
-            rows = []
-            for root, released in stores:
-                out = tmp / "out" / name.replace(" ", "-")
-                row = measured(name, root, out)
-                shutil.rmtree(out, ignore_errors=True)
-                if "error" in row:
-                    print(f"  {name:<18} {released:>6} FAILED: {row['error']}")
-                    continue
-                rows.append((released, row))
-                print(
-                    f"  {name:<18} {released:>6} {row['seconds']:8.1f} {row['cpu_s']:7.1f} {row['rss_mb']:8.0f} "
-                    f"{row['bytes'] / 1e6:7.1f} {row['wchar'] / 1e6:8.1f}  {row['detail'][:150]}"
-                )
-            if not rows:
+        real = os.environ.get("BENCH_RELEASE_STORE")
+        if real:
+            stores = [_existing_release(Path(real).resolve(), os.environ.get("BENCH_RELEASE", "dareforge"))]
+        else:
+            sizes = sizes or [int(n) for n in os.environ.get("BENCH_TASKS", str(CATALOG_TASKS)).split(",")]
+            small = Path(generated(bench_config(str(tmp / "small"), SMALL)).store.root)
+            print(f"release consumers: tasks of {len(SMALL)} sources copied to {sizes} tasks")
+            stores = [(*_sized_release(small, tmp, n), RELEASE) for n in sizes]
+        _table(stores, tmp, scaled=not real)
+        if not real:
+            harbor_reuse(tmp)
+
+
+def _existing_release(root: Path, name: str) -> tuple[Path, int, str]:
+    from dareforge.config import Config
+    from dareforge.publish.release import load_release
+
+    cfg = Config()
+    cfg.store.root = str(root)
+    release = load_release(RunContext.from_config(cfg, show_progress=False), name)
+    print(
+        f"release consumers: {name}@{release.version} in {root}, {len(release.task_ids)} tasks, read as it is"
+    )
+    return root, len(release.task_ids), name
+
+
+def _table(stores: list[tuple[Path, int, str]], tmp: Path, scaled: bool) -> None:
+    """Each consumer's figures on each store; `scaled`: also at the catalog's size (copied stores)."""
+    print(
+        f"  {'consumer':<18} {'tasks':>6} {'seconds':>8} {'cpu-s':>7} {'peak MB':>8} {'MB out':>7} {'MB wchar':>8}"
+    )
+    for name in consumers():
+        rows = []
+        for root, released, release in stores:
+            out = tmp / "out" / name.replace(" ", "-")
+            row = measured(name, root, out, release)
+            shutil.rmtree(out, ignore_errors=True)
+            if "error" in row:
+                print(f"  {name:<18} {released:>6} FAILED: {row['error']}")
                 continue
-            wall = _at_catalog([(n, r["seconds"]) for n, r in rows])
-            cpu = _at_catalog([(n, r["cpu_s"]) for n, r in rows])
-            rss = _at_catalog([(n, r["rss_mb"]) for n, r in rows]) if len(rows) > 1 else rows[-1][1]["rss_mb"]
-            ok = "OK" if wall <= LIMIT_S and rss <= LIMIT_RSS_MB else "OVER"
-            measured_at = "measured" if rows[-1][0] >= CATALOG_TASKS else "extrapolated"
+            rows.append((released, row))
             print(
-                f"  {name:<18} at {CATALOG_TASKS} tasks ({measured_at}): {wall:.0f}s wall, {cpu:.0f} CPU-s, "
-                f"{rss:.0f} MB peak: {ok} (<= {LIMIT_S}s, <= {LIMIT_RSS_MB} MB)"
+                f"  {name:<18} {released:>6} {row['seconds']:8.1f} {row['cpu_s']:7.1f} {row['rss_mb']:8.0f} "
+                f"{row['bytes'] / 1e6:7.1f} {row['wchar'] / 1e6:8.1f}  {row['detail'][:150]}"
             )
-        harbor_reuse(tmp)
+        if not rows or not scaled:
+            continue
+        wall = _at_catalog([(n, r["seconds"]) for n, r in rows])
+        cpu = _at_catalog([(n, r["cpu_s"]) for n, r in rows])
+        rss = _at_catalog([(n, r["rss_mb"]) for n, r in rows]) if len(rows) > 1 else rows[-1][1]["rss_mb"]
+        ok = "OK" if wall <= LIMIT_S and rss <= LIMIT_RSS_MB else "OVER"
+        measured_at = "measured" if rows[-1][0] >= CATALOG_TASKS else "extrapolated"
+        print(
+            f"  {name:<18} at {CATALOG_TASKS} tasks ({measured_at}): {wall:.0f}s wall, {cpu:.0f} CPU-s, "
+            f"{rss:.0f} MB peak: {ok} (<= {LIMIT_S}s, <= {LIMIT_RSS_MB} MB)"
+        )
 
 
 if __name__ == "__main__":

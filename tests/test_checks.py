@@ -359,8 +359,8 @@ def test_runtime_is_a_share_of_the_limit(tmp_path):
     if_ = split_view(tmp_path, "if", data, family="Reg-IF", scores={"reference_seconds": 60})
     assert Runtime().run(mm, CONFIG).score == pytest.approx(0.25)
     finding = Runtime().run(if_, CONFIG)
-    assert finding.score == pytest.approx(0.1)
-    assert "one of the certificate's 3 runs" in finding.reason
+    assert finding.score == pytest.approx(0.15)
+    assert "one of the certificate's 2 runs" in finding.reason
 
 
 def test_rejected_reference_is_flagged(tmp_path):

@@ -21,7 +21,7 @@ FAMILY = Family(
     trivial=if_trivial,
     needs=MODELS,
     variant=if_variant,
-    certificate_runs=3,
+    certificate_runs=2,
     shows_clean_data=2,
     dare_bench=DareBenchSlot("reg", 1),
 )

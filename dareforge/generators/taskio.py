@@ -24,7 +24,7 @@ from dareforge.report import StageReport
 from dareforge.schema import PreparedSource, Task, TaskLimits
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = "7"
+GENERATOR_VERSION = "8"
 """Bump when a task's files change for the same prepared source (every task is generated again). 3: the strong
 reference reads dates in UTC, categories as text, and fits a classifier without classes seen once. 4: IF specs
 state only requirements that can change the predictions (no scaler for trees, no seed for LogisticRegression,
@@ -34,16 +34,16 @@ a boolean target's instruction says how it is spelled; an instruction names a sp
 column, or the groups kept apart). 6: a goal task whose strong reference scores below its family's bar carries
 its own bar (`Task.pass_bar`), and every goal instruction states the bar it is graded at. 7: a forecast's strong
 reference also chooses Holt-Winters smoothing per series when it forecasts the latest training rows best (the
-script names the entity), and every strong script feeds its candidates the time and series columns."""
+script names the entity), and every strong script feeds its candidates the time and series columns. 8: an IF
+reference is certified by two runs, the twin in another process with two threads (its recorded
+`reference_seconds` sums two runs, not three); Holt-Winters smoothing starts its optimizer without statsmodels'
+brute-force grid (on 78 series tasks of a catalog sample: mean forecast skill 0.151 against 0.150, 39% less CPU)."""
 
 
 @dataclass
 class Runners:
-    """Two single-threaded workers: the reference run and its twin in another process.
-
-    The certificate's third run, with another thread count, reuses a worker with a raised thread limit, which
-    spares a third interpreter start-up (importing scikit-learn costs more than most references).
-    """
+    """Two single-threaded workers: the reference run and its twin in another process (an IF twin runs with a
+    raised thread limit, so one run tests both the process and the thread count)."""
 
     main: ReferenceRunner
     twin: ReferenceRunner

@@ -63,7 +63,17 @@ def canonical_label(value: object) -> str:
 
 
 def _labels(values: ArrayLike) -> list[str]:
-    return [canonical_label(v) for v in values]
+    # A column holds few distinct labels and many rows: each distinct value is read once. Keyed by type too, so
+    # equal values of other types (True and 1, which read as "True" and "1") keep their own forms.
+    seen: dict[tuple[type, object], str] = {}
+    out = []
+    for value in values:
+        key = (type(value), value)
+        label = seen.get(key)
+        if label is None:
+            label = seen[key] = canonical_label(value)
+        out.append(label)
+    return out
 
 
 BOOLEAN_WORDS = {
