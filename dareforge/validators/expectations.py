@@ -34,6 +34,7 @@ from dareforge.config import Config
 from dareforge.errors import machine_errno_named_in
 from dareforge.families.registry import REGISTERED, families
 from dareforge.validators.check import Finding, TaskView
+from dareforge.validators.gx_frames import Missing, counts, key_text, presence, read_file, record_frame
 from dareforge.validators.gx_outcomes import KEY, Outcome, finding_of, outcome_of
 
 if TYPE_CHECKING:
@@ -65,7 +66,6 @@ QUESTION_RECORD_REQUIRED = (
     "answer_type",
 )
 """A question task grades one answer: no prediction columns, an answer type instead."""
-KEY_SEPARATOR = "|"  # joins the text of compound keys (time + entity)
 
 # suite name -> data asset name; a ValidationDefinition per suite.
 SUITES = {
@@ -81,15 +81,6 @@ SUITES = {
 }
 
 _IMPORT_LOCK = threading.Lock()
-_CACHED = {
-    ("public", "train.csv"): "train",
-    ("public", "test.csv"): "test",
-    ("private", "answers.csv"): "answers",
-}
-
-
-class _Missing(Exception):
-    """A file a check needs is absent or unreadable: the check reports it as a flagged finding."""
 
 
 def _gx():
@@ -258,7 +249,7 @@ class _GXCheck(ABC):
             return Finding(reason, None, details={"suites_version": SUITES_VERSION, "skipped": self.name})
         try:
             outcomes, skipped = self.outcomes(view)
-        except _Missing as exc:
+        except Missing as exc:
             return Finding(str(exc), 0.0, flagged=True, details={"suites_version": SUITES_VERSION})
         return finding_of(outcomes, skipped, SUITES_VERSION)
 
@@ -274,9 +265,9 @@ class PreparedExpectations(_GXCheck):
     prediction_only = True
 
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
-        train = _read(view, "public", "train.csv")
-        test = _read(view, "public", "test.csv")
-        answers = _read(view, "private", "answers.csv")
+        train = read_file(view, "public", "train.csv")
+        test = read_file(view, "public", "test.csv")
+        answers = read_file(view, "private", "answers.csv")
         targets = list(view.task.metric.target_columns)
         keys = [k for k in view.task.metric.key_columns if k in test.columns]
         run = view.task.id
@@ -324,13 +315,13 @@ class PreparedExpectations(_GXCheck):
         ]
         out += self.gx.validate("gx-prepared.answers", answers, run, answer_suite)
 
-        test_keys = _key_text(view, "public", "test.csv", test, keys)
+        test_keys = key_text(view, "public", "test.csv", test, keys)
         id_column = view.prepared.id_column
         if id_column in train.columns and id_column in test.columns:
             test_ids = (
-                test_keys if keys == [id_column] else _key_text(view, "public", "test.csv", test, [id_column])
+                test_keys if keys == [id_column] else key_text(view, "public", "test.csv", test, [id_column])
             )
-            ids = _presence(train=_key_text(view, "public", "train.csv", train, [id_column]), test=test_ids)
+            ids = presence(train=key_text(view, "public", "train.csv", train, [id_column]), test=test_ids)
             out += self.gx.validate(
                 "gx-prepared.ids",
                 ids,
@@ -350,10 +341,12 @@ class PreparedExpectations(_GXCheck):
             skipped[f"train and test {id_column} disjoint"] = f"{id_column} is not in both train and test"
 
         if keys:
-            counts = _counts(test=test_keys, answers=_key_text(view, "private", "answers.csv", answers, keys))
+            key_counts = counts(
+                test=test_keys, answers=key_text(view, "private", "answers.csv", answers, keys)
+            )
             out += self.gx.validate(
                 "gx-prepared.keys",
-                counts,
+                key_counts,
                 run,
                 [
                     _expect(
@@ -397,8 +390,8 @@ class ReferenceExpectations(_GXCheck):
 
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
         name = view.family.files.reference
-        test = _read(view, "public", "test.csv")
-        reference = _read(view, "private", name)
+        test = read_file(view, "public", "test.csv")
+        reference = read_file(view, "private", name)
         keys = [k for k in view.task.metric.key_columns if k in test.columns]
         run = view.task.id
         suite = [_expect("ExpectTableRowCountToEqual", "reference rows == test rows", value=len(test))]
@@ -410,13 +403,13 @@ class ReferenceExpectations(_GXCheck):
         out = self.gx.validate("gx-reference.predictions", reference, run, suite)
         skipped: dict[str, str] = {}
         if keys:
-            counts = _counts(
-                test=_key_text(view, "public", "test.csv", test, keys),
-                reference=_key_text(view, "private", name, reference, keys),
+            key_counts = counts(
+                test=key_text(view, "public", "test.csv", test, keys),
+                reference=key_text(view, "private", name, reference, keys),
             )
             out += self.gx.validate(
                 "gx-reference.keys",
-                counts,
+                key_counts,
                 run,
                 [
                     _expect(
@@ -472,72 +465,3 @@ def _record_expectations() -> list[Expectation]:
 
 
 STATIC_SUITES = {"gx-task-record.fields": _record_field_expectations, "gx-task-record": _record_expectations}
-
-
-def record_frame(task: Any) -> pd.DataFrame:
-    """The task record as one row; empty text and empty lists become nulls (so "required" catches them)."""
-
-    def text(value: Any) -> Any:
-        return None if value is None or value == "" else value
-
-    def joined(values: Iterable[Any] | None) -> str | None:
-        items = [getattr(v, "name", v) for v in values or ()]
-        return ",".join(str(v) for v in items) or None
-
-    metric, limits = getattr(task, "metric", None), getattr(task, "limits", None)
-    row = {
-        "id": text(task.id),
-        "family": text(task.family),
-        "source_id": text(task.source_id),
-        "source_version": text(task.source_version),
-        "prepared_version": text(task.prepared_version),
-        "generator_version": text(task.generator_version),
-        "seed": task.seed,
-        "instruction": text(task.instruction),
-        "public_files": joined(task.public_files),
-        "private_files": joined(task.private_files),
-        "metric_name": text(metric.name) if metric is not None else None,
-        "target_columns": joined(metric.target_columns) if metric is not None else None,
-        "key_columns": joined(metric.key_columns) if metric is not None else None,
-        "answer_type": text(metric.answer_type) if metric is not None else None,
-        "turns": limits.turns if limits is not None else None,
-        "seconds_per_execution": limits.seconds_per_execution if limits is not None else None,
-        "status": text(task.status),
-    }
-    return pd.DataFrame([row])
-
-
-def _read(view: TaskView, side: str, name: str) -> pd.DataFrame:
-    """A task file with pandas' defaults (the view's cached frame for train/test/answers)."""
-    if not view.has(side, name):
-        raise _Missing(f"{side}/{name} is missing")
-    try:
-        cached = _CACHED.get((side, name))
-        return getattr(view, cached) if cached else view.frame(side, name)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
-        raise _Missing(f"{side}/{name} cannot be read: {type(exc).__name__}: {exc}") from exc
-
-
-def _key_text(view: TaskView, side: str, name: str, frame: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """The key of each row exactly as written in the file (compound keys joined); empty if a key is absent."""
-    if not keys or any(k not in frame.columns for k in keys):
-        return pd.Series([], dtype=object)
-    text = pd.read_csv(view.path(side, name), usecols=keys, dtype=str, keep_default_na=False)
-    joined = text[keys[0]]
-    for k in keys[1:]:
-        joined = joined + KEY_SEPARATOR + text[k]
-    return joined
-
-
-def _counts(**sides: pd.Series) -> pd.DataFrame:
-    """One row per key: how often each side has it (equal counts everywhere = same set, same count)."""
-    frame = pd.concat({side: keys.value_counts() for side, keys in sides.items()}, axis=1)
-    frame = frame.fillna(0).astype("int64")
-    frame.index.name = KEY
-    return frame
-
-
-def _presence(**sides: pd.Series) -> pd.DataFrame:
-    """One row per key: 1 where a side has it, else 0."""
-    frame = _counts(**sides)
-    return (frame > 0).astype("int64")
