@@ -9,6 +9,10 @@ runs them through the suite's ValidationDefinition, so every result lands in the
 Creating a GX context is cheap, importing great_expectations is not (seconds), so the stage creates one
 `GXRun` per validation run and reuses it for every task; the import happens there, not at module import.
 
+GX costs about the same per expectation and validation whatever the frame (its per-expectation machinery, not
+the rows), so the static task-record suites run once for the tasks checked together, on a frame with a row per
+task (`TaskRecordExpectations`), not once per task on a one-row frame.
+
 Comparisons of key sets are made on derived frames (one row per key, with its count on each side) judged by
 `ExpectColumnPairValuesToBeEqual` / `ExpectMulticolumnSumToEqual`, not by `ExpectColumnValuesToBeInSet` /
 `ExpectColumnValuesToNotBeInSet` with the other side's ids as the value set: GX 1.x validates big value sets
@@ -23,7 +27,7 @@ import threading
 import time
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,12 +36,22 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.errors import machine_errno_named_in
-from dareforge.families.registry import REGISTERED, families
+from dareforge.families.registry import REGISTERED, families, family_of
+from dareforge.schema import Task
 from dareforge.validators.check import Finding, TaskView
-from dareforge.validators.gx_frames import Missing, counts, key_text, presence, read_file, record_frame
-from dareforge.validators.gx_outcomes import KEY, Outcome, finding_of, outcome_of
+from dareforge.validators.gx_frames import Missing, counts, key_text, presence, read_file, record_row
+from dareforge.validators.gx_outcomes import (
+    KEY,
+    TASK,
+    Outcome,
+    finding_of,
+    outcome_of,
+    outcomes_per_task,
+    raised,
+)
 
 if TYPE_CHECKING:
+    from great_expectations.core.expectation_validation_result import ExpectationValidationResult
     from great_expectations.expectations import Expectation
 
 SUITES_VERSION = "2"
@@ -101,7 +115,8 @@ def _expect(name: str, label: str, **kwargs: Any) -> Expectation:
 
 
 class GXRun:
-    """One ephemeral GX context for a validation run: a pandas data source, the suites, and the three checks."""
+    """One ephemeral GX context for a validation run: a pandas data source, the suites, and the checks (of a
+    task's files, one task at a time; of the task records, many tasks at once)."""
 
     version = SUITES_VERSION
 
@@ -141,7 +156,8 @@ class GXRun:
         self._lock = threading.RLock()  # a GX context is not thread-safe; one validation at a time
         self.validations = 0
         self.seconds = time.perf_counter() - started
-        self.checks = tuple(cls(self) for cls in CHECK_CLASSES)
+        self.file_checks = (PreparedExpectations(self), ReferenceExpectations(self))
+        self.records = TaskRecordExpectations(self)
 
     def validate(
         self,
@@ -150,14 +166,29 @@ class GXRun:
         run_name: str,
         expectations: Iterable[Expectation] | None = None,
     ) -> list[Outcome]:
-        """Run one suite on a frame (after replacing its expectations, for a template suite).
+        """Run one suite on a frame (after replacing its expectations, for a template suite): its outcomes."""
+        return [outcome_of(suite_name, r) for r in self.results(suite_name, frame, run_name, expectations)]
 
-        A frame indexed by `KEY` (the derived ones) is validated with GX's SUMMARY result format, whose
-        unexpected-index list names the offending keys; the others with BASIC (counts and values), which is
+    def results(
+        self,
+        suite_name: str,
+        frame: pd.DataFrame,
+        run_name: str,
+        expectations: Iterable[Expectation] | None = None,
+    ) -> list[ExpectationValidationResult]:
+        """Run one suite on a frame: GX's result of each expectation, in the suite's order.
+
+        A frame of many tasks' rows (indexed by `TASK`) is validated with GX's COMPLETE result format, whose
+        unexpected-index list names every unexpected row; a frame indexed by `KEY` (the derived ones) with
+        SUMMARY, whose partial list names the offending keys; the others with BASIC (counts and values), which is
         cheaper.
         """
         from great_expectations.core.run_identifier import RunIdentifier
 
+        if TASK in frame.index.names:
+            result_format: str | dict = {"result_format": "COMPLETE", "return_unexpected_index_query": False}
+        else:
+            result_format = "SUMMARY" if frame.index.name == KEY else "BASIC"
         with self._lock:
             suite = self.suites[suite_name]
             if expectations is not None:
@@ -171,10 +202,10 @@ class GXRun:
                 # GX parses a run name as a date (when no run time is given, and again when it renders Data
                 # Docs): a task id of digits overflows that parse, so the name never starts with one.
                 run_id=RunIdentifier(run_name=f"run {run_name}", run_time=datetime.now(UTC)),
-                result_format="SUMMARY" if frame.index.name == KEY else "BASIC",
+                result_format=result_format,
             )
             self.validations += 1
-        return [outcome_of(suite_name, r) for r in result.results]
+        return list(result.results)
 
     def build_data_docs(self, folder: Path) -> Path:
         """Write the Data Docs HTML of the validations run so far into `folder`; returns its index.html."""
@@ -360,25 +391,69 @@ class PreparedExpectations(_GXCheck):
         return out, skipped
 
 
-class TaskRecordExpectations(_GXCheck):
-    """The task record as a one-row frame: required fields, family, metric for the family, limits, status."""
+class TaskRecordExpectations:
+    """The task records: required fields, family, metric for the family, limits, status.
+
+    The suites are static and row-wise (a row's outcome never depends on another row), so they run once for the
+    tasks checked together (a source's) on frames holding a row per task, indexed by task id; each task's finding
+    is read off its own rows, as if its record had been validated alone."""
 
     name = "gx-task-record"
 
-    def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
-        record = record_frame(view.task)
-        # Required fields are checked on the record turned into one row per field: one expectation names
-        # every missing field (GX's cost grows with the number of expectations, not with rows).
-        # An unknown family is checked as a prediction task's record: the suite's "family known" flags it.
-        question = view.task.family in REGISTERED and view.family.asks_question
-        required = QUESTION_RECORD_REQUIRED if question else RECORD_REQUIRED
-        if question and view.task.status == "rejected":
-            # A degenerate question is stored with its reason and no files (the certificate check says why).
-            required = tuple(f for f in required if f not in ("public_files", "private_files"))
-        fields = record[list(required)].T.set_axis(["value"], axis=1).rename_axis(KEY)
-        out = self.gx.validate("gx-task-record.fields", fields, view.task.id)
-        out += self.gx.validate("gx-task-record", record, view.task.id)
-        return out, {}
+    def __init__(self, gx: GXRun) -> None:
+        self.gx = gx
+
+    def run(self, view: TaskView, config: Config) -> Finding:
+        return self.run_all([view.task])[view.task.id]
+
+    def run_all(self, tasks: Sequence[Task]) -> dict[str, Finding]:
+        """The finding of each task (by id)."""
+        ids = [task.id for task in tasks]
+        if len(set(ids)) < len(ids):
+            raise ValueError("a task id occurs twice among the tasks checked together: their rows are one")
+        if not ids:
+            return {}
+        rows = {task.id: record_row(task) for task in tasks}
+        # Object columns keep each value's own type, as in a frame of one task's record (a column of ints with a
+        # null in another task's row would otherwise turn into floats, and "turns positive" would show 0.0).
+        records = pd.DataFrame(list(rows.values()), index=pd.Index(ids, name=TASK), dtype=object)
+        # Required fields are checked on one row per task and field: one expectation names every missing field
+        # (GX's cost grows with the number of expectations, not with rows).
+        pairs = [(task.id, field) for task in tasks for field in _required_fields(task)]
+        fields = pd.DataFrame(
+            {"value": [rows[task_id][field] for task_id, field in pairs]},
+            index=pd.MultiIndex.from_tuples(pairs, names=[TASK, KEY]),
+            dtype=object,
+        )
+        run = _run_name(tasks)
+        results = [
+            *(("gx-task-record.fields", r) for r in self.gx.results("gx-task-record.fields", fields, run)),
+            *(("gx-task-record", r) for r in self.gx.results("gx-task-record", records, run)),
+        ]
+        if len(tasks) > 1 and any(raised(result) for _, result in results):
+            # An expectation that raised on the rows of many tasks does not say whose row it raised on.
+            return {task.id: self.run_all([task])[task.id] for task in tasks}
+        per_task = [outcomes_per_task(suite, result, ids) for suite, result in results]
+        return {task_id: finding_of([o[task_id] for o in per_task], {}, SUITES_VERSION) for task_id in ids}
+
+
+def _required_fields(task: Task) -> tuple[str, ...]:
+    # An unknown family is checked as a prediction task's record: the suite's "family known" flags it.
+    question = task.family in REGISTERED and family_of(task).asks_question
+    required = QUESTION_RECORD_REQUIRED if question else RECORD_REQUIRED
+    if question and task.status == "rejected":
+        # A degenerate question is stored with its reason and no files (the certificate check says why).
+        required = tuple(f for f in required if f not in ("public_files", "private_files"))
+    return required
+
+
+def _run_name(tasks: Sequence[Task]) -> str:
+    """What Data Docs call a validation of many tasks' records: their source, when they share one."""
+    if len(tasks) == 1:
+        return tasks[0].id
+    sources = {task.source_id for task in tasks}
+    where = next(iter(sources)) if len(sources) == 1 else f"{len(sources)} sources"
+    return f"{where}: {len(tasks)} tasks"
 
 
 class ReferenceExpectations(_GXCheck):

@@ -60,7 +60,7 @@ def presence(**sides: pd.Series) -> pd.DataFrame:
     return (frame > 0).astype("int64")
 
 
-def record_frame(task: Any) -> pd.DataFrame:
+def record_row(task: Any) -> dict[str, Any]:
     """The task record as one row; empty text and empty lists become nulls (so "required" catches them)."""
 
     def text(value: Any) -> Any:
@@ -71,7 +71,7 @@ def record_frame(task: Any) -> pd.DataFrame:
         return ",".join(str(v) for v in items) or None
 
     metric, limits = getattr(task, "metric", None), getattr(task, "limits", None)
-    row = {
+    return {
         "id": text(task.id),
         "family": text(task.family),
         "source_id": text(task.source_id),
@@ -90,4 +90,3 @@ def record_frame(task: Any) -> pd.DataFrame:
         "seconds_per_execution": limits.seconds_per_execution if limits is not None else None,
         "status": text(task.status),
     }
-    return pd.DataFrame([row])
