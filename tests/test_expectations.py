@@ -210,6 +210,45 @@ def test_missing_reference_file_is_a_flagged_finding(gx, cfg, tmp_path):
     assert finding.flagged and "private/answers.csv is missing" in finding.reason
 
 
+def _sibling(folder: Path, n: int, **frames) -> TaskView:
+    """Task `task-n` of a framing: the framing's test and answers files, its own train file."""
+    train = pd.DataFrame({"row_id": range(1, 9), "x": range(n, 8 + n), "y": ["a", "b"] * 4})
+    task = _task().model_copy(update={"id": f"task-{n}"})
+    return _view(folder / f"task-{n}", task, **{"train": train, **frames})
+
+
+def test_a_validation_of_byte_identical_files_is_made_once_per_batch(gx, cfg, tmp_path):
+    """Tasks of one framing share their test and answers files: the second task's suites of those files reuse
+    the first's validation, and its findings are those it gets checked alone."""
+    first, second = _sibling(tmp_path, 1), _sibling(tmp_path, 2)
+    prepared, reference = gx.file_checks()
+    before = gx.validations
+    assert not prepared.run(first, cfg).flagged
+    assert gx.validations - before == 5  # train, test, answers, train-test ids, answers-test keys
+    before = gx.validations
+    found = prepared.run(second, cfg)
+    assert gx.validations - before == 2  # its own train, and the ids of train against test
+    assert found == PreparedExpectations(gx).run(second, cfg)
+    assert reference.run(first, cfg) == reference.run(second, cfg)  # same reference file: no new validation
+
+
+def test_a_task_whose_shared_file_differs_gets_its_own_validation(gx, cfg, tmp_path):
+    """A byte changed in the second task's test file, an answers file missing in the third: those tasks are
+    flagged, the tasks around them are not."""
+    prepared, _ = gx.file_checks()
+    views = [
+        _sibling(tmp_path, 1),
+        _sibling(tmp_path, 2, test=pd.DataFrame({"row_id": [9, 10, 10, 12], "x": range(4)})),
+        _sibling(tmp_path, 3, answers=None),
+        _sibling(tmp_path, 4),
+    ]
+    findings = [prepared.run(view, cfg) for view in views]
+    assert [f.flagged for f in findings] == [False, True, True, False]
+    assert "test key row_id unique (2 unexpected rows: 10)" in findings[1].reason
+    assert findings[2].reason == "private/answers.csv is missing"
+    assert findings[3] == findings[0]
+
+
 def test_mm_task_uses_strong_predictions(gx, cfg, tmp_path):
     task = _task("Class-MM", metric="macro-f1")
     findings = _findings(gx, _view(tmp_path, task=task), cfg)

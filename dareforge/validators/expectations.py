@@ -39,7 +39,7 @@ from dareforge.errors import machine_errno_named_in
 from dareforge.families.registry import REGISTERED, families, family_of
 from dareforge.schema import Task
 from dareforge.validators.check import Finding, TaskView
-from dareforge.validators.gx_frames import Missing, counts, key_text, presence, read_file, record_row
+from dareforge.validators.gx_frames import Missing, counts, digest, key_text, presence, read_file, record_row
 from dareforge.validators.gx_outcomes import (
     KEY,
     TASK,
@@ -156,7 +156,6 @@ class GXRun:
         self._lock = threading.RLock()  # a GX context is not thread-safe; one validation at a time
         self.validations = 0
         self.seconds = time.perf_counter() - started
-        self.file_checks = (PreparedExpectations(self), ReferenceExpectations(self))
         self.records = TaskRecordExpectations(self)
 
     def validate(
@@ -206,6 +205,10 @@ class GXRun:
             )
             self.validations += 1
         return list(result.results)
+
+    def file_checks(self) -> tuple[_FileCheck, ...]:
+        """The checks of task files, new for each batch of tasks checked together (see `_FileCheck`)."""
+        return (PreparedExpectations(self), ReferenceExpectations(self))
 
     def build_data_docs(self, folder: Path) -> Path:
         """Write the Data Docs HTML of the validations run so far into `folder`; returns its index.html."""
@@ -260,13 +263,18 @@ class _UnwrittenPages(logging.Filter):
         return code is None
 
 
-class _GXCheck(ABC):
-    """A GX suite run as a check; subclasses say which expectations apply to a task."""
+class _FileCheck(ABC):
+    """GX suites run on a task's files as a check; subclasses say which expectations apply to a task.
+
+    The tasks of a framing share their test and answers files byte for byte, and GX costs the same per
+    expectation whatever the frame: an instance makes each validation once (`validate`), for the tasks of one
+    batch (`GXRun.file_checks`), so what it keeps is bounded by the batch."""
 
     name = ""
 
     def __init__(self, gx: GXRun) -> None:
         self.gx = gx
+        self._made: dict[tuple, list[Outcome]] = {}
 
     prediction_only = False
     """A suite about prediction files (train/test/answers, reference predictions): not run on question tasks,
@@ -287,8 +295,19 @@ class _GXCheck(ABC):
     @abstractmethod
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]: ...
 
+    def validate(
+        self, suite_name: str, frame: pd.DataFrame, run: str, expectations: list[Expectation], inputs: tuple
+    ) -> list[Outcome]:
+        """`GXRun.validate`, or the outcomes of this check's earlier validation of the same suite by the same
+        expectations on a frame made from the same `inputs`: the digests of the files `frame` was read from, and
+        which of their columns, when it was derived."""
+        key = (suite_name, inputs, tuple((type(e).__name__, e.json()) for e in expectations))
+        if key not in self._made:
+            self._made[key] = self.gx.validate(suite_name, frame, run, expectations)
+        return list(self._made[key])
 
-class PreparedExpectations(_GXCheck):
+
+class PreparedExpectations(_FileCheck):
     """The split: train non-empty with the targets; test keyed, unique, target-free and disjoint from train;
     answers complete and keyed exactly like test."""
 
@@ -299,6 +318,8 @@ class PreparedExpectations(_GXCheck):
         train = read_file(view, "public", "train.csv")
         test = read_file(view, "public", "test.csv")
         answers = read_file(view, "private", "answers.csv")
+        train_file, test_file = digest(view, "public", "train.csv"), digest(view, "public", "test.csv")
+        answers_file = digest(view, "private", "answers.csv")
         targets = list(view.task.metric.target_columns)
         keys = [k for k in view.task.metric.key_columns if k in test.columns]
         run = view.task.id
@@ -307,7 +328,7 @@ class PreparedExpectations(_GXCheck):
 
         train_suite = [_expect("ExpectTableRowCountToBeBetween", "train not empty", min_value=1)]
         train_suite += [_expect("ExpectColumnToExist", f"target {t} in train", column=t) for t in targets]
-        out += self.gx.validate("gx-prepared.train", train, run, train_suite)
+        out += self.validate("gx-prepared.train", train, run, train_suite, (train_file,))
 
         test_suite = [
             # GX has no "column absent" expectation: test's columns must equal themselves minus the targets,
@@ -337,14 +358,14 @@ class PreparedExpectations(_GXCheck):
                     "ExpectCompoundColumnsToBeUnique", f"test keys {'+'.join(keys)} unique", column_list=keys
                 )
             )
-        out += self.gx.validate("gx-prepared.test", test, run, test_suite)
+        out += self.validate("gx-prepared.test", test, run, test_suite, (test_file,))
 
         answer_suite = [_expect("ExpectColumnToExist", f"key {k} in answers", column=k) for k in keys]
         answer_suite += [
             _expect("ExpectColumnValuesToNotBeNull", f"answers target {t} not null", column=t)
             for t in targets
         ]
-        out += self.gx.validate("gx-prepared.answers", answers, run, answer_suite)
+        out += self.validate("gx-prepared.answers", answers, run, answer_suite, (answers_file,))
 
         test_keys = key_text(view, "public", "test.csv", test, keys)
         id_column = view.prepared.id_column
@@ -353,7 +374,7 @@ class PreparedExpectations(_GXCheck):
                 test_keys if keys == [id_column] else key_text(view, "public", "test.csv", test, [id_column])
             )
             ids = presence(train=key_text(view, "public", "train.csv", train, [id_column]), test=test_ids)
-            out += self.gx.validate(
+            out += self.validate(
                 "gx-prepared.ids",
                 ids,
                 run,
@@ -367,6 +388,7 @@ class PreparedExpectations(_GXCheck):
                         sum_total=1,
                     )
                 ],
+                (train_file, test_file, id_column),
             )
         else:
             skipped[f"train and test {id_column} disjoint"] = f"{id_column} is not in both train and test"
@@ -375,7 +397,7 @@ class PreparedExpectations(_GXCheck):
             key_counts = counts(
                 test=test_keys, answers=key_text(view, "private", "answers.csv", answers, keys)
             )
-            out += self.gx.validate(
+            out += self.validate(
                 "gx-prepared.keys",
                 key_counts,
                 run,
@@ -387,6 +409,7 @@ class PreparedExpectations(_GXCheck):
                         column_B="answers",
                     )
                 ],
+                (test_file, answers_file, tuple(keys)),
             )
         return out, skipped
 
@@ -456,7 +479,7 @@ def _run_name(tasks: Sequence[Task]) -> str:
     return f"{where}: {len(tasks)} tasks"
 
 
-class ReferenceExpectations(_GXCheck):
+class ReferenceExpectations(_FileCheck):
     """The reference outputs (IF: reference_predictions.csv; MM/TS: strong_predictions.csv): one row per test
     row, keyed exactly like test (as text), no NaN in a target."""
 
@@ -475,14 +498,15 @@ class ReferenceExpectations(_GXCheck):
             _expect("ExpectColumnValuesToNotBeNull", f"reference target {t} not NaN", column=t)
             for t in view.task.metric.target_columns
         ]
-        out = self.gx.validate("gx-reference.predictions", reference, run, suite)
+        test_file, reference_file = digest(view, "public", "test.csv"), digest(view, "private", name)
+        out = self.validate("gx-reference.predictions", reference, run, suite, (reference_file,))
         skipped: dict[str, str] = {}
         if keys:
             key_counts = counts(
                 test=key_text(view, "public", "test.csv", test, keys),
                 reference=key_text(view, "private", name, reference, keys),
             )
-            out += self.gx.validate(
+            out += self.validate(
                 "gx-reference.keys",
                 key_counts,
                 run,
@@ -494,6 +518,7 @@ class ReferenceExpectations(_GXCheck):
                         column_B="reference",
                     )
                 ],
+                (test_file, reference_file, tuple(keys)),
             )
         else:
             skipped["reference keys match test"] = "no key column in test"

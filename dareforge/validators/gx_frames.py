@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from dareforge.hashing import sha256_file
 from dareforge.validators.check import TaskView
 from dareforge.validators.gx_outcomes import KEY
 
@@ -33,6 +34,11 @@ def read_file(view: TaskView, side: str, name: str) -> pd.DataFrame:
         return getattr(view, cached) if cached else view.frame(side, name)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         raise Missing(f"{side}/{name} cannot be read: {type(exc).__name__}: {exc}") from exc
+
+
+def digest(view: TaskView, side: str, name: str) -> str:
+    """The sha256 of a task file as it is on disk: the frames above are functions of these bytes."""
+    return sha256_file(view.path(side, name))
 
 
 def key_text(view: TaskView, side: str, name: str, frame: pd.DataFrame, keys: list[str]) -> pd.Series:

@@ -109,8 +109,9 @@ class TaskChecker:
 
     def check_all(self, views: Iterable[TaskView]) -> dict[str, dict[str, Finding]]:
         """The findings of the tasks checked together (a source's), by task id. The views are taken one at a
-        time (from a generator, only one task's frames are held at once); the task-record suites then run once
-        for all the tasks (`TaskRecordExpectations`)."""
+        time (from a generator, only one task's frames are held at once); a GX validation of byte-identical files
+        is made once (`_FileCheck`), and the task-record suites run once for all the tasks
+        (`TaskRecordExpectations`)."""
         from dareforge.validators import expectations
 
         if self.gx is None:
@@ -118,7 +119,7 @@ class TaskChecker:
             started = time.perf_counter()
             self.gx = kept(("gx", expectations.suites_key()), expectations.GXRun)
             self.context_seconds = time.perf_counter() - started
-        checks = (*self.gx.file_checks, *self.checks)
+        checks = (*self.gx.file_checks(), *self.checks)
         found: dict[str, dict[str, Finding]] = {}
         tasks: list[Task] = []
         for view in views:
