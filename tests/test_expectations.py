@@ -10,7 +10,7 @@ import pytest
 
 from dareforge.config import Config
 from dareforge.schema import PreparedSource, Task
-from dareforge.validators.check import TaskView
+from dareforge.validators.check import Finding, TaskView
 from dareforge.validators.expectations import (
     SUITES,
     SUITES_VERSION,
@@ -105,8 +105,13 @@ def _view(
 
 
 def _findings(gx: GXRun, view: TaskView, cfg: Config) -> dict:
-    checks = (PreparedExpectations(gx), TaskRecordExpectations(gx), ReferenceExpectations(gx))
-    return {check.name: check.run(view, cfg) for check in checks}
+    findings = {check.name: check.run(view, cfg) for check in gx.file_checks()}
+    return {**findings, "gx-task-record": _record(gx, view.task)}
+
+
+def _record(gx: GXRun, task: Task) -> Finding:
+    """The task-record finding of `task` checked alone."""
+    return TaskRecordExpectations(gx).run_all([task])[task.id]
 
 
 def test_clean_task_passes_all_three_checks(gx, cfg, tmp_path):
@@ -279,19 +284,19 @@ def test_compound_keys(gx, cfg, tmp_path):
     assert "reference date+store match test (2 unexpected rows: 2020-01-01|a, 2020-01-01|b)" in finding.reason
 
 
-def test_task_record_with_unknown_family(gx, cfg, tmp_path):
+def test_task_record_with_unknown_family(gx):
     task = _task().model_copy(update={"family": "Class-XX"})
-    finding = TaskRecordExpectations(gx).run(_view(tmp_path, task=task), cfg)
+    finding = _record(gx, task)
     assert finding.flagged
     assert "family known (1 unexpected row: Class-XX)" in finding.reason
     assert "metric allowed for family" in finding.reason
 
 
-def test_task_record_fields_metric_limits_status(gx, cfg, tmp_path):
+def test_task_record_fields_metric_limits_status(gx):
     task = _task("Reg-MM", metric="macro-f1")
     limits = task.limits.model_copy(update={"turns": 0})
     task = task.model_copy(update={"instruction": "", "limits": limits, "status": "done"})
-    finding = TaskRecordExpectations(gx).run(_view(tmp_path, task=task), cfg)
+    finding = _record(gx, task)
     assert finding.flagged
     assert "required fields present (1 unexpected row: instruction)" in finding.reason
     assert "metric allowed for family (1 unexpected row: ('Reg-MM', 'macro-f1'))" in finding.reason
@@ -306,7 +311,7 @@ def _tasks(*updates: dict) -> list[Task]:
 
 
 def _alone(gx: GXRun, tasks: list[Task]) -> dict:
-    return {task.id: TaskRecordExpectations(gx).run_all([task])[task.id] for task in tasks}
+    return {task.id: _record(gx, task) for task in tasks}
 
 
 def test_task_records_checked_together_each_get_their_own_rows(gx):

@@ -426,9 +426,6 @@ class TaskRecordExpectations:
     def __init__(self, gx: GXRun) -> None:
         self.gx = gx
 
-    def run(self, view: TaskView, config: Config) -> Finding:
-        return self.run_all([view.task])[view.task.id]
-
     def run_all(self, tasks: Sequence[Task]) -> dict[str, Finding]:
         """The finding of each task (by id)."""
         ids = [task.id for task in tasks]

@@ -37,8 +37,11 @@ class Outcome:
 
 def outcome_of(suite: str, result: ExpectationValidationResult) -> Outcome:
     config = result.expectation_config
-    label = (config.meta or {}).get("label") or config.type
-    return Outcome(suite, label, config.type, bool(result.success), _observed(result))
+    return Outcome(suite, _label(config), config.type, bool(result.success), _observed(result))
+
+
+def _label(config: Any) -> str:
+    return (config.meta or {}).get("label") or config.type
 
 
 def _observed(result: ExpectationValidationResult) -> str:
@@ -87,7 +90,7 @@ def outcomes_per_task(
     whose unexpected-index list names every unexpected row) as one outcome per task: it passes when none of the
     task's own rows is unexpected, and says what those rows hold, as `outcome_of` says it of a task's own frame."""
     config = result.expectation_config
-    label = (config.meta or {}).get("label") or config.type
+    label = _label(config)
     if raised(result):
         failed = Outcome(suite, label, config.type, False, _observed(result))
         return dict.fromkeys(task_ids, failed)
