@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -11,8 +12,9 @@ import pytest
 from dareforge.config import Config, SourceOverride
 from dareforge.context import RunContext
 from dareforge.schema import Task, Validation, Verdict
+from dareforge.validators.check import Finding
 from dareforge.validators.gate import gate
-from dareforge.validators.validate import REPORT_DIR, validate
+from dareforge.validators.validate import REPORT_DIR, _run_batched, validate
 from tests.stores import generate_tasks, prediction_only
 
 ROWS = 400
@@ -182,3 +184,22 @@ def test_the_validation_report_lists_a_bounded_number_of_rejected_tasks_and_name
     )  # rejected + its header, family row + header, checks header
     assert "t00000" in page and f"t{SHOWN_REJECTED * 4 - 1:05d}" not in page
     assert "where not accepted" in page
+
+
+class _CrashesOnTask2:
+    """A check run on many tasks at once that crashes whenever task-2 is among them."""
+
+    name = "records"
+
+    def run_all(self, tasks: list) -> dict[str, Finding]:
+        if any(task.id == "task-2" for task in tasks):
+            raise KeyError("a field task-2's record lacks")
+        return {task.id: Finding("fine", 1.0) for task in tasks}
+
+
+def test_a_check_of_many_tasks_that_crashes_is_a_finding_about_the_task_that_crashes_it():
+    tasks = [SimpleNamespace(id=f"task-{n}") for n in (1, 2, 3)]
+    findings = _run_batched(_CrashesOnTask2(), tasks)
+    assert findings["task-1"] == findings["task-3"] == Finding("fine", 1.0)
+    assert findings["task-2"].flagged
+    assert findings["task-2"].reason == 'the check crashed: KeyError: "a field task-2\'s record lacks"'

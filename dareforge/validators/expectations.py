@@ -9,6 +9,10 @@ runs them through the suite's ValidationDefinition, so every result lands in the
 Creating a GX context is cheap, importing great_expectations is not (seconds), so the stage creates one
 `GXRun` per validation run and reuses it for every task; the import happens there, not at module import.
 
+GX costs about the same per expectation and validation whatever the frame (its per-expectation machinery, not
+the rows), so the static task-record suites run once for the tasks checked together, on a frame with a row per
+task (`TaskRecordExpectations`), not once per task on a one-row frame.
+
 Comparisons of key sets are made on derived frames (one row per key, with its count on each side) judged by
 `ExpectColumnPairValuesToBeEqual` / `ExpectMulticolumnSumToEqual`, not by `ExpectColumnValuesToBeInSet` /
 `ExpectColumnValuesToNotBeInSet` with the other side's ids as the value set: GX 1.x validates big value sets
@@ -23,7 +27,7 @@ import threading
 import time
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,11 +36,22 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.errors import machine_errno_named_in
-from dareforge.families.registry import REGISTERED, families
+from dareforge.families.registry import REGISTERED, families, family_of
+from dareforge.schema import Task
 from dareforge.validators.check import Finding, TaskView
-from dareforge.validators.gx_outcomes import KEY, Outcome, finding_of, outcome_of
+from dareforge.validators.gx_frames import Missing, counts, digest, key_text, presence, read_file, record_row
+from dareforge.validators.gx_outcomes import (
+    KEY,
+    TASK,
+    Outcome,
+    finding_of,
+    outcome_of,
+    outcomes_per_task,
+    raised,
+)
 
 if TYPE_CHECKING:
+    from great_expectations.core.expectation_validation_result import ExpectationValidationResult
     from great_expectations.expectations import Expectation
 
 SUITES_VERSION = "2"
@@ -65,7 +80,6 @@ QUESTION_RECORD_REQUIRED = (
     "answer_type",
 )
 """A question task grades one answer: no prediction columns, an answer type instead."""
-KEY_SEPARATOR = "|"  # joins the text of compound keys (time + entity)
 
 # suite name -> data asset name; a ValidationDefinition per suite.
 SUITES = {
@@ -81,15 +95,6 @@ SUITES = {
 }
 
 _IMPORT_LOCK = threading.Lock()
-_CACHED = {
-    ("public", "train.csv"): "train",
-    ("public", "test.csv"): "test",
-    ("private", "answers.csv"): "answers",
-}
-
-
-class _Missing(Exception):
-    """A file a check needs is absent or unreadable: the check reports it as a flagged finding."""
 
 
 def _gx():
@@ -110,7 +115,8 @@ def _expect(name: str, label: str, **kwargs: Any) -> Expectation:
 
 
 class GXRun:
-    """One ephemeral GX context for a validation run: a pandas data source, the suites, and the three checks."""
+    """One ephemeral GX context for a validation run: a pandas data source, the suites, and the checks (of a
+    task's files, one task at a time; of the task records, many tasks at once)."""
 
     version = SUITES_VERSION
 
@@ -150,7 +156,7 @@ class GXRun:
         self._lock = threading.RLock()  # a GX context is not thread-safe; one validation at a time
         self.validations = 0
         self.seconds = time.perf_counter() - started
-        self.checks = tuple(cls(self) for cls in CHECK_CLASSES)
+        self.records = TaskRecordExpectations(self)
 
     def validate(
         self,
@@ -159,14 +165,29 @@ class GXRun:
         run_name: str,
         expectations: Iterable[Expectation] | None = None,
     ) -> list[Outcome]:
-        """Run one suite on a frame (after replacing its expectations, for a template suite).
+        """Run one suite on a frame (after replacing its expectations, for a template suite): its outcomes."""
+        return [outcome_of(suite_name, r) for r in self.results(suite_name, frame, run_name, expectations)]
 
-        A frame indexed by `KEY` (the derived ones) is validated with GX's SUMMARY result format, whose
-        unexpected-index list names the offending keys; the others with BASIC (counts and values), which is
+    def results(
+        self,
+        suite_name: str,
+        frame: pd.DataFrame,
+        run_name: str,
+        expectations: Iterable[Expectation] | None = None,
+    ) -> list[ExpectationValidationResult]:
+        """Run one suite on a frame: GX's result of each expectation, in the suite's order.
+
+        A frame of many tasks' rows (indexed by `TASK`) is validated with GX's COMPLETE result format, whose
+        unexpected-index list names every unexpected row; a frame indexed by `KEY` (the derived ones) with
+        SUMMARY, whose partial list names the offending keys; the others with BASIC (counts and values), which is
         cheaper.
         """
         from great_expectations.core.run_identifier import RunIdentifier
 
+        if TASK in frame.index.names:
+            result_format: str | dict = {"result_format": "COMPLETE", "return_unexpected_index_query": False}
+        else:
+            result_format = "SUMMARY" if frame.index.name == KEY else "BASIC"
         with self._lock:
             suite = self.suites[suite_name]
             if expectations is not None:
@@ -180,10 +201,14 @@ class GXRun:
                 # GX parses a run name as a date (when no run time is given, and again when it renders Data
                 # Docs): a task id of digits overflows that parse, so the name never starts with one.
                 run_id=RunIdentifier(run_name=f"run {run_name}", run_time=datetime.now(UTC)),
-                result_format="SUMMARY" if frame.index.name == KEY else "BASIC",
+                result_format=result_format,
             )
             self.validations += 1
-        return [outcome_of(suite_name, r) for r in result.results]
+        return list(result.results)
+
+    def file_checks(self) -> tuple[_FileCheck, ...]:
+        """The checks of task files, new for each batch of tasks checked together (see `_FileCheck`)."""
+        return (PreparedExpectations(self), ReferenceExpectations(self))
 
     def build_data_docs(self, folder: Path) -> Path:
         """Write the Data Docs HTML of the validations run so far into `folder`; returns its index.html."""
@@ -238,13 +263,18 @@ class _UnwrittenPages(logging.Filter):
         return code is None
 
 
-class _GXCheck(ABC):
-    """A GX suite run as a check; subclasses say which expectations apply to a task."""
+class _FileCheck(ABC):
+    """GX suites run on a task's files as a check; subclasses say which expectations apply to a task.
+
+    The tasks of a framing share their test and answers files byte for byte, and GX costs the same per
+    expectation whatever the frame: an instance makes each validation once (`validate`), for the tasks of one
+    batch (`GXRun.file_checks`), so what it keeps is bounded by the batch."""
 
     name = ""
 
     def __init__(self, gx: GXRun) -> None:
         self.gx = gx
+        self._made: dict[tuple, list[Outcome]] = {}
 
     prediction_only = False
     """A suite about prediction files (train/test/answers, reference predictions): not run on question tasks,
@@ -258,15 +288,26 @@ class _GXCheck(ABC):
             return Finding(reason, None, details={"suites_version": SUITES_VERSION, "skipped": self.name})
         try:
             outcomes, skipped = self.outcomes(view)
-        except _Missing as exc:
+        except Missing as exc:
             return Finding(str(exc), 0.0, flagged=True, details={"suites_version": SUITES_VERSION})
         return finding_of(outcomes, skipped, SUITES_VERSION)
 
     @abstractmethod
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]: ...
 
+    def validate(
+        self, suite_name: str, frame: pd.DataFrame, run: str, expectations: list[Expectation], inputs: tuple
+    ) -> list[Outcome]:
+        """`GXRun.validate`, or the outcomes of this check's earlier validation of the same suite by the same
+        expectations on a frame made from the same `inputs`: the digests of the files `frame` was read from, and
+        which of their columns, when it was derived."""
+        key = (suite_name, inputs, tuple((type(e).__name__, e.json()) for e in expectations))
+        if key not in self._made:
+            self._made[key] = self.gx.validate(suite_name, frame, run, expectations)
+        return list(self._made[key])
 
-class PreparedExpectations(_GXCheck):
+
+class PreparedExpectations(_FileCheck):
     """The split: train non-empty with the targets; test keyed, unique, target-free and disjoint from train;
     answers complete and keyed exactly like test."""
 
@@ -274,9 +315,11 @@ class PreparedExpectations(_GXCheck):
     prediction_only = True
 
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
-        train = _read(view, "public", "train.csv")
-        test = _read(view, "public", "test.csv")
-        answers = _read(view, "private", "answers.csv")
+        train = read_file(view, "public", "train.csv")
+        test = read_file(view, "public", "test.csv")
+        answers = read_file(view, "private", "answers.csv")
+        train_file, test_file = digest(view, "public", "train.csv"), digest(view, "public", "test.csv")
+        answers_file = digest(view, "private", "answers.csv")
         targets = list(view.task.metric.target_columns)
         keys = [k for k in view.task.metric.key_columns if k in test.columns]
         run = view.task.id
@@ -285,7 +328,7 @@ class PreparedExpectations(_GXCheck):
 
         train_suite = [_expect("ExpectTableRowCountToBeBetween", "train not empty", min_value=1)]
         train_suite += [_expect("ExpectColumnToExist", f"target {t} in train", column=t) for t in targets]
-        out += self.gx.validate("gx-prepared.train", train, run, train_suite)
+        out += self.validate("gx-prepared.train", train, run, train_suite, (train_file,))
 
         test_suite = [
             # GX has no "column absent" expectation: test's columns must equal themselves minus the targets,
@@ -315,23 +358,23 @@ class PreparedExpectations(_GXCheck):
                     "ExpectCompoundColumnsToBeUnique", f"test keys {'+'.join(keys)} unique", column_list=keys
                 )
             )
-        out += self.gx.validate("gx-prepared.test", test, run, test_suite)
+        out += self.validate("gx-prepared.test", test, run, test_suite, (test_file,))
 
         answer_suite = [_expect("ExpectColumnToExist", f"key {k} in answers", column=k) for k in keys]
         answer_suite += [
             _expect("ExpectColumnValuesToNotBeNull", f"answers target {t} not null", column=t)
             for t in targets
         ]
-        out += self.gx.validate("gx-prepared.answers", answers, run, answer_suite)
+        out += self.validate("gx-prepared.answers", answers, run, answer_suite, (answers_file,))
 
-        test_keys = _key_text(view, "public", "test.csv", test, keys)
+        test_keys = key_text(view, "public", "test.csv", test, keys)
         id_column = view.prepared.id_column
         if id_column in train.columns and id_column in test.columns:
             test_ids = (
-                test_keys if keys == [id_column] else _key_text(view, "public", "test.csv", test, [id_column])
+                test_keys if keys == [id_column] else key_text(view, "public", "test.csv", test, [id_column])
             )
-            ids = _presence(train=_key_text(view, "public", "train.csv", train, [id_column]), test=test_ids)
-            out += self.gx.validate(
+            ids = presence(train=key_text(view, "public", "train.csv", train, [id_column]), test=test_ids)
+            out += self.validate(
                 "gx-prepared.ids",
                 ids,
                 run,
@@ -345,15 +388,18 @@ class PreparedExpectations(_GXCheck):
                         sum_total=1,
                     )
                 ],
+                (train_file, test_file, id_column),
             )
         else:
             skipped[f"train and test {id_column} disjoint"] = f"{id_column} is not in both train and test"
 
         if keys:
-            counts = _counts(test=test_keys, answers=_key_text(view, "private", "answers.csv", answers, keys))
-            out += self.gx.validate(
+            key_counts = counts(
+                test=test_keys, answers=key_text(view, "private", "answers.csv", answers, keys)
+            )
+            out += self.validate(
                 "gx-prepared.keys",
-                counts,
+                key_counts,
                 run,
                 [
                     _expect(
@@ -363,32 +409,74 @@ class PreparedExpectations(_GXCheck):
                         column_B="answers",
                     )
                 ],
+                (test_file, answers_file, tuple(keys)),
             )
         return out, skipped
 
 
-class TaskRecordExpectations(_GXCheck):
-    """The task record as a one-row frame: required fields, family, metric for the family, limits, status."""
+class TaskRecordExpectations:
+    """The task records: required fields, family, metric for the family, limits, status.
+
+    The suites are static and row-wise (a row's outcome never depends on another row), so they run once for the
+    tasks checked together (a source's) on frames holding a row per task, indexed by task id; each task's finding
+    is read off its own rows, as if its record had been validated alone."""
 
     name = "gx-task-record"
 
-    def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
-        record = record_frame(view.task)
-        # Required fields are checked on the record turned into one row per field: one expectation names
-        # every missing field (GX's cost grows with the number of expectations, not with rows).
-        # An unknown family is checked as a prediction task's record: the suite's "family known" flags it.
-        question = view.task.family in REGISTERED and view.family.asks_question
-        required = QUESTION_RECORD_REQUIRED if question else RECORD_REQUIRED
-        if question and view.task.status == "rejected":
-            # A degenerate question is stored with its reason and no files (the certificate check says why).
-            required = tuple(f for f in required if f not in ("public_files", "private_files"))
-        fields = record[list(required)].T.set_axis(["value"], axis=1).rename_axis(KEY)
-        out = self.gx.validate("gx-task-record.fields", fields, view.task.id)
-        out += self.gx.validate("gx-task-record", record, view.task.id)
-        return out, {}
+    def __init__(self, gx: GXRun) -> None:
+        self.gx = gx
+
+    def run_all(self, tasks: Sequence[Task]) -> dict[str, Finding]:
+        """The finding of each task (by id)."""
+        ids = [task.id for task in tasks]
+        if len(set(ids)) < len(ids):
+            raise ValueError("a task id occurs twice among the tasks checked together: their rows are one")
+        if not ids:
+            return {}
+        rows = {task.id: record_row(task) for task in tasks}
+        # Object columns keep each value's own type, as in a frame of one task's record (a column of ints with a
+        # null in another task's row would otherwise turn into floats, and "turns positive" would show 0.0).
+        records = pd.DataFrame(list(rows.values()), index=pd.Index(ids, name=TASK), dtype=object)
+        # Required fields are checked on one row per task and field: one expectation names every missing field
+        # (GX's cost grows with the number of expectations, not with rows).
+        pairs = [(task.id, field) for task in tasks for field in _required_fields(task)]
+        fields = pd.DataFrame(
+            {"value": [rows[task_id][field] for task_id, field in pairs]},
+            index=pd.MultiIndex.from_tuples(pairs, names=[TASK, KEY]),
+            dtype=object,
+        )
+        run = _run_name(tasks)
+        results = [
+            *(("gx-task-record.fields", r) for r in self.gx.results("gx-task-record.fields", fields, run)),
+            *(("gx-task-record", r) for r in self.gx.results("gx-task-record", records, run)),
+        ]
+        if len(tasks) > 1 and any(raised(result) for _, result in results):
+            # An expectation that raised on the rows of many tasks does not say whose row it raised on.
+            return {task.id: self.run_all([task])[task.id] for task in tasks}
+        per_task = [outcomes_per_task(suite, result, ids) for suite, result in results]
+        return {task_id: finding_of([o[task_id] for o in per_task], {}, SUITES_VERSION) for task_id in ids}
 
 
-class ReferenceExpectations(_GXCheck):
+def _required_fields(task: Task) -> tuple[str, ...]:
+    # An unknown family is checked as a prediction task's record: the suite's "family known" flags it.
+    question = task.family in REGISTERED and family_of(task).asks_question
+    required = QUESTION_RECORD_REQUIRED if question else RECORD_REQUIRED
+    if question and task.status == "rejected":
+        # A degenerate question is stored with its reason and no files (the certificate check says why).
+        required = tuple(f for f in required if f not in ("public_files", "private_files"))
+    return required
+
+
+def _run_name(tasks: Sequence[Task]) -> str:
+    """What Data Docs call a validation of many tasks' records: their source, when they share one."""
+    if len(tasks) == 1:
+        return tasks[0].id
+    sources = {task.source_id for task in tasks}
+    where = next(iter(sources)) if len(sources) == 1 else f"{len(sources)} sources"
+    return f"{where}: {len(tasks)} tasks"
+
+
+class ReferenceExpectations(_FileCheck):
     """The reference outputs (IF: reference_predictions.csv; MM/TS: strong_predictions.csv): one row per test
     row, keyed exactly like test (as text), no NaN in a target."""
 
@@ -397,8 +485,8 @@ class ReferenceExpectations(_GXCheck):
 
     def outcomes(self, view: TaskView) -> tuple[list[Outcome], dict[str, str]]:
         name = view.family.files.reference
-        test = _read(view, "public", "test.csv")
-        reference = _read(view, "private", name)
+        test = read_file(view, "public", "test.csv")
+        reference = read_file(view, "private", name)
         keys = [k for k in view.task.metric.key_columns if k in test.columns]
         run = view.task.id
         suite = [_expect("ExpectTableRowCountToEqual", "reference rows == test rows", value=len(test))]
@@ -407,16 +495,17 @@ class ReferenceExpectations(_GXCheck):
             _expect("ExpectColumnValuesToNotBeNull", f"reference target {t} not NaN", column=t)
             for t in view.task.metric.target_columns
         ]
-        out = self.gx.validate("gx-reference.predictions", reference, run, suite)
+        test_file, reference_file = digest(view, "public", "test.csv"), digest(view, "private", name)
+        out = self.validate("gx-reference.predictions", reference, run, suite, (reference_file,))
         skipped: dict[str, str] = {}
         if keys:
-            counts = _counts(
-                test=_key_text(view, "public", "test.csv", test, keys),
-                reference=_key_text(view, "private", name, reference, keys),
+            key_counts = counts(
+                test=key_text(view, "public", "test.csv", test, keys),
+                reference=key_text(view, "private", name, reference, keys),
             )
-            out += self.gx.validate(
+            out += self.validate(
                 "gx-reference.keys",
-                counts,
+                key_counts,
                 run,
                 [
                     _expect(
@@ -426,6 +515,7 @@ class ReferenceExpectations(_GXCheck):
                         column_B="reference",
                     )
                 ],
+                (test_file, reference_file, tuple(keys)),
             )
         else:
             skipped["reference keys match test"] = "no key column in test"
@@ -472,72 +562,3 @@ def _record_expectations() -> list[Expectation]:
 
 
 STATIC_SUITES = {"gx-task-record.fields": _record_field_expectations, "gx-task-record": _record_expectations}
-
-
-def record_frame(task: Any) -> pd.DataFrame:
-    """The task record as one row; empty text and empty lists become nulls (so "required" catches them)."""
-
-    def text(value: Any) -> Any:
-        return None if value is None or value == "" else value
-
-    def joined(values: Iterable[Any] | None) -> str | None:
-        items = [getattr(v, "name", v) for v in values or ()]
-        return ",".join(str(v) for v in items) or None
-
-    metric, limits = getattr(task, "metric", None), getattr(task, "limits", None)
-    row = {
-        "id": text(task.id),
-        "family": text(task.family),
-        "source_id": text(task.source_id),
-        "source_version": text(task.source_version),
-        "prepared_version": text(task.prepared_version),
-        "generator_version": text(task.generator_version),
-        "seed": task.seed,
-        "instruction": text(task.instruction),
-        "public_files": joined(task.public_files),
-        "private_files": joined(task.private_files),
-        "metric_name": text(metric.name) if metric is not None else None,
-        "target_columns": joined(metric.target_columns) if metric is not None else None,
-        "key_columns": joined(metric.key_columns) if metric is not None else None,
-        "answer_type": text(metric.answer_type) if metric is not None else None,
-        "turns": limits.turns if limits is not None else None,
-        "seconds_per_execution": limits.seconds_per_execution if limits is not None else None,
-        "status": text(task.status),
-    }
-    return pd.DataFrame([row])
-
-
-def _read(view: TaskView, side: str, name: str) -> pd.DataFrame:
-    """A task file with pandas' defaults (the view's cached frame for train/test/answers)."""
-    if not view.has(side, name):
-        raise _Missing(f"{side}/{name} is missing")
-    try:
-        cached = _CACHED.get((side, name))
-        return getattr(view, cached) if cached else view.frame(side, name)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
-        raise _Missing(f"{side}/{name} cannot be read: {type(exc).__name__}: {exc}") from exc
-
-
-def _key_text(view: TaskView, side: str, name: str, frame: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """The key of each row exactly as written in the file (compound keys joined); empty if a key is absent."""
-    if not keys or any(k not in frame.columns for k in keys):
-        return pd.Series([], dtype=object)
-    text = pd.read_csv(view.path(side, name), usecols=keys, dtype=str, keep_default_na=False)
-    joined = text[keys[0]]
-    for k in keys[1:]:
-        joined = joined + KEY_SEPARATOR + text[k]
-    return joined
-
-
-def _counts(**sides: pd.Series) -> pd.DataFrame:
-    """One row per key: how often each side has it (equal counts everywhere = same set, same count)."""
-    frame = pd.concat({side: keys.value_counts() for side, keys in sides.items()}, axis=1)
-    frame = frame.fillna(0).astype("int64")
-    frame.index.name = KEY
-    return frame
-
-
-def _presence(**sides: pd.Series) -> pd.DataFrame:
-    """One row per key: 1 where a side has it, else 0."""
-    frame = _counts(**sides)
-    return (frame > 0).astype("int64")

@@ -12,6 +12,8 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from dareforge.context import RunContext
 from dareforge.errors import machine_at_fault
@@ -24,6 +26,11 @@ from dareforge.validators import discrimination, duplicates, leakage, sensitivit
 from dareforge.validators import validation_report as html_report
 from dareforge.validators.check import Check, Finding, RunCheck, TaskView
 from dareforge.validators.gate import gate
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from dareforge.validators.expectations import TaskRecordExpectations
 
 log = logging.getLogger(__name__)
 REPORT_DIR = "reports/validation"
@@ -100,15 +107,27 @@ class TaskChecker:
         self.gx: expectations.GXRun | None = None
         self.context_seconds = 0.0
 
-    def check(self, view: TaskView) -> dict[str, Finding]:
+    def check_all(self, views: Iterable[TaskView]) -> dict[str, dict[str, Finding]]:
+        """The findings of the tasks checked together (a source's), by task id. The views are taken one at a
+        time (from a generator, only one task's frames are held at once); a GX validation of byte-identical files
+        is made once (`_FileCheck`), and the task-record suites run once for all the tasks
+        (`TaskRecordExpectations`)."""
         from dareforge.validators import expectations
 
         if self.gx is None:
-            # Only when some task needs checking: creating a GX context costs seconds.
+            # Callers call this only when some task needs checking: creating a GX context costs seconds.
             started = time.perf_counter()
             self.gx = kept(("gx", expectations.suites_key()), expectations.GXRun)
             self.context_seconds = time.perf_counter() - started
-        return {check.name: _run_check(check, view, self.ctx) for check in (*self.gx.checks, *self.checks)}
+        checks = (*self.gx.file_checks(), *self.checks)
+        found: dict[str, dict[str, Finding]] = {}
+        tasks: list[Task] = []
+        for view in views:
+            found[view.task.id] = {check.name: _run_check(check, view, self.ctx) for check in checks}
+            tasks.append(view.task)
+        for task_id, finding in _run_batched(self.gx.records, tasks).items():
+            found[task_id][self.gx.records.name] = finding
+        return found
 
     def complete(self, stored: dict[str, Validation]) -> bool:
         """Whether a task's stored findings hold every per-task check of this run."""
@@ -138,12 +157,14 @@ def _check_source(ctx: RunContext, checker: TaskChecker, source_id: str, report:
             findings[finding.task_id][finding.check] = finding
     todo = [t for t in tasks if not checker.complete(findings[t.id])]
     report.reused += len(tasks) - len(todo)
-    prepared = load_prepared(ctx, source_id) if todo else []
+    if not todo:
+        return
+    prepared = load_prepared(ctx, source_id)
+    found = checker.check_all(task_view(ctx, task, prepared) for task in todo)
     for task in todo:
-        findings[task.id].update(checker.check(task_view(ctx, task, prepared)))
+        findings[task.id].update(found[task.id])
         report.add("checked", task.id)
-    if todo:
-        report.written += _write_findings(ctx, tasks, findings, checker.version)
+    report.written += _write_findings(ctx, tasks, findings, checker.version)
 
 
 def finish_check_report(report: StageReport) -> StageReport:
@@ -173,18 +194,20 @@ def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> Stage
         for task in tasks
     ]
     findings: dict[str, dict[str, Finding | Validation]] = defaultdict(dict)
-    with ctx.progress() as progress:
-        bar = progress.add_task("validate", total=len(views), item="")
-        for view in views:
-            progress.update(bar, item=view.task.id)
-            held = stored.get(view.task.id, {})
-            findings[view.task.id].update(held)
-            if checker.complete(held):
-                reused += 1
-            else:
-                findings[view.task.id].update(checker.check(view))
-                checked.append(view.task.id)
-            progress.advance(bar)
+    todo = []
+    for view in views:
+        held = stored.get(view.task.id, {})
+        findings[view.task.id].update(held)
+        if checker.complete(held):
+            reused += 1
+        else:
+            todo.append(view)
+            checked.append(view.task.id)
+    if todo:
+        with ctx.progress() as progress:
+            bar = progress.add_task("validate", total=len(todo), item="")
+            for task_id, found in checker.check_all(_advancing(todo, progress, bar)).items():
+                findings[task_id].update(found)
     for run_check in RUN_CHECKS:
         for task_id, finding in run_check.run_all(views, ctx.config).items():
             findings[task_id][run_check.name] = finding
@@ -216,6 +239,27 @@ def _summary(ctx: RunContext, report: StageReport, html: str) -> list[str]:
         lines.append(f"  top reasons: {top}")
     lines.append(f"  report: {ctx.store.path(html)}")
     return lines
+
+
+def _advancing(views: list[TaskView], progress: Progress, bar: TaskID) -> Iterator[TaskView]:
+    for view in views:
+        progress.update(bar, item=view.task.id)
+        yield view
+        progress.advance(bar)
+
+
+def _run_batched(check: TaskRecordExpectations, tasks: list[Task]) -> dict[str, Finding]:
+    """A check run on many tasks at once; if it crashes, task by task, so the crash is a finding about the task
+    that causes it, as with a check run on one task."""
+    try:
+        return check.run_all(tasks)
+    except Exception as exc:
+        if machine_at_fault(exc):
+            raise
+        if len(tasks) > 1:
+            return {task.id: _run_batched(check, [task])[task.id] for task in tasks}
+        log.warning("%s: check %s crashed: %s", tasks[0].id, check.name, exc)
+        return {tasks[0].id: Finding(f"the check crashed: {type(exc).__name__}: {exc}", flagged=True)}
 
 
 def _run_check(check: Check, view: TaskView, ctx: RunContext) -> Finding:
