@@ -6,7 +6,8 @@ their cost is the token bill) as a fresh process on two catalogs:
   reaped (per-source workers, reference workers), against issue 29's 2.0 measured before the per-source stages
   ran in kept worker processes (target 1.0);
 - a seeded sample of the whole catalog the plan is for (`SAMPLE_RDATASETS` R datasets and, when present, the
-  dev-kaggle mirror): the per-stage CPU per task the plan projects with, and dollars per verified task at
+  dev-kaggle mirror), asked for as many tasks per source as `make catalog` asks (`dareforge.catalog.yaml`'s
+  `generate`): the per-stage CPU per task the plan projects with, and dollars per verified task at
   `VCPU_HOUR_USD`.
 Also: a mapped task instance's start-up (a process parsing the DAG, importing its stage and starting its
 reference workers) and tokens per probe attempt, trajectory and judgement against the scripted server. Prints
@@ -51,6 +52,7 @@ BEFORE_CPU_PER_ACCEPTED = 2.0
 TARGET_CPU_PER_ACCEPTED = 1.0
 SAMPLE_RDATASETS = 60
 DEV_KAGGLE_MIRROR = REPO.parent / "shared" / "dev-kaggle" / "mirror"
+CATALOG_PROFILE = REPO / "dareforge.catalog.yaml"
 VERDICT = json.dumps(
     {
         **dict.fromkeys(CRITERION_FIELDS, 4),
@@ -70,9 +72,13 @@ def process_cpu(command: list[str], env: dict[str, str]) -> float:
 
 
 def catalog_config(tmp: str, name: str, sample: bool) -> Config:
-    """The default catalog (as make run builds it), or the seeded sample of the whole catalog; no model."""
+    """The default catalog (as make run builds it), or the seeded sample of the whole catalog with the tasks per
+    source the whole catalog asks for (`dareforge.catalog.yaml`'s `generate`); no model."""
     cfg = bench_config(f"{tmp}/{name}")
     cfg.builtin.rdatasets = SAMPLE_RDATASETS if sample else Config().builtin.rdatasets
+    if sample:
+        profile = yaml.safe_load(CATALOG_PROFILE.read_text()).get("generate", {})
+        cfg.generate = cfg.generate.model_copy(update=profile)
     if sample and DEV_KAGGLE_MIRROR.is_dir():
         cfg.mirror.paths = [str(DEV_KAGGLE_MIRROR)]
     cfg.llm.local.enabled = False  # the LLM stages are the token bill's, not the CPU's
