@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dareforge.config import Config
-from dareforge.reference_solutions.leaks import label_copy
+from dareforge.reference_solutions.leaks import LabelCopies
 from dareforge.validators.gate import reasons_against
 from dareforge.validators.leakage import LeakageCopy, LeakageFeature, LeakageFormula
 from tests.test_checks import make_view
@@ -108,8 +108,8 @@ def test_a_label_copy_is_measured_beyond_the_majority_share():
     """A feature that says `no` on every row matches a 96%-`no` label on 96% of the rows and scores 0."""
     truth = pd.Series(["no"] * 96 + ["yes"] * 4)
     always = pd.Series(["no"] * 100)
-    assert label_copy(always, truth, always, truth)[0] == 0.0
-    assert label_copy(truth, truth, truth, truth) == (1.0, "equal")
+    assert LabelCopies(truth, truth).score(always, always)[0] == 0.0
+    assert LabelCopies(truth, truth).score(truth, truth) == (1.0, "equal")
 
 
 # --- a formula on most rows, not all -------------------------------------------------------------------

@@ -243,9 +243,7 @@ def _trimmed_line(y: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     return predicted
 
 
-def label_copy(
-    train_x: pd.Series, train_y: pd.Series, held_x: pd.Series, held_y: pd.Series
-) -> tuple[float, str]:
+class LabelCopies:
     """How completely one feature gives a class label away on held-out rows, whatever values it took in
     training, and how: `equal` (the feature is the label), `recoded` (a one-to-one relabelling learned on the
     training rows: each label's most common value stands for it) or `monotone` (a numeric feature whose order
@@ -253,36 +251,67 @@ def label_copy(
     on the held-out rows, the label order natural: `2` before `10`; measured only where the held-out rows hold
     a label training never did, which a tree cannot predict). Labels are canonical text. The score is
     the share of held-out rows reproduced beyond the most common label's share (1: every row; 0: no more than
-    predicting that label), so a feature that only matches an imbalanced label's majority scores nothing."""
-    truth = held_y.to_numpy(dtype=object)
-    common = float(held_y.value_counts().iloc[0]) / len(held_y) if len(held_y) else 1.0
-    if common >= 1.0:
-        return 0.0, "equal"
-    shares = {"equal": float(np.mean(_labels_of(held_x) == truth))}
-    values, labels = _labels_of(train_x), train_y.to_numpy(dtype=object)
-    pairs = pd.DataFrame({"value": values, "label": labels})[train_x.notna().to_numpy()]
-    if len(pairs):
-        counts = pairs.groupby(["label", "value"]).size().sort_values(ascending=False, kind="stable")
-        stands_for: dict[object, object] = {}
-        for label, value in counts.index:  # each label's most common value, a value taken once
-            if label not in stands_for.values() and value not in stands_for:
-                stands_for[value] = label
-        shares["recoded"] = float(np.mean(pd.Series(_labels_of(held_x)).map(stands_for).to_numpy() == truth))
-    numbers = pd.to_numeric(held_x, errors="coerce")
-    # Only for labels training never held (a tree maps a feature's order to the labels it saw): a map fitted
-    # on the held-out rows themselves would call an honest strong feature a copy (iris' petal length).
-    unseen = not set(held_y) <= set(train_y)
-    if unseen and numbers.notna().mean() >= 0.95 and held_y.nunique() <= MAX_COPY_CLASSES:
-        shares["monotone"] = _monotone_share(numbers.to_numpy(dtype=float), truth)
-    how = max(shares, key=lambda k: shares[k])
-    return max(0.0, (shares[how] - common) / (1 - common)), how
+    predicting that label), so a feature that only matches an imbalanced label's majority scores nothing.
+
+    Built once per pair of label columns (`train_y`, `held_y`, no missing label) and asked of each feature:
+    what the labels alone decide is worked out once, not once per feature."""
+
+    def __init__(self, train_y: pd.Series, held_y: pd.Series):
+        self.truth = held_y.to_numpy(dtype=object)
+        self.common = float(held_y.value_counts().iloc[0]) / len(held_y) if len(held_y) else 1.0
+        self.labels = train_y.to_numpy(dtype=object)
+        # Only for labels training never held (a tree maps a feature's order to the labels it saw): a map
+        # fitted on the held-out rows themselves would call an honest strong feature a copy (iris' petal length).
+        self.monotone = not set(self.truth) <= set(self.labels) and held_y.nunique() <= MAX_COPY_CLASSES
+
+    def score(self, train_x: pd.Series, held_x: pd.Series) -> tuple[float, str]:
+        """The feature's score and how it copies; `train_x` and `held_x` row by row beside the labels."""
+        if self.common >= 1.0:
+            return 0.0, "equal"
+        held_codes, held_labels = canonical_codes(held_x)
+        shares = {"equal": float(np.mean(_decode(held_codes, held_labels) == self.truth))}
+        train_codes, train_labels = canonical_codes(train_x)
+        given = train_codes >= 0
+        if given.any():
+            stands_for = _stands_for(train_labels[train_codes[given]], self.labels[given])
+            recoded = np.array([stands_for.get(label) for label in held_labels], dtype=object)
+            shares["recoded"] = float(np.mean(_decode(held_codes, recoded) == self.truth))
+        if self.monotone:
+            numbers = pd.to_numeric(held_x, errors="coerce")
+            if numbers.notna().mean() >= 0.95:
+                shares["monotone"] = _monotone_share(numbers.to_numpy(dtype=float), self.truth)
+        how = max(shares, key=lambda k: shares[k])
+        return max(0.0, (shares[how] - self.common) / (1 - self.common)), how
 
 
-def _labels_of(values: pd.Series) -> np.ndarray:
-    """Canonical labels of a feature's values (each distinct value labelled once), missing ones matching nothing."""
-    distinct = values.dropna().unique()
-    text = values.map(dict(zip(distinct, map(canonical_label, distinct), strict=True))).to_numpy(dtype=object)
-    return np.where(values.isna().to_numpy(), None, text)
+def canonical_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's code (-1 where missing) and the canonical label of each code: `canonical_label` runs once
+    per distinct value, the rows stay integers."""
+    codes, distinct = values.factorize()
+    return codes, np.array([canonical_label(v) for v in distinct.to_numpy()], dtype=object)
+
+
+def _decode(codes: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The label of each code, None where missing (a missing value matches no label)."""
+    return np.append(labels, None)[codes]
+
+
+def _stands_for(values: np.ndarray, labels: np.ndarray) -> dict[str, str]:
+    """The value that stands for each label: pairs taken by how often they occur (ties in label, then value
+    order), a label given the first value not already taken."""
+    label_codes, label_names = pd.factorize(labels, sort=True)
+    value_codes, value_names = pd.factorize(values, sort=True)
+    pairs, counts = np.unique(label_codes * len(value_names) + value_codes, return_counts=True)
+    stands_for: dict[int, int] = {}
+    taken: set[int] = set()
+    for pair in pairs[np.argsort(-counts, kind="stable")]:
+        label, value = divmod(int(pair), len(value_names))
+        if label not in taken and value not in stands_for:
+            stands_for[value] = label
+            taken.add(label)
+            if len(taken) == len(label_names):
+                break
+    return {value_names[v]: label_names[label] for v, label in stands_for.items()}
 
 
 def _monotone_share(x: np.ndarray, labels: np.ndarray) -> float:

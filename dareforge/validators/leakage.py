@@ -11,9 +11,9 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.reference_solutions.leaks import (
+    LabelCopies,
     encode_column,
     exact_formula,
-    label_copy,
     pair_formula,
     single_column_scores,
 )
@@ -397,7 +397,7 @@ def _formula_over_strong(exact, strong: float | None) -> float:
 
 class LeakageCopy:
     """Whether one public feature (or part of a public date) gives a class label away on the task's held-out
-    rows, whatever values it took in training (`leaks.label_copy`: the label itself, a one-to-one relabelling
+    rows, whatever values it took in training (`leaks.LabelCopies`: the label itself, a one-to-one relabelling
     learned on train.csv, or a numeric feature whose order follows the labels'); a tree on it, fitted on
     earlier rows, misses a copy whose test rows hold values it never saw. The score is the best feature's share
     of held-out rows reproduced beyond the most common label's share. Classification only: a numeric copy is a
@@ -424,12 +424,12 @@ class LeakageCopy:
             labelled, known = held_y.notna(), train_y.notna()
             if labelled.sum() < MIN_ROWS:
                 continue
+            copies = LabelCopies(train_y[known], held_y[labelled])
+            train_known, held_labelled = train.loc[known], rows.loc[labelled]
             for column in [*usable, *parts]:
                 if column not in train.columns:
                     continue
-                score = label_copy(
-                    train.loc[known, column], train_y[known], rows.loc[labelled, column], held_y[labelled]
-                )
+                score = copies.score(train_known[column], held_labelled[column])
                 if score[0] >= scores.get(column, (-1.0, ""))[0]:
                     scores[column] = score
         if not scores:
