@@ -10,6 +10,7 @@ The pins were taken from the checks before any of those speed-ups (issue 46); th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -538,12 +539,34 @@ PINNED: dict[str, list] = {
 }
 
 
-def test_pinned_findings_hold(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sharing", [False, True], ids=["each-task-alone", "tasks-share-derived-work"])
+def test_pinned_findings_hold(tmp_path, monkeypatch, sharing):
+    """Alone, or with every task's view sharing what checks derive (as a source's tasks do in the check
+    stage: `mm-b` and `reg-b` then reuse what `mm` and `reg` derived from the same test rows and answers)."""
     monkeypatch.setattr(leakage, "TOP", EVERY_COLUMN)
-    got = findings(messy_tasks(tmp_path))
+    views = messy_tasks(tmp_path)
+    if sharing:
+        shared: dict = {}
+        views = {name: dataclasses.replace(view, shared=shared) for name, view in views.items()}
+    got = findings(views)
     assert got.keys() == PINNED.keys()
     for key, (reason, score, flagged, details) in PINNED.items():
         assert got[key][0] == reason, key
         assert got[key][1] == (score if score is None else pytest.approx(score, rel=1e-9, abs=1e-12)), key
         assert got[key][2] == flagged, key
         assert (json.loads(got[key][3]) if got[key][3] else None) == details, key
+
+
+def test_variants_sharing_their_held_out_rows_search_for_a_formula_once(tmp_path, monkeypatch):
+    """`reg` and `reg-b` differ in train.csv and the strong reference only: the search on their held-out rows
+    runs once, and each finding still weighs the formula against its own task's strong reference."""
+    searched = []
+    search = leakage.exact_formula
+    monkeypatch.setattr(leakage, "exact_formula", lambda *args: searched.append(args[-1]) or search(*args))
+    views = messy_tasks(tmp_path)
+    shared: dict = {}
+    first, second = (dataclasses.replace(views[name], shared=shared) for name in ("reg", "reg-b"))
+    found = [leakage.LeakageFormula().run(view, CONFIG) for view in (first, second)]
+    assert searched == ["y"]
+    assert [f.details["strong"] for f in found] == [0.5, 0.99]
+    assert [f.details for f in found] == [PINNED[f"{name} leakage-formula"][3] for name in ("reg", "reg-b")]

@@ -7,11 +7,13 @@ gate does, from stored findings, so changing a threshold needs no re-run.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pandas as pd
 
@@ -19,6 +21,8 @@ from dareforge.config import Config
 from dareforge.families.family import Family
 from dareforge.families.registry import family_of
 from dareforge.schema import PreparedSource, Task, Validation
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,11 @@ class TaskView:
     task: Task
     prepared: PreparedSource
     folder: Path = field(repr=False)
+    shared: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)
+    """What checks derive from the task's files (`derived`), under keys that name the files by content: the
+    views of one source's tasks share one (`validate.check`), so what a framing's variants would each derive
+    from their byte-identical test rows and answers is derived once."""
+    _digests: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @cached_property
     def family(self) -> Family:
@@ -69,6 +78,19 @@ class TaskView:
 
     def frame(self, side: str, name: str) -> pd.DataFrame:
         return pd.read_csv(self.path(side, name))
+
+    def digest(self, side: str, name: str) -> str:
+        """The sha256 of a file's bytes: how a `derived` key names what it was derived from."""
+        if (side, name) not in self._digests:
+            self._digests[side, name] = hashlib.sha256(self.path(side, name).read_bytes()).hexdigest()
+        return self._digests[side, name]
+
+    def derived(self, key: Hashable, derive: Callable[[], T]) -> T:
+        """`derive()`, worked out once for every view sharing `shared`: `key` must name everything it depends
+        on (files by `digest`, never by task). What it returns is shared, so no caller changes it in place."""
+        if key not in self.shared:
+            self.shared[key] = derive()
+        return self.shared[key]
 
     @cached_property
     def train(self) -> pd.DataFrame:

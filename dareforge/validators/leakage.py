@@ -11,6 +11,7 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.reference_solutions.leaks import (
+    Formula,
     LabelCopies,
     encode_column,
     exact_formula,
@@ -73,6 +74,12 @@ def _target(view: TaskView, frame: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(values, errors="coerce").where(lambda s: np.isfinite(s))
 
 
+def train_target(view: TaskView, column: str) -> pd.Series:
+    """`_target` of a train.csv column, worked out once: leakage-feature, -order and -copy all read it."""
+    key = ("train target", view.digest("public", "train.csv"), is_classification(view), column)
+    return view.derived(key, lambda: _target(view, view.train, column))
+
+
 class LeakageFeature:
     """Best held-out score of a shallow tree on ONE feature column; the score is that best value.
 
@@ -125,7 +132,7 @@ class LeakageFeature:
     def _scores(
         self, view: TaskView, train: pd.DataFrame, target: str, features: list[str]
     ) -> dict[str, float]:
-        y = _target(view, train, target)
+        y = train_target(view, target)
         frame = train.loc[y.notna()]
         y = y.loc[frame.index]
         if len(frame) < MIN_ROWS:
@@ -174,7 +181,7 @@ class LeakageOrder:
         for target in view.task.metric.target_columns:
             if target not in train.columns:
                 return Finding(f"target column `{target}` is missing from train.csv", None, flagged=True)
-            y = _target(view, train, target)
+            y = train_target(view, target)
             for name, order in orders.items():
                 keep = y.notna() & order.notna()
                 value = self._correlation(view, order[keep], y[keep])
@@ -297,11 +304,29 @@ def with_date_parts(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFra
     return pd.concat([frame, pd.DataFrame(parts, index=frame.index)], axis=1), list(parts)
 
 
+def held_out_key(view: TaskView) -> tuple | str:
+    """What `held_out_rows` depends on (test.csv and answers.csv by content, the id, keys and targets): a
+    framing's variants share it, their noise and filters being in train.csv; or why there are no such rows."""
+    if not (view.has("public", "test.csv") and view.has("private", "answers.csv")):
+        return "no test.csv or answers.csv to measure on"
+    metric = view.task.metric
+    return (
+        view.digest("public", "test.csv"),
+        view.digest("private", "answers.csv"),
+        view.prepared.id_column,
+        tuple(metric.key_columns),
+        tuple(metric.target_columns),
+    )
+
+
 def held_out_rows(view: TaskView) -> tuple[pd.DataFrame, list[str], list[str]] | str:
     """test.csv's features (`public_features`) beside the private answers' targets, joined on the metric's keys:
     the rows the task is scored on, whatever its split and noise, its targets and features; or why none."""
-    if not (view.has("public", "test.csv") and view.has("private", "answers.csv")):
-        return "no test.csv or answers.csv to measure on"
+    key = held_out_key(view)
+    return key if isinstance(key, str) else view.derived(("held-out rows", key), lambda: _held_out_rows(view))
+
+
+def _held_out_rows(view: TaskView) -> tuple[pd.DataFrame, list[str], list[str]] | str:
     features = public_features(view)
     keys = view.task.metric.key_columns
     unjoined = [k for k in keys if k not in view.test.columns or k not in view.answers.columns]
@@ -339,25 +364,16 @@ class LeakageFormula:
             return question_finding(view)
         if is_classification(view):
             return Finding("a class label is no formula's result; leakage-copy covers labels", None)
-        held = held_out_rows(view)
-        if isinstance(held, str):
-            return Finding(held, None)
-        rows, targets, features = held
-        time = view.prepared.time_column
-        rows, parts = with_date_parts(rows, [*features, *([time] if time in rows.columns else [])])
-        numeric = [c for c in features if c != time and pd.api.types.is_numeric_dtype(rows[c])] + parts
+        key = held_out_key(view)
+        if isinstance(key, str):
+            return Finding(key, None)
+        # The search depends on the held-out rows and the time column only: a framing's variants share it.
+        measured = view.derived(("formulas", key, view.prepared.time_column), lambda: self._formulas(view))
+        if isinstance(measured, str):
+            return Finding(measured, None)
+        found, exact, numeric = measured
         if not numeric:
             return Finding("no numeric feature or date in test.csv", 0.0, details={"share": 0.0})
-        found, exact = None, None
-        matrix = rows[numeric].to_numpy(dtype=float)
-        for target in targets:
-            y = pd.to_numeric(rows[target], errors="coerce").to_numpy(dtype=float)
-            formula = pair_formula(y, matrix, numeric, target)
-            if formula is not None and (found is None or formula.fit > found.fit):
-                found = formula
-            formula = exact_formula(y, matrix, numeric, target)
-            if formula is not None and (exact is None or formula.share > exact.share):
-                exact = formula
         details = {
             "columns": list(found.columns) if found else [],
             "fit": round(found.fit, 6) if found else 0.0,
@@ -377,6 +393,30 @@ class LeakageFormula:
         return Finding(
             "; ".join(said) + " on the held-out rows", found.fit if found else 0.0, details=details
         )
+
+    def _formulas(self, view: TaskView) -> tuple[Formula | None, Formula | None, list[str]] | str:
+        """The best `pair_formula` and `exact_formula` over the targets, and the numeric features searched;
+        or why there are no held-out rows."""
+        held = held_out_rows(view)
+        if isinstance(held, str):
+            return held
+        rows, targets, features = held
+        time = view.prepared.time_column
+        rows, parts = with_date_parts(rows, [*features, *([time] if time in rows.columns else [])])
+        numeric = [c for c in features if c != time and pd.api.types.is_numeric_dtype(rows[c])] + parts
+        if not numeric:
+            return None, None, numeric
+        found, exact = None, None
+        matrix = rows[numeric].to_numpy(dtype=float)
+        for target in targets:
+            y = pd.to_numeric(rows[target], errors="coerce").to_numpy(dtype=float)
+            formula = pair_formula(y, matrix, numeric, target)
+            if formula is not None and (found is None or formula.fit > found.fit):
+                found = formula
+            formula = exact_formula(y, matrix, numeric, target)
+            if formula is not None and (exact is None or formula.share > exact.share):
+                exact = formula
+        return found, exact, numeric
 
 
 RIVAL_SHARE = 0.5
@@ -420,7 +460,7 @@ class LeakageCopy:
         train, _ = with_date_parts(train, usable)
         scores: dict[str, tuple[float, str]] = {}
         for target in (t for t in targets if t in train.columns):
-            held_y, train_y = _target(view, rows, target), _target(view, train, target)
+            held_y, train_y = _target(view, rows, target), train_target(view, target)
             labelled, known = held_y.notna(), train_y.notna()
             if labelled.sum() < MIN_ROWS:
                 continue

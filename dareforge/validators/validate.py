@@ -60,11 +60,15 @@ def checks_version(task_check_names: list[str], run_checks: tuple[RunCheck, ...]
     return f"{suites}|" + ",".join(sorted([*task_check_names, *(c.name for c in run_checks)]))
 
 
-def task_view(ctx: RunContext, task: Task, prepared: list[PreparedSource] | None = None) -> TaskView:
-    """What the checks see of a task; `prepared`: its source's prepared records when the caller read them."""
+def task_view(
+    ctx: RunContext, task: Task, prepared: list[PreparedSource] | None = None, shared: dict | None = None
+) -> TaskView:
+    """What the checks see of a task; `prepared`: its source's prepared records when the caller read them;
+    `shared`: what checks derived from the files of the source's other tasks (`TaskView.shared`)."""
     prepared = prepared_of(ctx, task, prepared)
+    shared = {} if shared is None else shared
     if ctx.store.is_local:
-        return TaskView(task, prepared, ctx.store.local_path(f"tasks/{task.id}"))
+        return TaskView(task, prepared, ctx.store.local_path(f"tasks/{task.id}"), shared)
     # A cache shared by the processes on this machine (task files never change under a task id): each file is
     # written under a unique temp name and renamed, so a reader never sees a half-written one.
     folder = ctx.work_dir / "validate" / task.id
@@ -76,7 +80,7 @@ def task_view(ctx: RunContext, task: Task, prepared: list[PreparedSource] | None
                 tmp = target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")
                 tmp.write_bytes(ctx.store.read_bytes(f"tasks/{task.id}/{side}/{f.name}"))
                 tmp.replace(target)
-    return TaskView(task, prepared, folder)
+    return TaskView(task, prepared, folder, shared)
 
 
 def validate(ctx: RunContext, task_ids: list[str] | None = None, force: bool = False) -> StageReport:
@@ -160,7 +164,8 @@ def _check_source(ctx: RunContext, checker: TaskChecker, source_id: str, report:
     if not todo:
         return
     prepared = load_prepared(ctx, source_id)
-    found = checker.check_all(task_view(ctx, task, prepared) for task in todo)
+    shared: dict = {}  # the source's tasks share what checks derive from byte-identical files
+    found = checker.check_all(task_view(ctx, task, prepared, shared) for task in todo)
     for task in todo:
         findings[task.id].update(found[task.id])
         report.add("checked", task.id)
@@ -189,8 +194,14 @@ def _validate(ctx: RunContext, task_ids: list[str] | None, force: bool) -> Stage
     checker = TaskChecker(ctx)
     stored = {} if force else _stored_findings(ctx, checker.version)
     by_source: dict[str, list[PreparedSource]] = {}  # read once per source, not once per task
+    shared: dict[str, dict] = defaultdict(dict)  # what checks derive, shared by a source's tasks
     views = [
-        task_view(ctx, task, by_source.setdefault(task.source_id, load_prepared(ctx, task.source_id)))
+        task_view(
+            ctx,
+            task,
+            by_source.setdefault(task.source_id, load_prepared(ctx, task.source_id)),
+            shared[task.source_id],
+        )
         for task in tasks
     ]
     findings: dict[str, dict[str, Finding | Validation]] = defaultdict(dict)
