@@ -218,6 +218,10 @@ class LeakageOrder:
         return best
 
 
+ARROW_TEXT = pd.StringDtype("pyarrow", na_value=np.nan)
+"""pandas' text type (`str`), what read_csv gives a text column and what a column of Python strings becomes."""
+
+
 def _comparable(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> pd.DataFrame:
     """Cells in one form on both sides: numbers as floats, everything else as stripped text."""
     out = {}
@@ -225,6 +229,10 @@ def _comparable(frame: pd.DataFrame, columns: list[str], numeric: set[str]) -> p
         values = frame[column]
         if column in numeric:
             out[column] = pd.to_numeric(values, errors="coerce").astype("float64")
+        elif values.dtype == ARROW_TEXT:
+            # Text already in the type the cells' `str` would be read back as: stripped by the same Arrow
+            # kernel, without a Python object per cell.
+            out[column] = values.fillna("").str.strip()
         else:
             out[column] = values.astype(object).where(values.notna(), "").map(str).str.strip()
     return pd.DataFrame(out, index=frame.index)
