@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -570,3 +573,23 @@ def test_variants_sharing_their_held_out_rows_search_for_a_formula_once(tmp_path
     assert searched == ["y"]
     assert [f.details["strong"] for f in found] == [0.5, 0.99]
     assert [f.details for f in found] == [PINNED[f"{name} leakage-formula"][3] for name in ("reg", "reg-b")]
+
+
+def test_codes_of_text_with_one_natural_key_do_not_follow_the_hash_seed():
+    """`01` and `1` sort alike in natural order; their codes once came from a set's order, which Python's hash
+    seed changes from one process to the next, so a tree on the column could score differently on a re-run."""
+    program = (
+        "import pandas as pd; from dareforge.reference_solutions.leaks import encode_column; "
+        "print(encode_column(pd.Series(['1', '01', 'x01', '2', 'x1', None, '1'])).ravel().tolist())"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", program],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "2", "3")
+    }
+    assert runs == {"[1.0, 0.0, 3.0, 2.0, 4.0, -5.0, 1.0]\n"}  # 01 1 2 x01 x1, missing below

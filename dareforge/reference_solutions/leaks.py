@@ -61,10 +61,13 @@ def encode_column(values: pd.Series) -> np.ndarray:
         # Trees take float32: a physical constant of 1e50 failed the fit; this bound keeps the floor in range
         np.clip(numbers, -TREE_BOUND, TREE_BOUND, out=numbers)
     else:
-        text = values.astype(object).where(values.notna(), None)
-        categories = sorted({v for v in text if v is not None}, key=natural_key)
-        codes = pd.Categorical(text, categories=categories).codes
-        numbers = np.where(codes < 0, np.nan, codes).astype("float64")
+        codes, distinct = values.factorize()
+        text = [str(v) for v in distinct.to_numpy()]
+        # Values of one natural key (`01` and `1`) in text order, so their codes never follow the hash seed.
+        order = sorted(range(len(text)), key=lambda i: (natural_key(text[i]), text[i]))
+        rank = np.empty(len(text) + 1)
+        rank[order], rank[-1] = np.arange(len(text)), np.nan  # code -1 (missing) reads the last slot
+        numbers = rank[codes]
     observed = numbers[~np.isnan(numbers)]
     floor = float(observed.min()) - 1.0 - float(observed.max() - observed.min()) if len(observed) else 0.0
     return np.where(np.isnan(numbers), floor, numbers).reshape(-1, 1)
