@@ -258,6 +258,36 @@ def test_a_joined_lake_writes_its_second_table_s_key_differently(built):
             assert published[mess.get("key_alias", mess["key"])].iloc[-1].startswith(mess["key_prefix"])
 
 
+class _CountedReads:
+    """`pd` as a script sees it, counting the files it reads."""
+
+    def __init__(self):
+        self.reads: list[str] = []
+
+    def read_csv(self, name, **kwargs):
+        self.reads.append(name)
+        return pd.read_csv(name, **kwargs)
+
+
+def test_the_join_key_sub_task_reads_each_header_once_and_names_the_first_shared_column(
+    tmp_path, monkeypatch
+):
+    """The first column of the first file that the second has (the answer a join lake's s2 always had), from two
+    header reads however wide the files: a wide lake once read the second header again for every column."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        names = [f"c{i}" for i in range(int(rng.integers(2, 60)))]
+        first = [names[i] for i in rng.permutation(len(names))]
+        second = [names[i] for i in rng.permutation(len(names))[: int(rng.integers(1, len(names) + 1))]]
+        pd.DataFrame([range(len(first))], columns=first).to_csv("a_details.csv", index=False)
+        pd.DataFrame([range(len(second))], columns=second).to_csv("a_main.csv", index=False)
+        scope = {"pd": _CountedReads()}
+        exec(lake_module.join_key_step("a_details.csv", "a_main.csv").body, scope)
+        assert scope["answer"] == next(c for c in first if c in set(second)), trial
+        assert scope["pd"].reads == ["a_main.csv", "a_details.csv"], trial
+
+
 def test_lake_distractors_are_read_only_when_drawn(built, monkeypatch):
     ctx, _ = built
     every = framed_source_ids(ctx)

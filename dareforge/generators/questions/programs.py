@@ -35,7 +35,7 @@ from dareforge.generators.questions.question import Program
 from dareforge.generators.questions.text_questions import KeyOfExtreme, TextContains
 from dareforge.generators.questions.year_questions import Growth, YearStat
 
-QUESTIONS_VERSION = "6"
+QUESTIONS_VERSION = "7"
 """Part of every question task's spec, hence of its id: bump it when a program, its rendering or a degeneracy
 rule changes, so stored questions are asked and judged again (prediction tasks keep their ids)."""
 
