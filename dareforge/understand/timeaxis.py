@@ -61,6 +61,7 @@ DATE_LIKE = (
     r"|\d{4}\s*[-_ /]?[Qq][1-4]|[Qq][1-4]\s*[-_ /]?\d{4}|\d{4}-\d{2})\s*"
 )
 """What a date written as text can look like; a column whose values mostly do not is never parsed."""
+DATE_LIKE_RE = re.compile(DATE_LIKE)
 QUARTER = re.compile(r"^\s*(?:(\d{4})\s*[-_ /]?\s*[Qq]([1-4])|[Qq]([1-4])\s*[-_ /]?\s*(\d{4}))\s*$")
 YEAR_NAME = re.compile(r"(?i)^(year|yr|yyyy|years?|anno|jahr|fiscal_?year|fy|season)$|(^|[ _.])year$")
 MONTH_NAME = re.compile(r"(?i)^(month|mon|mo|mm|months?)$|(^|[ _.])month$")
@@ -164,6 +165,12 @@ def date_name(sample: Sample) -> str:
     return next(n for n in ("date", "period", "__date") if n not in taken)
 
 
+def date_like_share(probe: pd.Series) -> float:
+    """The share of `probe`'s texts that look like dates (`DATE_LIKE`). Python's `re`, as pandas' own
+    `str.fullmatch` uses for a pattern with `\\s`, without pandas parsing the pattern again on every call."""
+    return float(np.mean([DATE_LIKE_RE.fullmatch(text) is not None for text in probe]))
+
+
 def _single(column: Column) -> Axis | None:
     values = column.text.dropna()
     if values.empty:
@@ -171,7 +178,7 @@ def _single(column: Column) -> Axis | None:
     probe = values.iloc[:: max(1, len(values) // PROBE_VALUES)].astype(str)
     if column.numeric:
         return _numeric(column)
-    if probe.str.fullmatch(DATE_LIKE).mean() < PARSE_SHARE:
+    if date_like_share(probe) < PARSE_SHARE:
         return None
     if probe.str.fullmatch(QUARTER.pattern).mean() >= PARSE_SHARE:
         parsed = column.text.map(_quarter_start)
@@ -219,7 +226,7 @@ def read_dates(values: pd.Series) -> pd.Series | None:
     if known.empty:
         return None
     probe = known.iloc[:: max(1, len(known) // PROBE_VALUES)]
-    if probe.str.fullmatch(DATE_LIKE).mean() < PARSE_SHARE:
+    if date_like_share(probe) < PARSE_SHARE:
         return None
     found = _text_format(text, probe)
     return None if found is None else found[1]
