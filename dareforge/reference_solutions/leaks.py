@@ -259,7 +259,8 @@ class LabelCopies:
     Built once per pair of label columns (`train_y`, `held_y`, no missing label) and asked of each feature:
     what the labels alone decide is worked out once, not once per feature."""
 
-    def __init__(self, train_y: pd.Series, held_y: pd.Series):
+    def __init__(self, train_y: pd.Series, held_y: pd.Series, canonical: CanonicalLabels | None = None):
+        self.canonical = CanonicalLabels() if canonical is None else canonical
         self.truth = held_y.to_numpy(dtype=object)
         self.common = float(held_y.value_counts().iloc[0]) / len(held_y) if len(held_y) else 1.0
         self.labels = train_y.to_numpy(dtype=object)
@@ -271,9 +272,9 @@ class LabelCopies:
         """The feature's score and how it copies; `train_x` and `held_x` row by row beside the labels."""
         if self.common >= 1.0:
             return 0.0, "equal"
-        held_codes, held_labels = canonical_codes(held_x)
+        held_codes, held_labels = canonical_codes(held_x, self.canonical)
         shares = {"equal": float(np.mean(_decode(held_codes, held_labels) == self.truth))}
-        train_codes, train_labels = canonical_codes(train_x)
+        train_codes, train_labels = canonical_codes(train_x, self.canonical)
         given = train_codes >= 0
         if given.any():
             stands_for = _stands_for(train_labels[train_codes[given]], self.labels[given])
@@ -287,11 +288,22 @@ class LabelCopies:
         return max(0.0, (shares[how] - self.common) / (1 - self.common)), how
 
 
-def canonical_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Each value's code (-1 where missing) and the canonical label of each code: `canonical_label` runs once
-    per distinct value, the rows stay integers."""
+class CanonicalLabels(dict[str, str]):
+    """`canonical_label` of each text met, remembered: the tasks of a source hold the same values column after
+    column, and parsing a number as a Decimal is most of what a label costs."""
+
+    def of(self, value: object) -> str:
+        text = str(value)  # canonical_label reads nothing of a value but its text
+        if text not in self:
+            self[text] = canonical_label(text)
+        return self[text]
+
+
+def canonical_codes(values: pd.Series, canonical: CanonicalLabels) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's code (-1 where missing) and the canonical label of each code: labels are worked out per
+    distinct value, the rows stay integers."""
     codes, distinct = values.factorize()
-    return codes, np.array([canonical_label(v) for v in distinct.to_numpy()], dtype=object)
+    return codes, np.array([canonical.of(v) for v in distinct.to_numpy()], dtype=object)
 
 
 def _decode(codes: np.ndarray, labels: np.ndarray) -> np.ndarray:

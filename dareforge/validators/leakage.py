@@ -11,6 +11,7 @@ import pandas as pd
 
 from dareforge.config import Config
 from dareforge.reference_solutions.leaks import (
+    CanonicalLabels,
     Formula,
     LabelCopies,
     encode_column,
@@ -18,7 +19,6 @@ from dareforge.reference_solutions.leaks import (
     pair_formula,
     single_column_scores,
 )
-from dareforge.reference_solutions.metrics import canonical_label
 from dareforge.schema import TaskType
 from dareforge.understand.timeaxis import read_dates
 from dareforge.validators.check import Finding, TaskView
@@ -67,10 +67,15 @@ def family_metric(view: TaskView) -> str:
     return "macro-f1" if is_classification(view) else "clipped-r2"
 
 
+def canonical_labels(view: TaskView) -> CanonicalLabels:
+    """The canonical labels worked out so far for the tasks sharing `view.shared` (a function of text alone)."""
+    return view.derived(("canonical labels",), CanonicalLabels)
+
+
 def _target(view: TaskView, frame: pd.DataFrame, column: str) -> pd.Series:
     values = frame[column]
     if is_classification(view):
-        return values.where(values.isna(), values.map(canonical_label))
+        return values.where(values.isna(), values.map(canonical_labels(view).of))
     return pd.to_numeric(values, errors="coerce").where(lambda s: np.isfinite(s))
 
 
@@ -464,7 +469,8 @@ class LeakageCopy:
         rows, targets, features = held
         train = view.train
         usable = [c for c in features if c in train.columns]
-        rows, parts = with_date_parts(rows, usable)
+        dated = ("held-out dates", held_out_key(view), tuple(usable))
+        rows, parts = view.derived(dated, lambda: with_date_parts(rows, usable))
         train, _ = with_date_parts(train, usable)
         scores: dict[str, tuple[float, str]] = {}
         for target in (t for t in targets if t in train.columns):
@@ -472,7 +478,7 @@ class LeakageCopy:
             labelled, known = held_y.notna(), train_y.notna()
             if labelled.sum() < MIN_ROWS:
                 continue
-            copies = LabelCopies(train_y[known], held_y[labelled])
+            copies = LabelCopies(train_y[known], held_y[labelled], canonical_labels(view))
             train_known, held_labelled = train.loc[known], rows.loc[labelled]
             for column in [*usable, *parts]:
                 if column not in train.columns:
