@@ -157,7 +157,11 @@ class LeakageFeature:
 
 
 def _spearman(x: pd.Series, y: pd.Series) -> float:
-    value = x.rank().corr(y.rank())
+    return _ranks_correlation(x.rank(), y.rank())
+
+
+def _ranks_correlation(x_ranks: pd.Series, y_ranks: pd.Series) -> float:
+    value = x_ranks.corr(y_ranks)
     return 0.0 if value is None or not math.isfinite(value) else float(value)
 
 
@@ -210,16 +214,20 @@ class LeakageOrder:
         counts = counts[(counts >= MIN_CLASS_ROWS) & (counts >= MIN_CLASS_SHARE * len(y))]
         best = 0.0
         ranks = order.rank()
-        for label in counts.index[:MAX_ORDER_CLASSES]:
+        # What every class's Spearman ranks the order as, ranked once for all classes.
+        ranks_ranked, sorted_ranked = ranks.rank(), pd.Series(np.sort(ranks.to_numpy())).rank()
+        ceilings: dict[int, float] = {}  # by class size: a class's ceiling depends on nothing else
+        for label, size in counts.iloc[:MAX_ORDER_CLASSES].items():
             indicator = (y == label).astype(float)
             if indicator.nunique() < 2:
                 continue
-            # The largest |rho| this class share allows: every row of the class at one end of the order.
-            ceiling = abs(
-                _spearman(pd.Series(np.sort(ranks.to_numpy())), pd.Series(np.sort(indicator.to_numpy())))
-            )
-            if ceiling > 0:
-                best = max(best, min(abs(_spearman(ranks, indicator)) / ceiling, 1.0))
+            if size not in ceilings:
+                # The largest |rho| this class share allows: every row of the class at one end of the order.
+                sorted_indicator = pd.Series(np.sort(indicator.to_numpy())).rank()
+                ceilings[size] = abs(_ranks_correlation(sorted_ranked, sorted_indicator))
+            if ceilings[size] > 0:
+                rho = _ranks_correlation(ranks_ranked, indicator.rank())
+                best = max(best, min(abs(rho) / ceilings[size], 1.0))
         return best
 
 
