@@ -7,7 +7,6 @@ gate does, from stored findings, so changing a threshold needs no re-run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import pandas as pd
 from dareforge.config import Config
 from dareforge.families.family import Family
 from dareforge.families.registry import family_of
+from dareforge.hashing import sha256_file
 from dareforge.schema import PreparedSource, Task, Validation
 
 T = TypeVar("T")
@@ -82,7 +82,7 @@ class TaskView:
     def digest(self, side: str, name: str) -> str:
         """The sha256 of a file's bytes: how a `derived` key names what it was derived from."""
         if (side, name) not in self._digests:
-            self._digests[side, name] = hashlib.sha256(self.path(side, name).read_bytes()).hexdigest()
+            self._digests[side, name] = sha256_file(self.path(side, name))
         return self._digests[side, name]
 
     def derived(self, key: Hashable, derive: Callable[[], T]) -> T:
