@@ -19,7 +19,7 @@ from dareforge.families.generate import generate
 from dareforge.families.registry import families, row_needs
 from dareforge.generators.prepare import prepare
 from dareforge.generators.questions.programs import PROGRAMS
-from dareforge.schema import FilterDecision, Framing, Task, Verdict
+from dareforge.schema import FilterDecision, Framing, PreparedSource, Task, Verdict
 from dareforge.understand.understand_stage import understand
 from dareforge.validators.gate import gate
 from dareforge.validators.validate import validate
@@ -54,6 +54,21 @@ SIZES = {"shop-small": 24, "shop-medium": 61, "shop-large": 97}
 TOO_SMALL = 12
 
 
+def _paired() -> bytes:
+    """A study's paired measurements (as R's `sleep`): ten subjects measured once in each of two groups. Its
+    best-ranked target is the subject's id, whose every class holds two rows: too few for a stratified split
+    to hold one out."""
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(
+        {
+            "extra": np.round(rng.normal(1.5, 2.0, 20), 1),
+            "group": np.repeat([1, 2], 10),
+            "ID": np.tile(np.arange(1, 11), 2),
+        }
+    )
+    return frame.to_csv(index=False).encode()
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("small")
@@ -63,6 +78,7 @@ def run(tmp_path_factory):
         for n, (name, rows) in enumerate(SIZES.items())
     }
     tiny = mirror_dataset(mirror, "shop-tiny", {"orders.csv": _shop(TOO_SMALL, 9)})
+    paired = mirror_dataset(mirror, "paired", {"paired.csv": _paired()})
     cfg = store_config(root, [])
     cfg.builtin.enabled = False
     cfg.mirror.paths = [str(mirror)]
@@ -78,11 +94,11 @@ def run(tmp_path_factory):
     generated = generate(ctx)
     validate(ctx)
     gate(ctx)
-    return ctx, ids, tiny, generated
+    return ctx, ids, tiny, generated, paired
 
 
 def test_the_filter_keeps_a_small_table_and_drops_one_no_family_can_use(run):
-    ctx, ids, tiny, _ = run
+    ctx, ids, tiny, _, _ = run
     decisions = {(d.source_id, d.rule): d for d in ctx.store.iter_records(FilterDecision)}
     for name, sid in ids.items():
         rows = decisions[(sid, "enough-rows")]
@@ -94,7 +110,7 @@ def test_the_filter_keeps_a_small_table_and_drops_one_no_family_can_use(run):
 
 
 def test_a_table_too_small_for_a_model_is_framed_for_questions_with_the_reason(run):
-    ctx, ids, _, _ = run
+    ctx, ids, _, _, _ = run
     for sid in ids.values():
         chosen = [f for f in ctx.store.read_partition(Framing, sid) if f.status == "chosen"]
         assert [f.questions_only for f in chosen] == [True]
@@ -102,10 +118,10 @@ def test_a_table_too_small_for_a_model_is_framed_for_questions_with_the_reason(r
 
 
 def test_small_tables_yield_accepted_questions_and_prediction_families_say_why_they_skip(run):
-    ctx, ids, _, generated = run
+    ctx, ids, _, generated, paired = run
     verdicts = list(ctx.store.iter_records(Verdict))
     accepted = {v.source_id for v in verdicts if v.accepted and v.family == "QA"}
-    assert accepted == set(ids.values())
+    assert accepted == set(ids.values()) | {paired}
     assert not any(v.family != "QA" for v in verdicts)
     skipped = generated.outcomes["skipped"]
     for sid in ids.values():
@@ -121,7 +137,7 @@ def test_each_kind_of_column_a_small_table_holds_gets_a_question(run):
     """The shop tables hold dates beside their numbers and categories: where their first questions leave the
     dates unasked, one more question asks about them (the notes are free text the framing leaves out, so no
     question reads them)."""
-    ctx, ids, _, _ = run
+    ctx, ids, _, _, _ = run
     cap = ctx.config.generate.qa_per_source
     counts = []
     for sid in ids.values():
@@ -133,3 +149,14 @@ def test_each_kind_of_column_a_small_table_holds_gets_a_question(run):
         assert "time" in {PROGRAMS[p].kind for p in programs}, (sid, programs)
         counts.append(len(programs))
     assert min(counts) >= cap and max(counts) == cap + 1, counts
+
+
+def test_a_question_table_whose_classes_are_too_small_to_stratify_is_split_at_random(run):
+    """Each class of the paired table's target holds two rows, so a stratified split holds none out: the
+    questions framing is split at random instead of failing (a classification framing would fail), and its
+    questions are accepted (the test above)."""
+    ctx, _, _, generated, paired = run
+    assert not generated.failures
+    prepared = ctx.store.read_partition(PreparedSource, paired)
+    assert [(p.questions_only, p.split) for p in prepared] == [(True, "random")]
+    assert prepared[0].n_test == round(20 * ctx.config.prepare.test_share)

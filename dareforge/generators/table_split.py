@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from dareforge.config import PrepareConfig
 from dareforge.generators.profile import (
     column_profile,
 )
@@ -201,25 +202,17 @@ class SplitMixin:
                 SELECT __rid FROM lab
                 WHERE {key} IN (SELECT __k FROM __o WHERE __before < {goal} AND __from_end > 1)"""
         else:
-            stratified = task_type == TaskType.CLASSIFICATION
-            split = "stratified" if stratified else "random"
-            strata = " || chr(31) || ".join(t.text for t in targets) if stratified else "''"
-            share = f"round(__m * {cfg.test_share!r})"
-            if not stratified:
-                share = f"greatest(1, {share})"
-            # Within each class, rows in hash order; the first round(share * class size) are held out, so every
-            # class keeps its share (a class of one row stays in train).
-            order = f"{seeded_hash(cfg.seed, id_col.text)}, __rid"
-            held_out = f"""
-                SELECT __rid FROM (
-                    SELECT __rid,
-                        row_number() OVER (PARTITION BY {strata} ORDER BY {order}) AS __r,
-                        count(*) OVER (PARTITION BY {strata}) AS __m
-                    FROM lab
-                ) WHERE __m > 1 AND __r <= least(__m - 1, {share})"""
+            split = "stratified" if task_type == TaskType.CLASSIFICATION else "random"
+            held_out = _drawn_held_out(split, targets, id_col, cfg)
         with timed(sid, "split"):
             con.execute(f"CREATE OR REPLACE TABLE held_out AS {held_out}")
         n_rows, n_test = n, self._scalar("SELECT count(*) FROM held_out")
+        if n_test == 0 and split == "stratified" and framing.questions_only:
+            # A question's table is split only to keep some rows private; on a small table whose every class
+            # is too small to give a row, a random draw still does (a classification framing would fail here).
+            split = "random"
+            con.execute(f"CREATE OR REPLACE TABLE held_out AS {_drawn_held_out(split, targets, id_col, cfg)}")
+            n_test = self._scalar("SELECT count(*) FROM held_out")
         if n_test == 0 or n_test == n_rows:
             side = "test" if n_test == 0 else "train"
             raise PrepareError(
@@ -313,3 +306,22 @@ class SplitMixin:
             for c, boolean in zip(candidates, found, strict=True)
             if boolean
         }
+
+
+def _drawn_held_out(split: str, targets: list[Column], id_col: Column, cfg: PrepareConfig) -> str:
+    """The held-out rows of a `stratified` or `random` split, in SQL over the view `lab`: within each class
+    (one class when random), rows in hash order; the first round(share * class size) are held out, so every
+    class keeps its share (a class of one row stays in train; a random split holds out at least one row)."""
+    stratified = split == "stratified"
+    strata = " || chr(31) || ".join(t.text for t in targets) if stratified else "''"
+    share = f"round(__m * {cfg.test_share!r})"
+    if not stratified:
+        share = f"greatest(1, {share})"
+    order = f"{seeded_hash(cfg.seed, id_col.text)}, __rid"
+    return f"""
+                SELECT __rid FROM (
+                    SELECT __rid,
+                        row_number() OVER (PARTITION BY {strata} ORDER BY {order}) AS __r,
+                        count(*) OVER (PARTITION BY {strata}) AS __m
+                    FROM lab
+                ) WHERE __m > 1 AND __r <= least(__m - 1, {share})"""
