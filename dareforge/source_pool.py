@@ -16,8 +16,12 @@ source's lock, so a source run again redoes only what had not finished.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
+import os
+import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -38,12 +42,27 @@ STRIKES = 2
 """Worker deaths a source may be in flight at before it runs alone."""
 
 _worker_ctx: RunContext | None = None
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """End this worker when the process that started it ends, however it ends. A pool worker waits on its call
+    queue for ever, so a `dareforge run` stopped with SIGTERM or SIGKILL left its workers, and the memory they
+    held, behind for good. The signal is tied to the thread that started the worker: the caller's, or the
+    pool's own manager thread for a replaced worker, both of which outlive the pool's workers."""
+    if not sys.platform.startswith("linux"):
+        return  # elsewhere the parent's exit shuts the pool down, as before
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the parent had already ended when the signal was asked for
 
 
 def _start_worker(config: Config, log_level: int) -> None:
     global _worker_ctx
     from dareforge.context import RunContext
 
+    _die_with_parent()
     logging.basicConfig(level=log_level, format="%(message)s")
     _worker_ctx = RunContext.from_config(config, show_progress=False)
 

@@ -4,10 +4,15 @@ the same bytes as a run in one process)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +126,64 @@ def test_a_source_that_failed_is_not_taken_as_finished(ctx):
         "a",
         "c",
     }  # the failed one is tried again in a worker
+
+
+# -- a run that is killed takes its workers with it ---------------------------------------------------------------
+HELD = "DAREFORGE_TEST_HELD"
+
+
+def _hold(run: Run, ids: list[str]) -> StageReport:
+    """A stage that writes its worker's pid where the test reads it, then works for ever."""
+    (Path(os.environ[HELD]) / f"{ids[0]}.pid").write_text(str(os.getpid()))
+    while True:
+        time.sleep(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A killed worker whose parent is gone is reaped by init; until then it is a zombie, which is gone as well.
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _waited(condition, what: str, deadline_s: float = 120.0) -> None:
+    """Polls `condition` until it holds; the deadline is a guard against a hang, never the verdict's measure."""
+    end = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < end, what
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_workers_of_a_run_that_is_killed_end_with_it(tmp_path):
+    """`dareforge run` stopped with kill -9 mid-stage: its pool workers, which wait on their queue for ever, end
+    too instead of holding their memory for good (they did, found after a catalog run was stopped)."""
+    held = tmp_path / "held"
+    held.mkdir()
+    code = (
+        "from dareforge.context import RunContext\n"
+        "from dareforge.pipeline import Run\n"
+        "from dareforge.source_pool import Mapped, map_sources\n"
+        "from tests.stores import store_config\n"
+        "from tests.test_source_pool import _hold\n"
+        "from pathlib import Path\n"
+        f"ctx = RunContext.from_config(store_config(Path({str(tmp_path)!r}), []), show_progress=False)\n"
+        "map_sources(ctx, Mapped('hold', _hold, Run), ['a', 'b'], 2, lambda _: None)\n"
+    )
+    env = {**os.environ, HELD: str(held), "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=Path(__file__).parent.parent)
+    try:
+        _waited(lambda: len(list(held.glob("*.pid"))) == 2 or run.poll() is not None, "no worker started")
+        assert run.poll() is None, "the run ended before its workers held their sources"
+        workers = [int(p.read_text()) for p in held.glob("*.pid")]
+        assert all(_alive(pid) for pid in workers)
+        run.kill()
+        run.wait()
+        _waited(lambda: not any(_alive(pid) for pid in workers), "a worker outlived its run")
+    finally:
+        run.kill()
+        for pid_file in held.glob("*.pid"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
