@@ -216,3 +216,46 @@ def test_stored_entries_live_under_their_prefix(iris):
     _, release, _, first = iris
     stored = [k for k in release.store.list(PREFIX) if "/graders/" not in k]
     assert len(stored) >= len(first.tasks) and all(Path(k).parent.name == Path(k).stem[:2] for k in stored)
+
+
+class _Stopped(Exception):
+    """What stops an export in the middle of its control runs here (a kill, a full disk, Ctrl-C)."""
+
+
+@NEEDS_BWRAP
+def test_an_export_stopped_during_its_controls_keeps_those_that_passed(iris, monkeypatch):
+    """Both tasks changed by a byte, so both need a real run; the export stops at the second task's oracle. The
+    first task's result was stored as it passed: the next export runs only the second."""
+    ctx, release, out, _ = iris
+    tasks = sorted(release.tasks(), key=lambda t: t.id)[:2]
+    keys = [f"{release.files_dir(t.id)}/{t.public_files[0].name}" for t in tasks]
+    originals = [release.store.read_bytes(key) for key in keys]
+    monkeypatch.setattr(ctx.config.run, "jobs", 1)  # one control at a time, in the order given
+    real_run, calls = harbor_module.Controller.run, []
+
+    def run_until_the_third(self, *args, **kwargs):
+        calls.append(args)
+        if len(calls) == 3:
+            raise _Stopped
+        return real_run(self, *args, **kwargs)
+
+    try:
+        for key, original in zip(keys, originals, strict=True):
+            # Two line ends: bytes no other test of the module stored a result for (one is another test's).
+            release.store.write_bytes(key, original + b"\n\n")
+        with monkeypatch.context() as patched:
+            patched.setattr(harbor_module.Controller, "run", run_until_the_third)
+            with pytest.raises(_Stopped):
+                HarborLayout("harbor", controls_per_family=0).export(
+                    ExportJob(ctx, release, dest=out / "stopped")
+                )
+        again = HarborLayout("harbor", controls_per_family=0).export(
+            ExportJob(ctx, release, dest=out / "resumed")
+        )
+    finally:
+        for key, original in zip(keys, originals, strict=True):
+            release.store.write_bytes(key, original)
+    first, second = calls[0][0].name, calls[2][0].name  # the task folders, in the order they ran
+    by_folder = {harbor_module.folder_name(t): t.id for t in tasks}
+    assert again.how[by_folder[first]] == (REUSED, REUSED), "the result that passed before the stop"
+    assert again.how[by_folder[second]] == (RUN, RUN) and again.controlled.total() == 1

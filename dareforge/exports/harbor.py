@@ -485,9 +485,14 @@ class HarborLayout(FolderLayout):
         def control(task: Task) -> tuple[ControlRun, ControlRun]:
             where = folder / folder_name(task)
             solve, test = _timeouts(task)
-            return controller.run(where, oracle=True, solve_timeout=solve, test_timeout=test), controller.run(
-                where, oracle=False, solve_timeout=solve, test_timeout=test
-            )
+            oracle = controller.run(where, oracle=True, solve_timeout=solve, test_timeout=test)
+            noop = controller.run(where, oracle=False, solve_timeout=solve, test_timeout=test)
+            if control_verdict(oracle, noop) is None:
+                # Kept as soon as it passes: an export stopped during a long batch of controls (thousands at
+                # catalog size) keeps what it established, and the next one runs only the rest.
+                write_known(store, pending[task.id].key, oracle, noop, {"oracle": RUN, "noop": RUN})
+                write_grader_proven(store, pending[task.id].grader, oracle, noop)
+            return oracle, noop
 
         workers = max(1, job.ctx.config.run.jobs or os.cpu_count() or 1)
         with ThreadPoolExecutor(min(workers, len(controlled))) as pool:
@@ -498,8 +503,6 @@ class HarborLayout(FolderLayout):
             why = control_verdict(oracle, noop)
             if why is None:
                 _count(report, task.family, task.id, oracle, noop, (RUN, RUN))
-                write_known(store, pending[task.id].key, oracle, noop, {"oracle": RUN, "noop": RUN})
-                write_grader_proven(store, pending[task.id].grader, oracle, noop)
             elif needs_control(task, family_of(task)) and graded_below_bar(oracle):
                 shutil.rmtree(folder / folder_name(task))
                 report.tasks.remove(folder_name(task))
