@@ -59,7 +59,7 @@ import json
 import os
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -495,8 +495,12 @@ class HarborLayout(FolderLayout):
             return oracle, noop
 
         workers = max(1, job.ctx.config.run.jobs or os.cpu_count() or 1)
-        with ThreadPoolExecutor(min(workers, len(controlled))) as pool:
-            runs = list(pool.map(control, controlled))
+        with job.ctx.progress() as progress, ThreadPoolExecutor(min(workers, len(controlled))) as pool:
+            bar = progress.add_task("harbor controls", total=len(controlled), item="")
+            futures = {pool.submit(control, task): task for task in controlled}
+            for done in as_completed(futures):
+                progress.update(bar, advance=1, item=futures[done].id)
+            runs = [future.result() for future in futures]
         packaging_bugs = []
         for task, (oracle, noop) in zip(controlled, runs, strict=True):
             report.controlled[task.family] += 1
