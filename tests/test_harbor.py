@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
 import tomllib
 from datetime import date
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dareforge.agents.grading import passed
+from dareforge.child_python import python_argv
 from dareforge.cli import app
 from dareforge.context import RunContext
 from dareforge.exports import ExportError
@@ -37,7 +39,7 @@ from dareforge.exports.harbor import (
 )
 from dareforge.exports.harbor_card import SUMMARY_LEFT_OUT
 from dareforge.exports.harbor_control import Controller
-from dareforge.exports.harbor_grader import RESULTS_STANDIN, SCHEMA_STANDIN
+from dareforge.exports.harbor_grader import BUNDLE, RESULTS_STANDIN, SCHEMA_STANDIN, grader_files
 from dareforge.exports.harbor_known import CERTIFIED, DERIVED, REUSED, RUN
 from dareforge.exports.reward_hacks import wrong_output
 from dareforge.families.registry import bar_of, family_of
@@ -295,7 +297,9 @@ def test_answers_are_only_under_tests(exported):
 def test_the_bundled_grader_scores_as_dareforge_on_gold_and_wrong_submissions(exported, tmp_path):
     ctx, _, report = exported
     controller = Controller(ctx.config.sandbox)
-    for task in _kept(exported):
+    # One task per family and metric: a second Class-IF seed goes through the same grader code as the first.
+    graded_alike = {(task.family, task.metric.name): task for task in reversed(_kept(exported))}
+    for task in graded_alike.values():
         family = family_of(task)
         folder = report.dest / folder_name(task)
         truth_path = folder / "tests" / family.files.truth
@@ -324,6 +328,27 @@ def test_the_grader_standins_keep_the_fields_of_the_models_they_replace():
     namespace = {}
     exec(RESULTS_STANDIN, namespace)
     assert [f.name for f in dataclasses.fields(namespace["GradeResult"])] == list(GradeResult.model_fields)
+
+
+def test_the_bundled_grader_imports_scikit_learn_only_for_the_metric_that_needs_it(tmp_path):
+    """Every control run's verifier imports the grader: scikit-learn would cost it about 2 CPU-s more, where
+    only ROC AUC uses it."""
+    for path, data in grader_files().items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(data)
+    check = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path / BUNDLE)!r})\n"
+        "from dareforge.reference_solutions import graders, metrics\n"
+        "assert graders.__file__.startswith(sys.path[0]), graders.__file__\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))\n"
+        "print(metrics.roc_auc([0, 1, 1, 0], [0.1, 0.8, 0.6, 0.3]))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn')[:1])\n"
+    )
+    done = subprocess.run(python_argv("-c", check), capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    before, auc, after = done.stdout.splitlines()
+    assert before == "[]" and float(auc) == 1.0 and after == "['sklearn']"
 
 
 def _files(root: Path) -> dict[str, bytes]:
