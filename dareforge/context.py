@@ -60,12 +60,17 @@ class RunContext:
 
     def each_source(self, stage: str, source_ids: list[str]) -> Iterator[str]:
         """Each of `source_ids` in turn, under its lock (`source_lock`), with a progress bar named `stage`."""
+        for source_id in self.each(stage, source_ids):
+            with self.source_lock(source_id):
+                yield source_id
+
+    def each(self, description: str, items: list[str]) -> Iterator[str]:
+        """Each of `items` in turn, with a progress bar named `description` that shows the item."""
         with self.progress() as progress:
-            bar = progress.add_task(stage, total=len(source_ids), item="")
-            for source_id in source_ids:
-                progress.update(bar, item=source_id)
-                with self.source_lock(source_id):
-                    yield source_id
+            bar = progress.add_task(description, total=len(items), item="")
+            for item in items:
+                progress.update(bar, item=item)
+                yield item
                 progress.advance(bar)
 
     def progress(self) -> Progress:

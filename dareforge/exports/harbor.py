@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dareforge.context import RunContext
 from dareforge.exports import ExportError
 from dareforge.exports.export_format import ExportJob, FolderLayout
 from dareforge.exports.harbor_card import (
@@ -390,7 +391,7 @@ class HarborLayout(FolderLayout):
         pending: dict[str, Exported] = {}
         families: dict[str, str] = {}
         order = export_order(release)
-        for task_id in order:
+        for task_id in job.ctx.each("harbor tasks", order):
             task = release.task(task_id)  # one at a time: memory does not grow with the release
             family = family_of(task)
             why = stored_verdict(task, family)
@@ -419,7 +420,7 @@ class HarborLayout(FolderLayout):
         chosen = control_sample(expected_to_pass, self.controls_per_family) | unknown
         real = [i for i in order if i in pending and i in chosen]
         certified = self._certify(
-            release, folder, [i for i in order if i in pending and i not in chosen], pending
+            job.ctx, release, folder, [i for i in order if i in pending and i not in chosen], pending
         )
         real += [i for i in order if i in pending and i not in chosen and i not in certified]
         proven = {pending[i].grader for i in real}
@@ -449,13 +450,13 @@ class HarborLayout(FolderLayout):
 
     @staticmethod
     def _certify(
-        release: Release, folder: Path, ids: list[str], pending: dict[str, Exported]
+        ctx: RunContext, release: Release, folder: Path, ids: list[str], pending: dict[str, Exported]
     ) -> dict[str, tuple[ControlRun, ControlRun, tuple[str, str]]]:
         """The tasks of `ids` whose oracle the gate's certificate establishes and whose no-op earns 0 by the
         grader's absent-output path (`harbor_known`), with those results."""
         found = {}
         with tempfile.TemporaryDirectory(prefix="dfharbor-ref-") as scratch:
-            for task_id in ids:
+            for task_id in ctx.each("harbor certificates", ids):
                 task = release.task(task_id)
                 family = family_of(task)
                 reference = _reference_file(release, task, family, Path(scratch))
