@@ -22,6 +22,11 @@ def _four_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
         "DAREFORGE_LLM__LOCAL__ENABLED", "false"
     )  # the same run whether or not it is installed
+    # One IF seed per framing, and the per-source stages in this process: the run's summary and stores read the
+    # same with one seed as with the default three, and with one process as with a pool, whose start-up cost
+    # a four-source run half its CPU (test_source_pool and test_reproducible run the pool).
+    monkeypatch.setenv("DAREFORGE_GENERATE__IF_VARIANTS", "1")
+    monkeypatch.setenv("DAREFORGE_RUN__JOBS", "1")
 
 
 def _invoker(store: Path):

@@ -80,6 +80,8 @@ def store_env(tmp_path_factory) -> Path:
         mp.setenv("DAREFORGE_STORE__ROOT", str(root / "store"))
         mp.setenv("DAREFORGE_STORE__WORK_DIR", str(root / "work"))
         mp.setenv("DAREFORGE_BUILTIN__INCLUDE", f"[{', '.join(SOURCES)}]")
+        # One IF seed per framing: the DAGs map and pass the same paths whatever the count.
+        mp.setenv("DAREFORGE_GENERATE__IF_VARIANTS", "1")
         # The same verdicts whether or not this machine ran `make local-llm`: no embedded model here.
         mp.setenv("DAREFORGE_LLM__LOCAL__PYTHON", str(root / "no-local-llm" / "python"))
         yield root / "store"

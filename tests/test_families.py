@@ -83,16 +83,17 @@ FEW_ROWS = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def few_rows(tmp_path, monkeypatch):
-    """The throwaway family: its module written to a folder on the path, and its one registry line."""
-    folder = tmp_path / "family"
-    folder.mkdir()
+@pytest.fixture(scope="module")
+def few_rows(tmp_path_factory):
+    """The throwaway family: its module written to a folder on the path, and its one registry line, for the
+    tests of this module that ask for it."""
+    folder = tmp_path_factory.mktemp("family")
     (folder / "few_rows.py").write_text(FEW_ROWS)
-    monkeypatch.syspath_prepend(str(folder))
-    family = importlib.import_module("few_rows").FAMILY
-    monkeypatch.setitem(REGISTERED, family.name, family)  # the registry line
-    return family
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.syspath_prepend(str(folder))
+        family = importlib.import_module("few_rows").FAMILY
+        monkeypatch.setitem(REGISTERED, family.name, family)  # the registry line
+        yield family
 
 
 def test_an_unknown_family_is_an_error_that_lists_the_registered_ones():
@@ -119,13 +120,19 @@ def test_a_pass_bar_for_an_unknown_family_is_a_config_error():
         pass_bars({"Class-XX": 0.5})
 
 
-def test_a_new_family_is_generated_validated_and_released(few_rows, tmp_path):
-    released(few_rows, tmp_path)
+def test_a_new_family_is_generated_validated_and_released(released):
+    _, release, few = released
+    assert few.id in set(release.task_ids)
 
 
-def released(few_rows, tmp_path):
-    """The iris store with the family's task generated, accepted by the gate and released (asserted)."""
-    cfg = prediction_only(store_config(tmp_path, ["sklearn-iris"]))
+@pytest.fixture(scope="module")
+def released(few_rows, tmp_path_factory):
+    """The iris store with the family's task generated, accepted by the gate and released (asserted), built
+    once for the tests that start from it."""
+    cfg = prediction_only(store_config(tmp_path_factory.mktemp("few"), ["sklearn-iris"]))
+    cfg.generate.if_variants = (
+        1  # the family's way through is under test; a second IF seed adds nothing to it
+    )
     # Boosted models on 40 rows score below the linear one, so the solver ladder rightly gates the task as
     # not ranking solvers: this test is about a family's way through the pipeline, not its discrimination.
     cfg.validate_.ladder_cpu_seconds = 0
@@ -150,11 +157,11 @@ def released(few_rows, tmp_path):
 
 
 @needs_sandbox
-def test_a_new_family_goes_through_every_export(few_rows, tmp_path):
+def test_a_new_family_goes_through_every_export(released, tmp_path):
     """The family's task is played by an agent in the sandbox (a scripted model that runs the task's strong
     reference), kept by the corpus, and written by every registered format that has a place for it; a format
     without one (a peer's layout) names the task and why."""
-    ctx, release, few = released(few_rows, tmp_path)
+    ctx, release, few = released
     strong = ctx.store.read_bytes(f"tasks/{few.id}/private/strong_reference.py").decode()
     with LLMServer() as server:
         server.script(
