@@ -345,7 +345,8 @@ def test_the_bundled_grader_imports_scikit_learn_only_for_the_metric_that_needs_
         "print(metrics.roc_auc([0, 1, 1, 0], [0.1, 0.8, 0.6, 0.3]))\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn')[:1])\n"
     )
-    done = subprocess.run(python_argv("-c", check), capture_output=True, text=True, cwd=tmp_path)
+    # A deadline far above an import and one AUC (a hung child fails the test instead of holding the suite).
+    done = subprocess.run(python_argv("-c", check), capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     before, auc, after = done.stdout.splitlines()
     assert before == "[]" and float(auc) == 1.0 and after == "['sklearn']"
