@@ -10,8 +10,12 @@ and a worker that never answers fails its script with the reason, after one rest
 from __future__ import annotations
 
 import ast
+import contextlib
+import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -24,6 +28,7 @@ from dareforge.context import RunContext
 from dareforge.families.generate import generate
 from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.schema import Task
+from tests.processes import alive, waited
 from tests.stores import prediction_only, prepared_store, store_config
 
 PACKAGE = Path(dareforge.__file__).parent
@@ -166,6 +171,37 @@ def test_a_worker_that_says_another_ready_line_fails_its_script_naming_it(tmp_pa
     assert not outcome.ok and outcome.error.startswith(
         "the reference worker said 'READY' instead of its ready line"
     )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent's pidfd is Linux's")
+def test_a_worker_ends_with_the_run_that_started_it_even_mid_script(tmp_path):
+    """A run killed while its worker fits a script: the worker, which reads its next request only after the
+    script, ends now instead of fitting on as init's child (found after a stopped catalog run, one worker still
+    on a script 11 minutes in)."""
+    pid_file = tmp_path / "worker.pid"
+    script = f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(3600)"
+    code = (
+        "from pathlib import Path\n"
+        "from dareforge.reference_solutions.reference_runner import ReferenceRunner\n"
+        f"ReferenceRunner(1, timeout_s=3600).run({script!r}, Path({str(tmp_path)!r}))\n"
+    )
+    run = subprocess.Popen(python_argv("-c", code), env=child_env({}), cwd=tmp_path)
+    try:
+        waited(
+            lambda: (pid_file.exists() and pid_file.read_text() != "") or run.poll() is not None,
+            "no script ran",
+        )
+        assert run.poll() is None, "the run ended before its worker held its script"
+        worker = int(pid_file.read_text())
+        assert alive(worker)
+        run.kill()
+        run.wait()
+        waited(lambda: not alive(worker), "the worker outlived its run")
+    finally:
+        run.kill()
+        if pid_file.exists() and pid_file.read_text():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 # -- generate from a folder holding another dareforge ------------------------------------------------------------

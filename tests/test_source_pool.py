@@ -22,6 +22,7 @@ from dareforge.report import StageReport
 from dareforge.schema import PrepareFailure
 from dareforge.source_pool import STRIKES, Mapped, map_sources
 from dareforge.stage_ledger import StageInputs, settled
+from tests.processes import alive, waited
 from tests.stores import store_config
 
 FATAL = "the-source-that-kills-its-worker"
@@ -139,23 +140,6 @@ def _hold(run: Run, ids: list[str]) -> StageReport:
         time.sleep(1)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A killed worker whose parent is gone is reaped by init; until then it is a zombie, which is gone as well.
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _waited(condition, what: str, deadline_s: float = 120.0) -> None:
-    """Polls `condition` until it holds; the deadline is a guard against a hang, never the verdict's measure."""
-    end = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < end, what
-        time.sleep(0.1)
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_workers_of_a_run_that_is_killed_end_with_it(tmp_path):
     """`dareforge run` stopped with kill -9 mid-stage: its pool workers, which wait on their queue for ever, end
@@ -175,13 +159,13 @@ def test_workers_of_a_run_that_is_killed_end_with_it(tmp_path):
     env = {**os.environ, HELD: str(held), "PYTHONPATH": os.pathsep.join(sys.path)}
     run = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=Path(__file__).parent.parent)
     try:
-        _waited(lambda: len(list(held.glob("*.pid"))) == 2 or run.poll() is not None, "no worker started")
+        waited(lambda: len(list(held.glob("*.pid"))) == 2 or run.poll() is not None, "no worker started")
         assert run.poll() is None, "the run ended before its workers held their sources"
         workers = [int(p.read_text()) for p in held.glob("*.pid")]
-        assert all(_alive(pid) for pid in workers)
+        assert all(alive(pid) for pid in workers)
         run.kill()
         run.wait()
-        _waited(lambda: not any(_alive(pid) for pid in workers), "a worker outlived its run")
+        waited(lambda: not any(alive(pid) for pid in workers), "a worker outlived its run")
     finally:
         run.kill()
         for pid_file in held.glob("*.pid"):

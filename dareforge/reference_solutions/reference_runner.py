@@ -16,7 +16,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from dareforge.child_python import child_env, python_argv
-from dareforge.reference_solutions.worker import READY
+from dareforge.reference_solutions.worker import PARENT_PID, READY
 from dareforge.report import process_cpu_seconds
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -99,7 +99,13 @@ class ReferenceRunner:
         return python_argv("-m", "dareforge.reference_solutions.worker")
 
     def _start(self) -> subprocess.Popen:
-        env = child_env({"PYTHONHASHSEED": "0", **dict.fromkeys(THREAD_VARS, str(self.threads))})
+        env = child_env(
+            {
+                "PYTHONHASHSEED": "0",
+                PARENT_PID: str(os.getpid()),
+                **dict.fromkeys(THREAD_VARS, str(self.threads)),
+            }
+        )
         return subprocess.Popen(
             self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
         )

@@ -13,12 +13,15 @@ import contextlib
 import io
 import json
 import os
+import select
 import sys
+import threading
 import time
 import traceback
 
 MAX_ERROR_CHARS = 4000
 READY = '{"ready": true}'
+PARENT_PID = "DAREFORGE_PARENT_PID"
 
 
 # Imported before the first request, so a script's timed run measures its own work, not library loading.
@@ -79,5 +82,31 @@ def _elapsed(start: float, cpu_start: float) -> dict:
     return {"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
 
 
+def end_with_parent() -> None:
+    """Exit as soon as the process that started this worker ends, however it ends. Its stdin closing is not
+    enough: a script runs for up to its limit before the next read sees the end, and after a stopped catalog run
+    workers were still fitting, re-parented to init, minutes later. The parent's pidfd becomes readable when it
+    exits; unlike PR_SET_PDEATHSIG it is tied to the process, not to the thread that happened to start the worker.
+    """
+    if not hasattr(os, "pidfd_open"):
+        return  # not Linux: the end of stdin still ends the worker, after its current script
+    parent = int(os.environ.get(PARENT_PID, os.getppid()))
+    try:
+        pidfd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        os._exit(1)
+    if os.getppid() != parent:  # it ended before the pidfd named it; the pid may already be another process's
+        os._exit(1)
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 if __name__ == "__main__":
+    end_with_parent()
     serve()
