@@ -347,6 +347,33 @@ def test_missing_cells_as_pandas_reads_them_and_a_target_that_is_no_number(tmp_p
     assert train["y"].dtype == float and train["y"].notna().all()  # "N/A" and "?" rows are unlabelled
 
 
+def test_a_numeric_column_holding_infinity_is_left_out_of_every_if_workflow(tmp_path):
+    """R writes Inf for "never" (days to an event that did not happen): scikit-learn's imputers and scalers refuse
+    it, and a range filter's noise cannot go beyond an infinite bound, so an IF workflow using the column failed
+    to certify and the variant was lost."""
+    n = 300
+    dose = RNG.uniform(0, 10, n).round(2)
+    frame = pd.DataFrame(
+        {
+            "dose": dose,
+            "days_to_sprout": np.where(dose > 9, np.inf, (20 - dose + RNG.normal(0, 1, n)).round(2)),
+            "soil": RNG.choice(["clay", "sand"], n),
+            "height": (3 * dose + RNG.normal(0, 2, n)).round(2),
+        }
+    )
+    ctx = _understood(tmp_path, ("seeds", frame, "The target is height."))
+    ctx.config.generate.if_variants, ctx.config.generate.if_redraws = 4, 0  # every seed must make its task
+    prepare(ctx)
+    (prepared,) = load_prepared(ctx, "mirror.someone--seeds")
+    assert np.isinf(pd.read_csv(prepared_file(ctx, prepared, "train"))["days_to_sprout"]).any()
+    report = generate(ctx)
+    if_tasks = [t for t in ctx.store.read_records(Task) if t.family == "Reg-IF" and t.variant_of is None]
+    assert len(if_tasks) == 4, report.failures  # one per seed
+    for task in if_tasks:
+        reference = (Path(ctx.config.store.root) / "tasks" / task.id / "private" / "reference.py").read_text()
+        assert "days_to_sprout" not in reference
+
+
 def test_messy_lake_tables_never_stop_a_stage_and_every_source_has_tasks_or_a_reason(tmp_path):
     from tests.messy import make_messy_lake
 

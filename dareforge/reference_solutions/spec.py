@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -161,6 +162,9 @@ def sample_if_spec(prepared: PreparedSource, train: pd.DataFrame, seed: int) -> 
     """Sample one workflow; filter bounds are the observed ranges of `train` (the clean rows)."""
     rng = random.Random(seed)
     numeric, categorical, dates = usable_features(prepared)
+    # A numeric column holding an infinity (R's Inf: "never happened") is no IF feature: scikit-learn's imputers
+    # and scalers refuse it, and a range filter cannot put a noise row beyond an infinite bound.
+    numeric = [c for c in numeric if np.isfinite(pd.to_numeric(train[c], errors="coerce").dropna()).all()]
     pool = numeric + categorical
     if not pool:
         raise ValueError(
