@@ -61,7 +61,7 @@ class Peer:
         self._frames: list[bytearray] = []
         self._size = 0
         self._body: bytearray | None = None
-        self._want = 0
+        self._got = 0
         self._flags = 0
         try:
             self._sock.connect(str(path))
@@ -174,12 +174,16 @@ class Peer:
             charge(self._size, size + FRAME_COST)
             self._size += size + FRAME_COST
             del pending[:head]
-            self._body, self._want, self._flags = bytearray(), size, flags
-        body = self._body
-        take = min(self._want - len(body), len(pending))
-        body += pending[:take]
+            # The body is allocated whole (its size was charged above) and filled in place: grown chunk by chunk,
+            # each reallocation could hold the old and the new buffer at once, and the heap kept the holes.
+            self._body, self._got, self._flags = bytearray(size), 0, flags
+        body, got = self._body, self._got
+        take = min(len(body) - got, len(pending))
+        with memoryview(pending) as view:
+            body[got : got + take] = view[:take]
         del pending[:take]
-        if len(body) < self._want:
+        self._got = got + take
+        if self._got < len(body):
             return None
         self._body = None
         return body
