@@ -275,7 +275,11 @@ class GenerateConfig(Section):
         1e-6, description="Relative tolerance of the IF regression grader."
     )
     max_train_rows: Annotated[int, Field(gt=0, le=10**9)] = Field(
-        50_000, description="Larger sources are sampled down for task files."
+        5_000,
+        description="Training rows of an IF task at most (larger sources are sampled down, seeded). What an IF "
+        "task measures, every stated step followed exactly, does not grow with rows; its cost does: "
+        "generating it fits the workflow about 15 times (reference, twin, one mutant per requirement) and every "
+        "agent attempt fits it within limits_seconds. MM tasks keep all rows.",
     )
     limits_turns: Count = 5
     limits_seconds: CpuSeconds = 200

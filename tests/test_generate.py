@@ -25,7 +25,7 @@ from dareforge.reference_solutions.reference_runner import ReferenceRunner
 from dareforge.reference_solutions.resimulate import resimulate
 from dareforge.schema import Task
 from dareforge.understand.understand_stage import understand
-from tests.stores import TEST_IF_VARIANTS
+from tests.stores import TEST_IF_VARIANTS, prediction_only, prepared_store, store_config
 
 SOURCES = [
     "sklearn-iris",
@@ -190,3 +190,18 @@ def test_a_reference_is_limited_by_the_cpu_it_uses_not_the_time_it_waits(tmp_pat
     with ReferenceRunner(1, timeout_s=0.2) as runner:
         blocked = runner.run("import time\ntime.sleep(3600)", tmp_path)
         assert not blocked.ok and blocked.error.startswith("no answer after 2s while using")
+
+
+def test_if_tasks_train_on_at_most_max_train_rows_and_mm_tasks_on_every_row(tmp_path):
+    """An IF task measures whether every stated step is followed, which more rows do not change; each of its
+    ~15 certification fits (reference, twin, mutants) and every agent attempt pays for each row. MM tasks are
+    about how well a model can do, so they keep every training row."""
+    cfg = prediction_only(store_config(tmp_path, ["sklearn-iris"]))
+    cfg.generate.if_variants, cfg.generate.max_train_rows = 1, 60
+    ctx = prepared_store(RunContext.from_config(cfg, show_progress=False))
+    generate(ctx)
+    rows = {
+        t.family: next(f.rows for f in t.public_files if f.name == "train.csv")
+        for t in ctx.store.read_records(Task)
+    }
+    assert rows == {"Class-IF": 60, "Class-MM": 120}
