@@ -259,3 +259,22 @@ def test_an_export_stopped_during_its_controls_keeps_those_that_passed(iris, mon
     by_folder = {harbor_module.folder_name(t): t.id for t in tasks}
     assert again.how[by_folder[first]] == (REUSED, REUSED), "the result that passed before the stop"
     assert again.how[by_folder[second]] == (RUN, RUN) and again.controlled.total() == 1
+
+
+@NEEDS_BWRAP
+def test_an_export_stopped_at_its_first_control_keeps_what_it_certified(iris, monkeypatch):
+    """With nothing stored, an export certifies every task but the one whose real run proves the grader bundle,
+    and is stopped at that run. The certificates, checked before any control, were stored already: the next
+    export reuses them and runs only that one control."""
+    ctx, release, out, _ = iris
+    release.store.remove_prefix(PREFIX)
+
+    def stopped(self, *args, **kwargs):
+        raise _Stopped
+
+    with monkeypatch.context() as patched:
+        patched.setattr(harbor_module.Controller, "run", stopped)
+        with pytest.raises(_Stopped):
+            HarborLayout("harbor", controls_per_family=0).export(ExportJob(ctx, release, dest=out / "cut"))
+    again = HarborLayout("harbor", controls_per_family=0).export(ExportJob(ctx, release, dest=out / "uncut"))
+    assert sorted(again.how.values()) == sorted([(RUN, RUN)] + [(REUSED, REUSED)] * (len(again.tasks) - 1))

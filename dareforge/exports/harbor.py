@@ -432,15 +432,16 @@ class HarborLayout(FolderLayout):
                 real.append(task_id)
                 proven.add(bundle)
                 del certified[task_id]
+        # Stored before the control batch, which at catalog size runs for long: a stop there keeps them.
+        for task_id, (oracle, noop, _) in certified.items():
+            write_known(
+                release.store, pending[task_id].key, oracle, noop, {"oracle": CERTIFIED, "noop": DERIVED}
+            )
         running = set(real)
         self._run_controls(
             job, folder, report, left_out, [release.task(i) for i in order if i in running], pending
         )
         settled.update(certified)
-        for task_id, (oracle, noop, _) in certified.items():
-            write_known(
-                release.store, pending[task_id].key, oracle, noop, {"oracle": CERTIFIED, "noop": DERIVED}
-            )
         for task_id in order:
             if task_id in settled:
                 oracle, noop, how = settled[task_id]
